@@ -1,0 +1,262 @@
+"""Chat orchestration: one customer message in, one reply out, memory kept within the token budget."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+
+from services.compaction import CompactionPolicy
+from services.errors import (
+    ConcurrentUpdateError,
+    ConfigurationError,
+    MessageTooLongError,
+    StoreError,
+    SummaryError,
+)
+from services.llm import LLMClient, OnDelta, Usage
+from services.models import Compaction, NewMessage, PromptPart, Session, StoredMessage
+from services.prompt_format import clean_text, customer_block
+from services.store.base import SessionStore
+from services.summarizer import Summarizer
+from services.tokens import REPLY_PRIMER_TOKENS, TokenCounter
+from services.window import Window, build_window
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionReport:
+    folded_messages: int = 0
+    failed: bool = False
+    restored_identifiers: int = 0
+    summary_tokens: int = 0
+    usage: list[Usage] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """What one turn produced, with the figures operators look at."""
+
+    reply: str
+    duplicate: bool = False
+    version: int = 0
+    estimated_tokens: int = 0
+    context_history_messages: int = 0
+    removed_history_messages: int = 0
+    stored_messages: int = 0
+    summary_present: bool = False
+    usage: Usage | None = None
+    llm_seconds: float = 0.0
+    forced_compaction: CompactionReport | None = None
+    proactive_compaction: CompactionReport | None = None
+    attempts: int = 1
+
+    @property
+    def summary_updated(self) -> bool:
+        return any(r is not None and r.folded_messages > 0 for r in (self.forced_compaction, self.proactive_compaction))
+
+
+Deliver = Callable[[TurnResult], Awaitable[None]]
+
+
+class ChatService:
+    """Builds the budgeted prompt, calls the model, commits the turn atomically, compacts memory."""
+
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        llm: LLMClient,
+        summarizer: Summarizer,
+        counter: TokenCounter,
+        instruction: str,
+        instruction_role: str,
+        budget: int,
+        summary_max_tokens: int,
+        policy: CompactionPolicy,
+        commit_attempts: int = 3,
+    ) -> None:
+        self._store = store
+        self._llm = llm
+        self._summarizer = summarizer
+        self._counter = counter
+        self._instruction = PromptPart(
+            instruction_role, instruction, counter.count_message(instruction_role, instruction)
+        )
+        self._budget = budget
+        self._policy = policy
+        self._commit_attempts = commit_attempts
+        self.history_room = budget - self._instruction.tokens - summary_max_tokens - REPLY_PRIMER_TOKENS
+        if self.history_room <= 0:
+            raise ConfigurationError(
+                f"CHAT_INPUT_TOKEN_BUDGET={budget} leaves no room for history: the instruction takes "
+                f"{self._instruction.tokens} tokens and SUMMARY_MAX_TOKENS={summary_max_tokens}"
+            )
+
+    @property
+    def store(self) -> SessionStore:
+        return self._store
+
+    @property
+    def budget(self) -> int:
+        return self._budget
+
+    def message_limit(self, session: Session | None = None) -> int:
+        """Most tokens a customer message may have (its wrapping included) next to the instruction."""
+        summary_tokens = session.summary_tokens if session else 0
+        return self._budget - self._instruction.tokens - summary_tokens - REPLY_PRIMER_TOKENS
+
+    async def handle(
+        self,
+        chat_id: int,
+        text: str,
+        *,
+        deliver: Deliver,
+        on_delta: OnDelta | None = None,
+        turn_id: str | None = None,
+    ) -> TurnResult:
+        """Reply, hand the reply to ``deliver``, then compact memory if it passed the high-water mark,
+        so the customer never waits for compaction."""
+        result = await self.respond(chat_id, text, on_delta=on_delta, turn_id=turn_id)
+        if result.duplicate:
+            return result
+        await deliver(result)
+        try:
+            report = await self.compact_if_needed(chat_id)
+        except StoreError as exc:
+            log.warning("chat %s: proactive compaction skipped: %s", chat_id, exc)
+            report = CompactionReport(failed=True)
+        return replace(result, proactive_compaction=report)
+
+    async def respond(
+        self, chat_id: int, text: str, *, on_delta: OnDelta | None = None, turn_id: str | None = None
+    ) -> TurnResult:
+        """Produce and store one turn. Nothing is written unless the model replied."""
+        text = clean_text(text)
+        content = customer_block(text)
+        new_part = PromptPart("user", content, self._counter.count_message("user", content))
+        for attempt in range(1, self._commit_attempts + 1):
+            session = await self._store.load(chat_id)
+            if turn_id is not None and await self._store.has_turn(chat_id, turn_id):
+                return TurnResult(reply="", duplicate=True, version=session.version)
+            window = self._window(self._summary_part(session), session.messages, new_part)
+            forced: CompactionReport | None = None
+            compaction: Compaction | None = None
+            if window.removed_history_messages:
+                compaction, window, forced = await self._forced_compaction(session, new_part, window)
+            completion = await self._llm.chat(window.messages, on_delta=on_delta)
+            reply = NewMessage("assistant", completion.text, self._counter.count_message("assistant", completion.text))
+            try:
+                commit = await self._store.commit_turn(
+                    chat_id,
+                    expected_version=session.version,
+                    messages=[NewMessage("user", text, new_part.tokens), reply],
+                    compaction=compaction,
+                    turn_id=turn_id,
+                )
+            except ConcurrentUpdateError:
+                if attempt == self._commit_attempts:
+                    raise
+                log.info("chat %s changed during the turn; retrying (%d)", chat_id, attempt)
+                continue
+            folded = compaction.fold_count if compaction else 0
+            return TurnResult(
+                reply=completion.text,
+                duplicate=commit.duplicate,
+                version=commit.version,
+                estimated_tokens=window.estimated_tokens,
+                context_history_messages=window.context_history_messages,
+                removed_history_messages=window.removed_history_messages,
+                stored_messages=0 if commit.duplicate else len(session.messages) - folded + 2,
+                summary_present=compaction is not None or session.summary is not None,
+                usage=completion.usage,
+                llm_seconds=completion.seconds,
+                forced_compaction=forced,
+                attempts=attempt,
+            )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _window(self, summary: PromptPart | None, history: tuple[StoredMessage, ...], new: PromptPart) -> Window:
+        return build_window(
+            instruction=self._instruction,
+            context=[summary] if summary else [],
+            history=history,
+            new_message=new,
+            budget=self._budget,
+            render=self._render,
+        )
+
+    @staticmethod
+    def _render(message: StoredMessage) -> PromptPart:
+        content = customer_block(message.content) if message.role == "user" else message.content
+        return PromptPart(message.role, content, message.tokens)
+
+    def _summary_part(self, session: Session) -> PromptPart | None:
+        if session.summary is None:
+            return None
+        return self._summarizer.block_part(session.summary, tokens=session.summary_tokens or None)
+
+    async def _fold(self, session: Session, fold: int) -> tuple[Compaction | None, CompactionReport]:
+        """Summarize the ``fold`` oldest messages into a new summary (nothing is written here)."""
+        started = time.perf_counter()
+        try:
+            outcome = await self._summarizer.fold(session.summary, session.messages[:fold])
+        except SummaryError as exc:
+            log.warning("chat %s: compaction failed, kept everything stored: %s", session.chat_id, exc)
+            return None, CompactionReport(failed=True, seconds=time.perf_counter() - started)
+        report = CompactionReport(
+            folded_messages=fold,
+            restored_identifiers=len(outcome.restored),
+            summary_tokens=outcome.block_tokens,
+            usage=outcome.usage,
+            seconds=time.perf_counter() - started,
+        )
+        return Compaction(fold, outcome.summary, outcome.block_tokens), report
+
+    async def _forced_compaction(
+        self, session: Session, new_part: PromptPart, window: Window
+    ) -> tuple[Compaction | None, Window, CompactionReport]:
+        """The prompt cannot hold the whole history: fold before replying. On failure the reply uses
+        the plain window and nothing is folded."""
+        must_fit = max(self.history_room - new_part.tokens, 0)
+        fold = self._policy.plan_fold(session.messages, room=self.history_room, must_fit=must_fit)
+        if fold == 0:
+            return None, window, CompactionReport()
+        compaction, report = await self._fold(session, fold)
+        if compaction is None:
+            return None, window, report
+        summary = self._summarizer.block_part(compaction.summary, tokens=compaction.summary_tokens)
+        try:
+            compacted = self._window(summary, session.messages[fold:], new_part)
+        except MessageTooLongError:
+            log.warning("chat %s: new summary leaves no room for the message; not applied", session.chat_id)
+            return None, window, replace(report, folded_messages=0, failed=True)
+        return compaction, compacted, report
+
+    async def compact_if_needed(self, chat_id: int) -> CompactionReport | None:
+        """Proactive compaction: fold the oldest turns if the stored history passed the high-water mark.
+        A failure leaves everything stored; the next turn tries again."""
+        session = await self._store.load(chat_id)
+        if not self._policy.over_high_water(session.history_tokens, self.history_room):
+            return None
+        fold = self._policy.plan_fold(session.messages, room=self.history_room)
+        if fold == 0:
+            return None
+        compaction, report = await self._fold(session, fold)
+        if compaction is None:
+            return report
+        try:
+            await self._store.apply_compaction(chat_id, expected_version=session.version, compaction=compaction)
+        except ConcurrentUpdateError:
+            log.info("chat %s changed during compaction; it will be redone on a later turn", chat_id)
+            return replace(report, folded_messages=0, failed=True)
+        return report
+
+    async def reset(self, chat_id: int) -> None:
+        await self._store.reset(chat_id)
+
+    async def forget(self, chat_id: int) -> None:
+        await self._store.forget(chat_id)

@@ -1,0 +1,56 @@
+"""The one exception hierarchy of the conversation engine.
+
+Library errors (openai, redis, pydantic) are translated into these at the edge of the service that
+calls the library; the bot's error router turns each kind into user-facing text.
+"""
+
+from __future__ import annotations
+
+
+class SupportBotError(Exception):
+    """Base class for every error the engine raises on purpose."""
+
+
+class ConfigurationError(SupportBotError):
+    """A setting or a bundled file is unusable (bad tokenizer file, unknown encoding...)."""
+
+
+class MessageTooLongError(SupportBotError):
+    """A required part of the prompt alone does not fit the input budget."""
+
+    def __init__(self, *, tokens: int, limit: int) -> None:
+        super().__init__(f"message too long: {tokens} tokens, limit {limit}")
+        self.tokens = tokens
+        self.limit = limit
+
+
+class CorruptHistoryError(SupportBotError):
+    """Stored history does not alternate user/assistant in whole turns."""
+
+
+class LLMError(SupportBotError):
+    """Base class for failures of a language-model call."""
+
+
+class LLMUnavailableError(LLMError):
+    """The provider could not be reached, timed out, or kept answering 429/5xx."""
+
+
+class LLMReplyTruncatedError(LLMError):
+    """The model stopped because of the output-token limit (finish_reason == "length")."""
+
+
+class LLMBadReplyError(LLMError):
+    """The model answered with nothing usable (empty text, refusal, content filter)."""
+
+
+class SummaryError(SupportBotError):
+    """The summarizer failed or returned something that is not a valid summary."""
+
+
+class StoreError(SupportBotError):
+    """The session store is unreachable or answered with something unexpected."""
+
+
+class ConcurrentUpdateError(StoreError):
+    """The session changed since it was loaded; the write was refused and nothing was written."""

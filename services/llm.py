@@ -1,0 +1,165 @@
+"""The language-model client: chat replies (plain or streamed) and structured summary calls.
+
+Built on ``openai.AsyncOpenAI`` so any OpenAI-compatible endpoint works. openai's errors are
+translated here into the engine's LLMError family.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import openai
+from openai import AsyncOpenAI
+
+from services.errors import LLMBadReplyError, LLMError, LLMReplyTruncatedError, LLMUnavailableError
+from services.models import PromptPart
+
+log = logging.getLogger(__name__)
+
+OnDelta = Callable[[str], Awaitable[None]]
+TokenLimitParam = Literal["max_completion_tokens", "max_tokens"]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    text: str
+    finish_reason: str
+    usage: Usage | None
+    model: str
+    seconds: float
+
+
+def translate_openai_error(exc: openai.OpenAIError) -> LLMError:
+    """Map an openai exception to the engine's error kinds."""
+    if isinstance(exc, openai.RateLimitError | openai.InternalServerError | openai.APIConnectionError):
+        return LLMUnavailableError(f"LLM provider unavailable: {type(exc).__name__}")
+    if isinstance(exc, openai.APIStatusError) and exc.status_code >= 500:
+        return LLMUnavailableError(f"LLM provider error {exc.status_code}")
+    if isinstance(exc, openai.APIStatusError):
+        return LLMBadReplyError(f"LLM request refused with HTTP {exc.status_code}: {type(exc).__name__}")
+    return LLMBadReplyError(f"LLM call failed: {type(exc).__name__}")
+
+
+class LLMClient:
+    """Chat and summary calls. Transport retries (429/5xx/timeouts, with backoff and jitter) are done
+    by the injected AsyncOpenAI client (its ``max_retries``)."""
+
+    def __init__(
+        self,
+        *,
+        client: AsyncOpenAI,
+        chat_model: str,
+        summary_model: str,
+        max_output_tokens: int,
+        summary_max_tokens: int,
+        token_limit_param: TokenLimitParam = "max_completion_tokens",
+        summary_response_format: Literal["json_schema", "json_object"] = "json_schema",
+        temperature: float | None = None,
+    ) -> None:
+        self._client = client
+        self.chat_model = chat_model
+        self.summary_model = summary_model
+        self._max_output_tokens = max_output_tokens
+        self._summary_max_tokens = summary_max_tokens
+        self._token_limit_param = token_limit_param
+        self._summary_response_format = summary_response_format
+        self._temperature = temperature
+
+    @property
+    def _create(self) -> Any:
+        # typed as Any: the options are built at run time (token-limit parameter name, response format)
+        return self._client.chat.completions.create
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def chat(self, messages: Sequence[PromptPart], *, on_delta: OnDelta | None = None) -> Completion:
+        """A support reply. With ``on_delta`` the reply is streamed and each text delta is passed on."""
+        extra: dict[str, Any] = {self._token_limit_param: self._max_output_tokens}
+        if self._temperature is not None:
+            extra["temperature"] = self._temperature
+        if on_delta is None:
+            return await self._complete(self.chat_model, messages, extra)
+        return await self._stream(self.chat_model, messages, extra, on_delta)
+
+    async def summarize(self, messages: Sequence[PromptPart], *, schema: dict[str, Any]) -> Completion:
+        """A structured-output call; the text is the model's JSON (not yet validated)."""
+        response_format: dict[str, Any]
+        if self._summary_response_format == "json_schema":
+            response_format = {
+                "type": "json_schema",
+                "json_schema": {"name": "conversation_summary", "strict": True, "schema": schema},
+            }
+        else:
+            response_format = {"type": "json_object"}
+        extra: dict[str, Any] = {
+            self._token_limit_param: self._summary_max_tokens * 2,
+            "response_format": response_format,
+        }
+        return await self._complete(self.summary_model, messages, extra)
+
+    async def _complete(self, model: str, messages: Sequence[PromptPart], extra: dict[str, Any]) -> Completion:
+        started = time.perf_counter()
+        try:
+            response = await self._create(model=model, messages=[m.as_openai() for m in messages], **extra)
+        except openai.OpenAIError as exc:
+            raise translate_openai_error(exc) from exc
+        if not response.choices:
+            raise LLMBadReplyError("LLM answered with no choices")
+        choice = response.choices[0]
+        usage = None
+        if response.usage is not None:
+            usage = Usage(response.usage.prompt_tokens, response.usage.completion_tokens)
+        text = choice.message.content or ""
+        return self._checked(text, choice.finish_reason or "", usage, model, started)
+
+    async def _stream(
+        self, model: str, messages: Sequence[PromptPart], extra: dict[str, Any], on_delta: OnDelta
+    ) -> Completion:
+        started = time.perf_counter()
+        parts: list[str] = []
+        finish_reason = ""
+        usage: Usage | None = None
+        try:
+            stream = await self._create(
+                model=model,
+                messages=[m.as_openai() for m in messages],
+                stream=True,
+                stream_options={"include_usage": True},
+                **extra,
+            )
+            async for chunk in stream:
+                if chunk.usage is not None:
+                    usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
+                if not chunk.choices:
+                    continue
+                choice = chunk.choices[0]
+                if choice.finish_reason:
+                    finish_reason = choice.finish_reason
+                delta = choice.delta.content if choice.delta else None
+                if delta:
+                    parts.append(delta)
+                    await on_delta(delta)
+        except openai.OpenAIError as exc:
+            raise translate_openai_error(exc) from exc
+        return self._checked("".join(parts), finish_reason, usage, model, started)
+
+    @staticmethod
+    def _checked(text: str, finish_reason: str, usage: Usage | None, model: str, started: float) -> Completion:
+        if finish_reason == "length":
+            raise LLMReplyTruncatedError("the reply hit the output-token limit")
+        if finish_reason == "content_filter":
+            raise LLMBadReplyError("the reply was blocked by the provider's content filter")
+        if not text.strip():
+            raise LLMBadReplyError("the model returned an empty reply")
+        return Completion(text, finish_reason, usage, model, time.perf_counter() - started)

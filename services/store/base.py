@@ -1,0 +1,67 @@
+"""The contract every session store fulfils."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from services.models import Compaction, NewMessage, Session
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    version: int
+    duplicate: bool = False
+    """True when ``turn_id`` was already committed: nothing was written."""
+
+
+class SessionStore(Protocol):
+    """Per-chat memory: running summary + verbatim recent messages + a version used as a write fence.
+
+    Every write is atomic and fenced by ``expected_version``: if the session changed since it was
+    loaded, the write raises ConcurrentUpdateError and changes nothing.
+    """
+
+    async def load(self, chat_id: int) -> Session:
+        """The whole session in one round trip (an empty Session if the chat is new)."""
+        ...
+
+    async def commit_turn(
+        self,
+        chat_id: int,
+        *,
+        expected_version: int,
+        messages: Sequence[NewMessage],
+        compaction: Compaction | None = None,
+        turn_id: str | None = None,
+    ) -> CommitResult:
+        """Append ``messages`` (and apply ``compaction``) atomically. A ``turn_id`` that was already
+        committed is recognised and nothing is written (``duplicate=True``)."""
+        ...
+
+    async def apply_compaction(self, chat_id: int, *, expected_version: int, compaction: Compaction) -> int:
+        """Replace the summary and drop the folded oldest messages; returns the new version."""
+        ...
+
+    async def has_turn(self, chat_id: int, turn_id: str) -> bool:
+        """Whether a turn with this id was committed (recent ids only)."""
+        ...
+
+    async def reset(self, chat_id: int) -> None:
+        """Delete summary and messages together (the chat starts over; the version keeps counting)."""
+        ...
+
+    async def forget(self, chat_id: int) -> None:
+        """Delete every record of the chat."""
+        ...
+
+    async def ping(self) -> None:
+        """Raise StoreError if the store cannot be reached."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+TURN_IDS_KEPT = 1000
+"""How many recent turn ids a chat remembers for deduplication."""

@@ -1,0 +1,127 @@
+"""Shared fixtures: token counter, a real redis-server on a free loopback port, stores, stub LLM."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import fakeredis
+import pytest
+import redis
+from redis.asyncio import Redis
+
+from services.llm import LLMClient
+from services.store import InMemorySessionStore, RedisSessionStore
+from services.store.base import SessionStore
+from services.tokens import TokenCounter
+from tests.stubs.openai_server import StubOpenAI
+
+
+@pytest.fixture(scope="session")
+def counter() -> TokenCounter:
+    return TokenCounter.for_encoding("o200k_base")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """A real redis-server process on loopback, for the tests that must talk to the real thing."""
+
+    def __init__(self, *, appendonly: bool = False) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (scripts/test installs it)")
+        self.dir = Path(tempfile.mkdtemp(prefix="sb-redis-"))
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._args = [
+            binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "yes" if appendonly else "no", "--dir", str(self.dir),
+        ]
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(self._args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=self.port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        client.close()
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+            self.process = None
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    server.start()
+    yield server
+    server.stop()
+    shutil.rmtree(server.dir, ignore_errors=True)
+
+
+@pytest.fixture
+async def real_redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
+    client = Redis.from_url(redis_server.url)
+    await client.flushdb()
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture(params=["memory", "fakeredis", "redis-server"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[SessionStore]:
+    """The same contract over every backend."""
+    if request.param == "memory":
+        yield InMemorySessionStore(ttl_seconds=3600)
+        return
+    if request.param == "fakeredis":
+        client = fakeredis.FakeAsyncRedis()
+    else:
+        server: RedisServer = request.getfixturevalue("redis_server")
+        client = Redis.from_url(server.url)
+        await client.flushdb()
+    backend = RedisSessionStore(redis=client, ttl_seconds=3600, key_prefix="test")
+    yield backend
+    await backend.close()
+
+
+@pytest.fixture
+async def stub_llm() -> AsyncIterator[StubOpenAI]:
+    stub = StubOpenAI()
+    await stub.start()
+    yield stub
+    await stub.stop()
+
+
+@pytest.fixture
+async def llm(stub_llm: StubOpenAI) -> AsyncIterator[LLMClient]:
+    from openai import AsyncOpenAI
+
+    client = LLMClient(
+        client=AsyncOpenAI(api_key="test-key", base_url=stub_llm.base_url, max_retries=0, timeout=10),
+        chat_model="stub-chat",
+        summary_model="stub-summary",
+        max_output_tokens=512,
+        summary_max_tokens=400,
+    )
+    yield client
+    await client.close()

@@ -1,0 +1,153 @@
+"""A small OpenAI-compatible server on loopback: /v1/chat/completions, plain and streamed (SSE).
+
+Replies come from queues (``chat_replies``, ``summary_replies``) or, when a queue is empty, from the
+reply functions. Every request body is recorded. Summary calls are told apart from chat calls by
+their ``response_format``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+Reply = str | int  # an int is an HTTP error status to answer with
+ReplyFn = Callable[[dict[str, Any]], str]
+
+_TAG = re.compile(r"<customer_message>\n(.*?)\n</customer_message>", re.S)
+
+
+def customer_texts(body: dict[str, Any]) -> list[str]:
+    """The customer's texts in a request, oldest first (summary-call turns included)."""
+    texts: list[str] = []
+    for message in body["messages"]:
+        texts.extend(_TAG.findall(message.get("content") or ""))
+    return texts
+
+
+def echo_reply(body: dict[str, Any]) -> str:
+    texts = customer_texts(body)
+    return f"Support answer to: {texts[-1][:60] if texts else '?'}"
+
+
+def faithful_summary(body: dict[str, Any]) -> str:
+    """Keeps every customer sentence (shortened) as a key fact."""
+    facts = [text[:120] for text in customer_texts(body)]
+    return json.dumps(
+        {
+            "topic": "customer support conversation",
+            "key_facts": facts,
+            "actions_taken": ["support answered the customer"],
+            "decisions": [],
+            "pending_questions": [],
+            "next_step": "continue helping the customer",
+        },
+        ensure_ascii=False,
+    )
+
+
+def digit_dropping_summary(body: dict[str, Any]) -> str:
+    """An adversarial summarizer: a plausible summary with every digit removed."""
+    return re.sub(r"\d", "", faithful_summary(body))
+
+
+@dataclass
+class StubOpenAI:
+    chat_reply: ReplyFn = echo_reply
+    summary_reply: ReplyFn = faithful_summary
+    latency: float = 0.0
+    stream_chunk_chars: int = 40
+    chat_replies: deque[Reply] = field(default_factory=deque)
+    summary_replies: deque[Reply] = field(default_factory=deque)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    down: bool = False
+    _runner: web.AppRunner | None = None
+    base_url: str = ""
+
+    @property
+    def chat_requests(self) -> list[dict[str, Any]]:
+        return [r for r in self.requests if "response_format" not in r]
+
+    @property
+    def summary_requests(self) -> list[dict[str, Any]]:
+        return [r for r in self.requests if "response_format" in r]
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._completions)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        sockets = site._server.sockets  # type: ignore[union-attr]
+        self.base_url = f"http://{host}:{sockets[0].getsockname()[1]}/v1"
+        return self.base_url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(body)
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        if self.down:
+            return web.json_response({"error": {"message": "down", "type": "server_error"}}, status=503)
+        is_summary = "response_format" in body
+        queue = self.summary_replies if is_summary else self.chat_replies
+        reply: Reply = queue.popleft() if queue else (self.summary_reply if is_summary else self.chat_reply)(body)
+        if isinstance(reply, int):
+            return web.json_response({"error": {"message": "stub error", "type": "server_error"}}, status=reply)
+        finish = "stop"
+        if reply.startswith("<<length>>"):
+            reply, finish = reply.removeprefix("<<length>>"), "length"
+        usage = {"prompt_tokens": _rough_tokens(body), "completion_tokens": max(1, len(reply) // 4)}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        if body.get("stream"):
+            return await self._stream(request, body, reply, finish, usage)
+        return web.json_response(
+            {
+                "id": "chatcmpl-stub",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body["model"],
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": finish}
+                ],
+                "usage": usage,
+            }
+        )
+
+    async def _stream(
+        self, request: web.Request, body: dict[str, Any], reply: str, finish: str, usage: dict[str, int]
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+
+        async def send(payload: dict[str, Any]) -> None:
+            await response.write(f"data: {json.dumps(payload)}\n\n".encode())
+
+        base = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": int(time.time()),
+                "model": body["model"]}
+        size = self.stream_chunk_chars
+        for start in range(0, len(reply), size):
+            delta = {"content": reply[start : start + size]}
+            await send({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+        await send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await send({**base, "choices": [], "usage": usage})
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+def _rough_tokens(body: dict[str, Any]) -> int:
+    return sum(len((m.get("content") or "")) // 4 + 4 for m in body["messages"]) + 3

@@ -1,0 +1,122 @@
+"""One contract, every backend: in-process, fakeredis and a real redis-server."""
+
+import asyncio
+
+import pytest
+
+from services.errors import ConcurrentUpdateError
+from services.models import Compaction, NewMessage
+from services.store.base import SessionStore
+from services.summary_state import SummaryState
+
+
+def turn(n: int) -> list[NewMessage]:
+    return [NewMessage("user", f"question {n}", 10 + n), NewMessage("assistant", f"answer {n}", 20 + n)]
+
+
+async def test_new_chat_is_empty(store: SessionStore) -> None:
+    session = await store.load(1)
+    assert session.version == 0 and session.messages == () and session.summary is None
+
+
+async def test_commit_appends_with_sequence_numbers_and_token_counts(store: SessionStore) -> None:
+    result = await store.commit_turn(1, expected_version=0, messages=turn(0))
+    assert result.version == 1 and not result.duplicate
+    await store.commit_turn(1, expected_version=1, messages=turn(1))
+    session = await store.load(1)
+    assert [(m.seq, m.role, m.content, m.tokens) for m in session.messages] == [
+        (0, "user", "question 0", 10), (1, "assistant", "answer 0", 20),
+        (2, "user", "question 1", 11), (3, "assistant", "answer 1", 21),
+    ]
+    assert session.version == 2 and session.next_seq == 4
+
+
+async def test_unicode_and_quotes_survive(store: SessionStore) -> None:
+    text = 'Заказ "7718" \\ 🙂 \n line2 {"s":1}'
+    await store.commit_turn(1, expected_version=0, messages=[NewMessage("user", text, 5), NewMessage("assistant", "ok", 1)])
+    assert (await store.load(1)).messages[0].content == text
+
+
+async def test_stale_version_is_refused_and_writes_nothing(store: SessionStore) -> None:
+    await store.commit_turn(1, expected_version=0, messages=turn(0))
+    with pytest.raises(ConcurrentUpdateError):
+        await store.commit_turn(1, expected_version=0, messages=turn(1))
+    session = await store.load(1)
+    assert len(session.messages) == 2 and session.version == 1
+
+
+async def test_commit_with_compaction_is_atomic(store: SessionStore) -> None:
+    for n in range(3):
+        await store.commit_turn(1, expected_version=n, messages=turn(n))
+    summary = SummaryState(topic="t", key_facts=["order 7718"])
+    await store.commit_turn(1, expected_version=3, messages=turn(3), compaction=Compaction(4, summary, 42))
+    session = await store.load(1)
+    assert [m.seq for m in session.messages] == [4, 5, 6, 7]
+    assert session.summary == summary and session.summary_tokens == 42
+
+
+async def test_apply_compaction_is_fenced(store: SessionStore) -> None:
+    for n in range(2):
+        await store.commit_turn(1, expected_version=n, messages=turn(n))
+    compaction = Compaction(2, SummaryState(topic="x"), 7)
+    with pytest.raises(ConcurrentUpdateError):
+        await store.apply_compaction(1, expected_version=1, compaction=compaction)
+    assert len((await store.load(1)).messages) == 4
+    version = await store.apply_compaction(1, expected_version=2, compaction=compaction)
+    session = await store.load(1)
+    assert version == 3 and [m.seq for m in session.messages] == [2, 3] and session.summary_tokens == 7
+
+
+async def test_duplicate_turn_id_is_recognised(store: SessionStore) -> None:
+    await store.commit_turn(1, expected_version=0, messages=turn(0), turn_id="u1")
+    assert await store.has_turn(1, "u1") and not await store.has_turn(1, "u2")
+    again = await store.commit_turn(1, expected_version=0, messages=turn(0), turn_id="u1")
+    assert again.duplicate
+    assert len((await store.load(1)).messages) == 2
+
+
+async def test_reset_clears_summary_and_messages_and_fences_old_writers(store: SessionStore) -> None:
+    await store.commit_turn(1, expected_version=0, messages=turn(0), compaction=None)
+    await store.apply_compaction(1, expected_version=1, compaction=Compaction(0, SummaryState(topic="x"), 3))
+    await store.reset(1)
+    session = await store.load(1)
+    assert session.messages == () and session.summary is None and session.summary_tokens == 0
+    with pytest.raises(ConcurrentUpdateError):
+        await store.commit_turn(1, expected_version=2, messages=turn(1))
+    await store.commit_turn(1, expected_version=session.version, messages=turn(1))
+    assert len((await store.load(1)).messages) == 2
+
+
+async def test_forget_deletes_the_chat(store: SessionStore) -> None:
+    await store.commit_turn(1, expected_version=0, messages=turn(0), turn_id="u1")
+    await store.forget(1)
+    assert (await store.load(1)).messages == ()
+    assert not await store.has_turn(1, "u1")
+
+
+async def test_chats_are_independent(store: SessionStore) -> None:
+    await store.commit_turn(1, expected_version=0, messages=turn(0))
+    await store.commit_turn(2, expected_version=0, messages=turn(5))
+    await store.reset(1)
+    assert len((await store.load(2)).messages) == 2
+
+
+async def test_concurrent_writers_never_lose_a_turn(store: SessionStore) -> None:
+    async def writer(name: str) -> None:
+        for n in range(15):
+            while True:
+                session = await store.load(7)
+                await asyncio.sleep(0)
+                try:
+                    await store.commit_turn(7, expected_version=session.version, messages=[
+                        NewMessage("user", f"{name}-{n}", 1), NewMessage("assistant", f"re {name}-{n}", 1)])
+                    break
+                except ConcurrentUpdateError:
+                    continue
+
+    await asyncio.gather(writer("a"), writer("b"))
+    session = await store.load(7)
+    users = [m.content for m in session.messages if m.role == "user"]
+    assert sorted(users) == sorted([f"a-{n}" for n in range(15)] + [f"b-{n}" for n in range(15)])
+    assert [m.seq for m in session.messages] == list(range(60))
+    assert [u for u in users if u.startswith("a")] == [f"a-{n}" for n in range(15)]
