@@ -260,3 +260,8 @@ class ChatService:
 
     async def forget(self, chat_id: int) -> None:
         await self._store.forget(chat_id)
+
+    async def close(self) -> None:
+        """Close the LLM client and the store connection."""
+        await self._llm.close()
+        await self._store.close()

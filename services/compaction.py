@@ -28,16 +28,17 @@ class CompactionPolicy:
     def plan_fold(self, history: Sequence[StoredMessage], *, room: int, must_fit: int | None = None) -> int:
         """How many of the oldest messages (whole turns) to fold.
 
-        Folds oldest turns until the rest is at most ``low_water * room``, but keeps the newest
+        Folds oldest turns until the rest is at most ``low_water * room`` (and within ``must_fit``,
+        the room the current prompt leaves for history), but keeps the newest
         ``min_verbatim_turns`` turns verbatim as long as they fit in ``must_fit`` (default ``room``).
         """
-        target = self.low_water * room
         limit = room if must_fit is None else must_fit
+        goal = min(self.low_water * room, limit)
         remaining = sum(m.tokens for m in history)
         turns_left = len(history) // 2
         fold = 0
         while turns_left > 0:
-            if remaining <= target:
+            if remaining <= goal:
                 break
             if turns_left <= self.min_verbatim_turns and remaining <= limit:
                 break

@@ -44,8 +44,17 @@ class RedisServer:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._args = [
-            binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "yes" if appendonly else "no", "--dir", str(self.dir),
+            binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if appendonly else "no",
+            "--dir",
+            str(self.dir),
         ]
         self.process: subprocess.Popen[bytes] | None = None
 

@@ -25,15 +25,19 @@ async def test_commit_appends_with_sequence_numbers_and_token_counts(store: Sess
     await store.commit_turn(1, expected_version=1, messages=turn(1))
     session = await store.load(1)
     assert [(m.seq, m.role, m.content, m.tokens) for m in session.messages] == [
-        (0, "user", "question 0", 10), (1, "assistant", "answer 0", 20),
-        (2, "user", "question 1", 11), (3, "assistant", "answer 1", 21),
+        (0, "user", "question 0", 10),
+        (1, "assistant", "answer 0", 20),
+        (2, "user", "question 1", 11),
+        (3, "assistant", "answer 1", 21),
     ]
     assert session.version == 2 and session.next_seq == 4
 
 
 async def test_unicode_and_quotes_survive(store: SessionStore) -> None:
     text = 'Заказ "7718" \\ 🙂 \n line2 {"s":1}'
-    await store.commit_turn(1, expected_version=0, messages=[NewMessage("user", text, 5), NewMessage("assistant", "ok", 1)])
+    await store.commit_turn(
+        1, expected_version=0, messages=[NewMessage("user", text, 5), NewMessage("assistant", "ok", 1)]
+    )
     assert (await store.load(1)).messages[0].content == text
 
 
@@ -108,8 +112,11 @@ async def test_concurrent_writers_never_lose_a_turn(store: SessionStore) -> None
                 session = await store.load(7)
                 await asyncio.sleep(0)
                 try:
-                    await store.commit_turn(7, expected_version=session.version, messages=[
-                        NewMessage("user", f"{name}-{n}", 1), NewMessage("assistant", f"re {name}-{n}", 1)])
+                    await store.commit_turn(
+                        7,
+                        expected_version=session.version,
+                        messages=[NewMessage("user", f"{name}-{n}", 1), NewMessage("assistant", f"re {name}-{n}", 1)],
+                    )
                     break
                 except ConcurrentUpdateError:
                     continue

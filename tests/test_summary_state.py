@@ -47,8 +47,15 @@ def test_extracts_identifiers_of_every_kind() -> None:
     )
     values = [i.value for i in extract_identifiers(text)]
     assert values == [
-        "7718", "ORD-55231", "+7 (912) 345-67-89", "ivan.petrov@mail.ru", "E-042", "2.4.1",
-        "https://example.com/kb/42", "1299.50", "12.03.2026",
+        "7718",
+        "ORD-55231",
+        "+7 (912) 345-67-89",
+        "ivan.petrov@mail.ru",
+        "E-042",
+        "2.4.1",
+        "https://example.com/kb/42",
+        "1299.50",
+        "12.03.2026",
     ]
 
 

@@ -37,9 +37,21 @@ def echo_reply(body: dict[str, Any]) -> str:
     return f"Support answer to: {texts[-1][:60] if texts else '?'}"
 
 
+def previous_summary(body: dict[str, Any]) -> dict[str, Any]:
+    content = body["messages"][-1]["content"]
+    match = re.search(r"<previous_summary>\n(.*?)\n</previous_summary>", content, re.S)
+    return json.loads(match.group(1)) if match else {}
+
+
 def faithful_summary(body: dict[str, Any]) -> str:
-    """Keeps every customer sentence (shortened) as a key fact."""
-    facts = [text[:120] for text in customer_texts(body)]
+    """Keeps every customer sentence (shortened) as a key fact; asked to compress (no new turns), it
+    keeps the newer half of the previous facts."""
+    texts = customer_texts(body)
+    if texts:
+        facts = [text[:100] for text in texts]
+    else:
+        old = previous_summary(body).get("key_facts", [])
+        facts = old[len(old) // 2 :]
     return json.dumps(
         {
             "topic": "customer support conversation",
@@ -119,9 +131,7 @@ class StubOpenAI:
                 "object": "chat.completion",
                 "created": int(time.time()),
                 "model": body["model"],
-                "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": finish}
-                ],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": finish}],
                 "usage": usage,
             }
         )
@@ -135,8 +145,12 @@ class StubOpenAI:
         async def send(payload: dict[str, Any]) -> None:
             await response.write(f"data: {json.dumps(payload)}\n\n".encode())
 
-        base = {"id": "chatcmpl-stub", "object": "chat.completion.chunk", "created": int(time.time()),
-                "model": body["model"]}
+        base = {
+            "id": "chatcmpl-stub",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": body["model"],
+        }
         size = self.stream_chunk_chars
         for start in range(0, len(reply), size):
             delta = {"content": reply[start : start + size]}
@@ -150,4 +164,4 @@ class StubOpenAI:
 
 
 def _rough_tokens(body: dict[str, Any]) -> int:
-    return sum(len((m.get("content") or "")) // 4 + 4 for m in body["messages"]) + 3
+    return sum(len(m.get("content") or "") // 4 + 4 for m in body["messages"]) + 3

@@ -1,0 +1,83 @@
+"""Entry point: ``python -m bot`` runs the bot (BOT_MODE=polling|webhook);
+``python -m bot set-webhook`` registers WEBHOOK_URL with Telegram; ``python -m bot console`` chats in
+the terminal."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+from aiohttp import web
+
+from bot.app import Settings, build_bot, build_dispatcher, build_engine, set_commands
+from bot.logs import setup_logging
+from bot.webhook import build_webhook_app
+
+log = logging.getLogger("bot")
+
+
+async def run_polling(settings: Settings) -> None:
+    chat = build_engine(settings)
+    await chat.store.ping()
+    bot = build_bot(settings.bot)
+    dispatcher = build_dispatcher(chat, settings.bot)
+    await bot.delete_webhook(drop_pending_updates=False)  # getUpdates is refused while a webhook is set
+    await set_commands(bot)
+    log.info("starting in polling mode")
+    await dispatcher.start_polling(bot, allowed_updates=dispatcher.resolve_used_update_types())
+
+
+def run_webhook(settings: Settings) -> None:
+    chat = build_engine(settings)
+    bot = build_bot(settings.bot)
+    dispatcher = build_dispatcher(chat, settings.bot)
+
+    async def on_startup() -> None:
+        await chat.store.ping()
+        await set_commands(bot)
+        log.info(
+            "webhook server on %s:%s%s", settings.bot.webhook_host, settings.bot.webhook_port, settings.bot.webhook_path
+        )
+
+    dispatcher.startup.register(on_startup)
+    app = build_webhook_app(bot=bot, dispatcher=dispatcher, settings=settings.bot)
+    web.run_app(app, host=settings.bot.webhook_host, port=settings.bot.webhook_port, print=None)
+
+
+async def set_webhook(settings: Settings) -> None:
+    if not settings.bot.webhook_url:
+        raise SystemExit("WEBHOOK_URL is not set")
+    secret = settings.bot.webhook_secret.get_secret_value() if settings.bot.webhook_secret else None
+    if not secret:
+        raise SystemExit("WEBHOOK_SECRET is not set")
+    bot = build_bot(settings.bot)
+    try:
+        await bot.set_webhook(settings.bot.webhook_url, secret_token=secret, allowed_updates=["message"])
+        await set_commands(bot)
+    finally:
+        await bot.session.close()
+    log.info("webhook registered at %s", settings.bot.webhook_url)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bot", description="Customer-support Telegram bot")
+    parser.add_argument("command", nargs="?", default="run", choices=["run", "set-webhook", "console"])
+    parser.add_argument("--chat-id", type=int, default=1, help="console: which session to use")
+    args = parser.parse_args(argv)
+    settings = Settings()
+    setup_logging(settings.bot.log_level)
+    if args.command == "console":
+        from bot.console import main as console_main
+
+        asyncio.run(console_main(args.chat_id))
+    elif args.command == "set-webhook":
+        asyncio.run(set_webhook(settings))
+    elif settings.bot.bot_mode == "webhook":
+        run_webhook(settings)
+    else:
+        asyncio.run(run_polling(settings))
+
+
+if __name__ == "__main__":
+    main()

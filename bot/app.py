@@ -1,0 +1,92 @@
+"""The composition root: settings → store, LLM client, chat service, aiogram Bot and Dispatcher."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from aiogram import Bot, Dispatcher
+from aiogram.client.default import DefaultBotProperties
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.telegram import TelegramAPIServer
+from aiogram.types import BotCommand
+from redis.asyncio import Redis
+
+from bot.flood import RetryAfterMiddleware
+from bot.handlers import all_routers
+from bot.settings import BotSettings
+from services.chat import ChatService
+from services.engine import build_chat_service, build_llm_client
+from services.settings import LLMSettings, MemorySettings, RedisSettings
+from services.store import InMemorySessionStore, RedisSessionStore
+from services.store.base import SessionStore
+
+log = logging.getLogger(__name__)
+
+COMMANDS = {
+    "en": [
+        BotCommand(command="new", description="Start a new conversation"),
+        BotCommand(command="help", description="What I can do"),
+    ],
+    "ru": [
+        BotCommand(command="new", description="Начать новый разговор"),
+        BotCommand(command="help", description="Что я умею"),
+    ],
+}
+
+
+@dataclass
+class Settings:
+    """Every settings group, read once from the environment / .env."""
+
+    bot: BotSettings = field(default_factory=BotSettings)
+    llm: LLMSettings = field(default_factory=LLMSettings)
+    memory: MemorySettings = field(default_factory=MemorySettings)
+    redis: RedisSettings = field(default_factory=RedisSettings)
+
+
+def build_store(settings: Settings) -> SessionStore:
+    ttl = settings.memory.session_ttl_seconds
+    if settings.redis.redis_url is None:
+        log.warning(
+            "REDIS_URL is unset: using the in-process session store (one process only; sessions are "
+            "lost on restart). Set REDIS_URL for production and for more than one worker."
+        )
+        return InMemorySessionStore(ttl_seconds=ttl)
+    client = Redis.from_url(settings.redis.redis_url.get_secret_value(), health_check_interval=30)
+    log.info("session store: Redis (key prefix %r)", settings.redis.redis_key_prefix)
+    return RedisSessionStore(redis=client, ttl_seconds=ttl, key_prefix=settings.redis.redis_key_prefix)
+
+
+def build_engine(settings: Settings, store: SessionStore | None = None) -> ChatService:
+    return build_chat_service(
+        llm=build_llm_client(settings.llm, settings.memory),
+        store=store or build_store(settings),
+        memory=settings.memory,
+        instruction_role=settings.llm.openai_instruction_role,
+    )
+
+
+def build_bot(settings: BotSettings) -> Bot:
+    if settings.telegram_api_url:
+        session = AiohttpSession(api=TelegramAPIServer.from_base(settings.telegram_api_url.rstrip("/")))
+    else:
+        session = AiohttpSession()
+    session.middleware(RetryAfterMiddleware(retries=settings.flood_retries))
+    return Bot(settings.require_token(), session=session, default=DefaultBotProperties(parse_mode=None))
+
+
+def build_dispatcher(chat: ChatService, settings: BotSettings) -> Dispatcher:
+    dispatcher = Dispatcher(chat=chat, settings=settings)
+    dispatcher.include_routers(*all_routers())
+
+    async def on_shutdown() -> None:
+        await chat.close()
+
+    dispatcher.shutdown.register(on_shutdown)
+    return dispatcher
+
+
+async def set_commands(bot: Bot) -> None:
+    await bot.set_my_commands(COMMANDS["en"])
+    await bot.set_my_commands(COMMANDS["ru"], language_code="ru")

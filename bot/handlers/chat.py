@@ -1,0 +1,60 @@
+"""Text messages: the customer's question → the chat service → the reply (streamed as a draft in
+private chats, then sent as formatted messages)."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AsyncExitStack
+
+from aiogram import Bot, F, Router
+from aiogram.types import Message, Update
+from aiogram.utils.chat_action import ChatActionSender
+
+from bot.drafts import DraftStreamer
+from bot.render import send_reply
+from bot.settings import BotSettings
+from services.chat import ChatService, TurnResult
+
+router = Router(name="chat")
+log = logging.getLogger(__name__)
+
+
+@router.message(F.text)
+async def on_text(message: Message, bot: Bot, chat: ChatService, settings: BotSettings, event_update: Update) -> None:
+    assert message.text is not None  # guaranteed by the F.text filter
+    chat_id = message.chat.id
+    drafts = None
+    if message.chat.type == "private" and settings.drafts_enabled:
+        drafts = DraftStreamer(
+            bot=bot, chat_id=chat_id, draft_id=message.message_id, interval=settings.draft_interval_seconds
+        )
+    async with AsyncExitStack() as typing:
+        await typing.enter_async_context(ChatActionSender.typing(bot=bot, chat_id=chat_id))
+
+        async def deliver(result: TurnResult) -> None:
+            await typing.aclose()  # stop "typing…" before the answer appears
+            await send_reply(bot, chat_id, result.reply)
+
+        result = await chat.handle(
+            chat_id,
+            message.text,
+            deliver=deliver,
+            on_delta=drafts.on_delta if drafts else None,
+            turn_id=f"u{event_update.update_id}",
+        )
+    log.info(
+        "turn chat=%s update=%s stored=%s sent_history=%s removed=%s est_tokens=%s prompt_tokens=%s "
+        "completion_tokens=%s llm_s=%.3f summary_updated=%s drafts=%s duplicate=%s",
+        chat_id,
+        event_update.update_id,
+        result.stored_messages,
+        result.context_history_messages,
+        result.removed_history_messages,
+        result.estimated_tokens,
+        result.usage.prompt_tokens if result.usage else None,
+        result.usage.completion_tokens if result.usage else None,
+        result.llm_seconds,
+        result.summary_updated,
+        drafts.sent if drafts else 0,
+        result.duplicate,
+    )

@@ -1,0 +1,30 @@
+"""/start, /help and /new."""
+
+from __future__ import annotations
+
+from aiogram import Router
+from aiogram.filters import Command, CommandStart
+from aiogram.types import Message
+
+from bot.handlers.common import language_of
+from bot.settings import BotSettings
+from bot.texts import text
+from services.chat import ChatService
+
+router = Router(name="commands")
+
+
+@router.message(CommandStart())
+async def on_start(message: Message, settings: BotSettings) -> None:
+    await message.answer(text(language_of(message.from_user, settings), "start"), parse_mode=None)
+
+
+@router.message(Command("help"))
+async def on_help(message: Message, settings: BotSettings) -> None:
+    await message.answer(text(language_of(message.from_user, settings), "help"), parse_mode=None)
+
+
+@router.message(Command("new"))
+async def on_new(message: Message, chat: ChatService, settings: BotSettings) -> None:
+    await chat.reset(message.chat.id)
+    await message.answer(text(language_of(message.from_user, settings), "new_done"), parse_mode=None)

@@ -1,0 +1,17 @@
+"""Anything that is not text (stickers, photos, voice, documents...): a polite answer, no state touched."""
+
+from __future__ import annotations
+
+from aiogram import Router
+from aiogram.types import Message
+
+from bot.handlers.common import language_of
+from bot.settings import BotSettings
+from bot.texts import text
+
+router = Router(name="unsupported")
+
+
+@router.message()
+async def on_other(message: Message, settings: BotSettings) -> None:
+    await message.answer(text(language_of(message.from_user, settings), "text_only"), parse_mode=None)

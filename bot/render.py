@@ -1,0 +1,43 @@
+"""The model's Markdown → Telegram text + entities, split into messages of at most 4096 characters."""
+
+from __future__ import annotations
+
+import logging
+
+import telegramify_markdown
+from aiogram import Bot
+from aiogram.exceptions import TelegramBadRequest
+from aiogram.types import MessageEntity
+
+log = logging.getLogger(__name__)
+
+TELEGRAM_TEXT_LIMIT = 4096
+
+
+def render_chunks(markdown: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[tuple[str, list[MessageEntity]]]:
+    """Convert Markdown to (text, entities) chunks. Splits fall on line/paragraph boundaries where
+    possible; an entity crossing a split is clipped into both chunks, so formatting never breaks."""
+    plain, entities = telegramify_markdown.convert(markdown)
+    chunks = telegramify_markdown.split_entities(plain, entities, limit)
+    return [
+        (chunk, [MessageEntity.model_validate(e.to_dict()) for e in chunk_entities]) for chunk, chunk_entities in chunks
+    ]
+
+
+async def send_reply(bot: Bot, chat_id: int, markdown: str, *, reply_to: int | None = None) -> int:
+    """Send a model reply as one or more formatted messages; returns how many were sent.
+
+    If Telegram rejects the entities of a chunk, that chunk is sent again as plain text."""
+    chunks = render_chunks(markdown) or [(markdown[:TELEGRAM_TEXT_LIMIT], [])]
+    for index, (chunk, entities) in enumerate(chunks):
+        reply = reply_to if index == 0 else None
+        try:
+            await bot.send_message(
+                chat_id, chunk, entities=entities or None, parse_mode=None, reply_to_message_id=reply
+            )
+        except TelegramBadRequest as exc:
+            if not entities:
+                raise
+            log.warning("Telegram rejected the formatting (%s); sending plain text", exc.message)
+            await bot.send_message(chat_id, chunk, parse_mode=None, reply_to_message_id=reply)
+    return len(chunks)

@@ -1,0 +1,51 @@
+"""Telegram-side settings (the engine's own live in services.settings)."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_SECRET_CHARS = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
+
+
+class BotSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
+
+    bot_token: SecretStr = SecretStr("")
+    bot_mode: Literal["polling", "webhook"] = "polling"
+    telegram_api_url: str | None = Field(default=None, description="another Bot API server, e.g. self-hosted")
+    webhook_host: str = "0.0.0.0"
+    webhook_port: int = Field(default=8080, ge=1, le=65535)
+    webhook_path: str = "/telegram/webhook"
+    webhook_secret: SecretStr | None = None
+    webhook_url: str | None = Field(default=None, description="public URL Telegram posts to (set-webhook)")
+    default_language: str = "en"
+    draft_interval_seconds: float = Field(default=0.7, ge=0.1)
+    drafts_enabled: bool = True
+    flood_retries: int = Field(default=3, ge=0)
+    log_level: str = "INFO"
+
+    @field_validator("telegram_api_url", "webhook_url", "webhook_secret", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _webhook_needs_a_secret(self) -> BotSettings:
+        secret = self.webhook_secret.get_secret_value() if self.webhook_secret else ""
+        if secret and not _SECRET_CHARS.match(secret):
+            raise ValueError("WEBHOOK_SECRET may hold only A-Z, a-z, 0-9, _ and - (1-256 characters)")
+        if self.bot_mode == "webhook" and not secret:
+            raise ValueError("BOT_MODE=webhook needs WEBHOOK_SECRET")
+        if not self.webhook_path.startswith("/"):
+            raise ValueError("WEBHOOK_PATH must start with /")
+        return self
+
+    def require_token(self) -> str:
+        token = self.bot_token.get_secret_value()
+        if not token:
+            raise ValueError("BOT_TOKEN is not set (see .env.example)")
+        return token

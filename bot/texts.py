@@ -1,0 +1,64 @@
+"""Every text the bot itself says, per language. Add a language by adding a dictionary."""
+
+from __future__ import annotations
+
+TEXTS: dict[str, dict[str, str]] = {
+    "en": {
+        "start": (
+            "Hello! I am the support assistant. Describe your problem in a message: the product, your "
+            "order number and what already happened. I remember our conversation, so you do not need "
+            "to repeat yourself.\n\n/new starts a new conversation, /help shows what I can do."
+        ),
+        "help": (
+            "Write your question as a text message and I will answer.\n"
+            "/new: forget this conversation and start over\n"
+            "/help: this message\n"
+            "I understand text only; please describe photos or voice messages in words."
+        ),
+        "new_done": "Done: I have forgotten our previous conversation. How can I help?",
+        "text_only": "Sorry, I can only read text messages. Please describe it in words.",
+        "too_long": "Your message is too long: {tokens} tokens, the limit is {limit}. Please shorten it or split it.",
+        "llm_unavailable": "The assistant is temporarily unavailable. Please try again in a minute.",
+        "reply_truncated": "My answer came out too long and was cut off. Please ask a narrower question.",
+        "bad_reply": "I could not produce an answer to that. Please rephrase your question.",
+        "store_unavailable": "I cannot reach my memory right now. Please try again in a minute.",
+        "busy": "I am still working on your previous message. Please wait a moment and try again.",
+        "internal_error": "Something went wrong on our side. Please try again later.",
+    },
+    "ru": {
+        "start": (
+            "Здравствуйте! Я помощник службы поддержки. Опишите проблему одним сообщением: товар, номер "
+            "заказа и что уже произошло. Я помню наш разговор, повторять ничего не нужно.\n\n"
+            "/new начинает новый разговор, /help показывает, что я умею."
+        ),
+        "help": (
+            "Напишите вопрос текстом, и я отвечу.\n"
+            "/new: забыть этот разговор и начать заново\n"
+            "/help: это сообщение\n"
+            "Я понимаю только текст; опишите фото или голосовое сообщение словами."
+        ),
+        "new_done": "Готово: предыдущий разговор забыт. Чем могу помочь?",
+        "text_only": "Извините, я понимаю только текстовые сообщения. Опишите, пожалуйста, словами.",
+        "too_long": "Сообщение слишком длинное: {tokens} токенов при лимите {limit}. Сократите его или разделите.",
+        "llm_unavailable": "Помощник временно недоступен. Попробуйте ещё раз через минуту.",
+        "reply_truncated": "Мой ответ получился слишком длинным и оборвался. Задайте, пожалуйста, более узкий вопрос.",
+        "bad_reply": "Не удалось подготовить ответ. Пожалуйста, переформулируйте вопрос.",
+        "store_unavailable": "Сейчас нет доступа к памяти разговора. Попробуйте через минуту.",
+        "busy": "Я ещё отвечаю на предыдущее сообщение. Подождите немного и повторите.",
+        "internal_error": "У нас что-то пошло не так. Попробуйте позже.",
+    },
+}
+
+
+def pick_language(language_code: str | None, default: str) -> str:
+    """The user's Telegram language if we speak it ("ru-RU" → "ru"), else ``default``, else English."""
+    if language_code:
+        base = language_code.split("-")[0].lower()
+        if base in TEXTS:
+            return base
+    return default if default in TEXTS else "en"
+
+
+def text(language: str, key: str, **values: object) -> str:
+    template = TEXTS.get(language, TEXTS["en"]).get(key) or TEXTS["en"][key]
+    return template.format(**values)

@@ -1,0 +1,43 @@
+"""Builders shared by the tests."""
+
+from __future__ import annotations
+
+from prompts import default_registry
+from services.chat import ChatService
+from services.compaction import CompactionPolicy
+from services.llm import LLMClient
+from services.store.base import SessionStore
+from services.summarizer import Summarizer
+from services.tokens import TokenCounter
+
+
+def make_service(
+    *,
+    store: SessionStore,
+    llm: LLMClient,
+    counter: TokenCounter,
+    budget: int = 1200,
+    summary_max_tokens: int = 300,
+    policy: CompactionPolicy | None = None,
+) -> ChatService:
+    registry = default_registry()
+    summarizer = Summarizer(llm=llm, counter=counter, prompt=registry.get("summary"), max_tokens=summary_max_tokens)
+    return ChatService(
+        store=store,
+        llm=llm,
+        summarizer=summarizer,
+        counter=counter,
+        instruction=registry.get("support_chat").render(company="ACME"),
+        instruction_role="system",
+        budget=budget,
+        summary_max_tokens=summary_max_tokens,
+        policy=policy or CompactionPolicy(),
+    )
+
+
+def customer_line(n: int) -> str:
+    """A realistic customer message of ~40 tokens."""
+    return (
+        f"Message {n}: I still have a question about the delivery, the courier did not call me and the "
+        f"tracking page shows the same status as yesterday, what should I do now? (note {n})"
+    )

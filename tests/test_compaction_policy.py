@@ -1,0 +1,46 @@
+import pytest
+
+from services.compaction import CompactionPolicy
+from services.models import StoredMessage
+
+
+def history(turns: int, cost: int = 50) -> list[StoredMessage]:
+    return [StoredMessage(i, "user" if i % 2 == 0 else "assistant", "x", cost) for i in range(turns * 2)]
+
+
+def test_folds_down_to_low_water() -> None:
+    policy = CompactionPolicy(high_water=0.85, low_water=0.5, min_verbatim_turns=2)
+    hist = history(10)  # 1000 tokens
+    fold = policy.plan_fold(hist, room=1000)
+    assert fold % 2 == 0
+    assert sum(m.tokens for m in hist[fold:]) <= 500
+    assert sum(m.tokens for m in hist[fold - 2 :]) > 500  # not one turn more than needed
+
+
+def test_keeps_min_verbatim_turns_when_they_fit() -> None:
+    policy = CompactionPolicy(low_water=0.1, min_verbatim_turns=4)
+    hist = history(10)
+    assert policy.plan_fold(hist, room=1000) == 12  # 4 turns (400 tokens) stay although over 10 %
+
+
+def test_min_verbatim_yields_when_turns_do_not_fit() -> None:
+    policy = CompactionPolicy(low_water=0.1, min_verbatim_turns=4)
+    hist = history(10)
+    fold = policy.plan_fold(hist, room=1000, must_fit=150)
+    assert sum(m.tokens for m in hist[fold:]) <= 100
+
+
+def test_high_water() -> None:
+    policy = CompactionPolicy(high_water=0.85)
+    assert not policy.over_high_water(850, 1000)
+    assert policy.over_high_water(851, 1000)
+
+
+def test_nothing_to_fold_below_target() -> None:
+    assert CompactionPolicy().plan_fold(history(2), room=1000) == 0
+
+
+@pytest.mark.parametrize(("low", "high"), [(0.9, 0.5), (0.0, 0.5), (0.5, 1.2)])
+def test_invalid_water_marks(low: float, high: float) -> None:
+    with pytest.raises(ValueError):
+        CompactionPolicy(low_water=low, high_water=high)

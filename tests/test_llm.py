@@ -1,0 +1,75 @@
+import pytest
+from openai import AsyncOpenAI
+
+from services.errors import LLMBadReplyError, LLMUnavailableError
+from services.llm import LLMClient
+from services.models import PromptPart
+from services.summary_state import SummaryState
+from tests.conftest import free_port
+from tests.stubs.openai_server import StubOpenAI
+
+PROMPT = [PromptPart("developer", "be nice", 0), PromptPart("user", "hi", 0)]
+
+
+def client_for(url: str, **kwargs: object) -> LLMClient:
+    return LLMClient(
+        client=AsyncOpenAI(api_key="k", base_url=url, max_retries=0, timeout=5),
+        chat_model="chat-m",
+        summary_model="sum-m",
+        max_output_tokens=100,
+        summary_max_tokens=50,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+async def test_chat_request_shape(stub_llm: StubOpenAI) -> None:
+    llm = client_for(stub_llm.base_url, token_limit_param="max_tokens", temperature=0.2)
+    completion = await llm.chat(PROMPT)
+    body = stub_llm.requests[-1]
+    assert body["model"] == "chat-m" and body["max_tokens"] == 100 and body["temperature"] == 0.2
+    assert body["messages"][0] == {"role": "developer", "content": "be nice"}
+    assert completion.finish_reason == "stop" and completion.usage is not None
+
+
+async def test_summary_uses_json_schema_and_summary_model(stub_llm: StubOpenAI) -> None:
+    llm = client_for(stub_llm.base_url)
+    await llm.summarize(PROMPT, schema=SummaryState.json_schema_for_llm())
+    body = stub_llm.requests[-1]
+    assert body["model"] == "sum-m"
+    assert body["response_format"]["type"] == "json_schema"
+    assert body["response_format"]["json_schema"]["strict"] is True
+    assert body["max_completion_tokens"] == 100
+    llm = client_for(stub_llm.base_url, summary_response_format="json_object")
+    await llm.summarize(PROMPT, schema={})
+    assert stub_llm.requests[-1]["response_format"] == {"type": "json_object"}
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+async def test_provider_errors_are_unavailable(stub_llm: StubOpenAI, status: int) -> None:
+    stub_llm.chat_replies.append(status)
+    with pytest.raises(LLMUnavailableError):
+        await client_for(stub_llm.base_url).chat(PROMPT)
+
+
+async def test_bad_request_is_a_bad_reply(stub_llm: StubOpenAI) -> None:
+    stub_llm.chat_replies.append(400)
+    with pytest.raises(LLMBadReplyError, match="400"):
+        await client_for(stub_llm.base_url).chat(PROMPT)
+
+
+async def test_unreachable_server_is_unavailable() -> None:
+    with pytest.raises(LLMUnavailableError):
+        await client_for(f"http://127.0.0.1:{free_port()}/v1").chat(PROMPT)
+
+
+async def test_retries_with_backoff_then_succeeds(stub_llm: StubOpenAI) -> None:
+    stub_llm.chat_replies.extend([503, 503])
+    llm = LLMClient(
+        client=AsyncOpenAI(api_key="k", base_url=stub_llm.base_url, max_retries=2, timeout=5),
+        chat_model="m",
+        summary_model="m",
+        max_output_tokens=10,
+        summary_max_tokens=10,
+    )
+    completion = await llm.chat(PROMPT)
+    assert completion.text and len(stub_llm.requests) == 3

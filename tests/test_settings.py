@@ -1,0 +1,35 @@
+import pytest
+from pydantic import ValidationError
+
+from services.settings import LLMSettings, MemorySettings, RedisSettings
+
+
+def test_budget_must_be_positive(monkeypatch: pytest.MonkeyPatch) -> None:
+    for bad in ("0", "-5", "abc"):
+        monkeypatch.setenv("CHAT_INPUT_TOKEN_BUDGET", bad)
+        with pytest.raises(ValidationError, match="chat_input_token_budget"):
+            MemorySettings(_env_file=None)
+
+
+def test_defaults_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHAT_INPUT_TOKEN_BUDGET", "9000")
+    monkeypatch.setenv("OPENAI_MODEL", "gpt-4.1-mini")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    memory = MemorySettings(_env_file=None)
+    llm = LLMSettings(_env_file=None)
+    assert memory.chat_input_token_budget == 9000 and memory.history_low_water == 0.5
+    assert llm.effective_summary_model == "gpt-4.1-mini"
+    assert "sk-secret" not in repr(llm)
+    monkeypatch.setenv("SUMMARY_MODEL", "cheap")
+    assert LLMSettings(_env_file=None).effective_summary_model == "cheap"
+
+
+def test_water_marks_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HISTORY_LOW_WATER", "0.9")
+    with pytest.raises(ValidationError, match="HISTORY_LOW_WATER"):
+        MemorySettings(_env_file=None)
+
+
+def test_blank_redis_url_means_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", "")
+    assert RedisSettings(_env_file=None).redis_url is None
