@@ -6,5 +6,6 @@ from bot.handlers import chat, commands, errors, unsupported
 
 
 def all_routers() -> list[Router]:
-    """In matching order: errors, commands, text, everything else."""
-    return [errors.router, commands.router, chat.router, unsupported.router]
+    """Fresh routers (a router attaches to one dispatcher), in matching order: errors, commands, text,
+    everything else."""
+    return [m.make_router() for m in (errors, commands, chat, unsupported)]

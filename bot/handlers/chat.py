@@ -15,11 +15,9 @@ from bot.render import send_reply
 from bot.settings import BotSettings
 from services.chat import ChatService, TurnResult
 
-router = Router(name="chat")
 log = logging.getLogger(__name__)
 
 
-@router.message(F.text)
 async def on_text(message: Message, bot: Bot, chat: ChatService, settings: BotSettings, event_update: Update) -> None:
     assert message.text is not None  # guaranteed by the F.text filter
     chat_id = message.chat.id
@@ -58,3 +56,9 @@ async def on_text(message: Message, bot: Bot, chat: ChatService, settings: BotSe
         drafts.sent if drafts else 0,
         result.duplicate,
     )
+
+
+def make_router() -> Router:
+    router = Router(name="chat")
+    router.message.register(on_text, F.text)
+    return router

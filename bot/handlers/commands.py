@@ -11,20 +11,23 @@ from bot.settings import BotSettings
 from bot.texts import text
 from services.chat import ChatService
 
-router = Router(name="commands")
 
-
-@router.message(CommandStart())
 async def on_start(message: Message, settings: BotSettings) -> None:
     await message.answer(text(language_of(message.from_user, settings), "start"), parse_mode=None)
 
 
-@router.message(Command("help"))
 async def on_help(message: Message, settings: BotSettings) -> None:
     await message.answer(text(language_of(message.from_user, settings), "help"), parse_mode=None)
 
 
-@router.message(Command("new"))
 async def on_new(message: Message, chat: ChatService, settings: BotSettings) -> None:
     await chat.reset(message.chat.id)
     await message.answer(text(language_of(message.from_user, settings), "new_done"), parse_mode=None)
+
+
+def make_router() -> Router:
+    router = Router(name="commands")
+    router.message.register(on_start, CommandStart())
+    router.message.register(on_help, Command("help"))
+    router.message.register(on_new, Command("new"))
+    return router

@@ -20,7 +20,6 @@ from services.errors import (
     StoreError,
 )
 
-router = Router(name="errors")
 log = logging.getLogger(__name__)
 
 
@@ -41,7 +40,6 @@ def user_text_for(exc: BaseException, language: str) -> str:
     return text(language, "internal_error")
 
 
-@router.errors()
 async def on_error(event: ErrorEvent, bot: Bot, settings: BotSettings) -> bool:
     exc = event.exception
     update = event.update
@@ -68,3 +66,9 @@ async def on_error(event: ErrorEvent, bot: Bot, settings: BotSettings) -> bool:
     except TelegramAPIError as send_error:
         log.warning("could not tell chat %s about the error: %s", message.chat.id, send_error)
     return True
+
+
+def make_router() -> Router:
+    router = Router(name="errors")
+    router.errors.register(on_error)
+    return router

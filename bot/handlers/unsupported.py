@@ -9,9 +9,12 @@ from bot.handlers.common import language_of
 from bot.settings import BotSettings
 from bot.texts import text
 
-router = Router(name="unsupported")
 
-
-@router.message()
 async def on_other(message: Message, settings: BotSettings) -> None:
     await message.answer(text(language_of(message.from_user, settings), "text_only"), parse_mode=None)
+
+
+def make_router() -> Router:
+    router = Router(name="unsupported")
+    router.message.register(on_other)
+    return router

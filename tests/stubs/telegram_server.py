@@ -1,0 +1,195 @@
+"""A stub Telegram Bot API server on loopback: records every call, serves queued updates to getUpdates.
+
+Implements getMe, getUpdates, sendMessage, sendMessageDraft, sendChatAction, editMessageText,
+deleteWebhook, setWebhook and setMyCommands. Faults can be injected per method.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+BOT_USER = {"id": 424242, "is_bot": True, "first_name": "Support", "username": "support_test_bot"}
+
+
+@dataclass
+class Call:
+    method: str
+    params: dict[str, Any]
+
+
+@dataclass
+class StubTelegram:
+    calls: list[Call] = field(default_factory=list)
+    updates: list[dict[str, Any]] = field(default_factory=list)
+    faults: dict[str, deque[dict[str, Any]]] = field(default_factory=dict)
+    """method → queued error answers, e.g. {"error_code": 429, "description": ..., "parameters": {...}}"""
+    reject_entities: bool = False
+    base_url: str = ""
+    _runner: web.AppRunner | None = None
+    _new_update: asyncio.Event = field(default_factory=asyncio.Event)
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _message_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
+
+    async def start(self, host: str = "127.0.0.1") -> str:
+        app = web.Application()
+        app.router.add_post("/bot{token}/{method}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.base_url = f"http://{host}:{port}"
+        return self.base_url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # --- building and queueing updates -------------------------------------------------------------
+    def message_update(
+        self,
+        chat_id: int,
+        text: str | None = None,
+        *,
+        chat_type: str = "private",
+        language: str = "en",
+        extra: dict[str, Any] | None = None,
+        kind: str = "message",
+    ) -> dict[str, Any]:
+        update_id = next(self._ids)
+        chat: dict[str, Any] = {"id": chat_id, "type": chat_type}
+        if chat_type == "private":
+            chat["first_name"] = "Customer"
+        else:
+            chat["title"] = "Group"
+        message: dict[str, Any] = {
+            "message_id": next(self._message_ids),
+            "date": int(time.time()),
+            "chat": chat,
+            "from": {"id": abs(chat_id) + 7, "is_bot": False, "first_name": "Customer", "language_code": language},
+        }
+        if text is not None:
+            message["text"] = text
+            if text.startswith("/"):
+                message["entities"] = [{"type": "bot_command", "offset": 0, "length": len(text.split()[0])}]
+        message.update(extra or {})
+        return {"update_id": update_id, kind: message}
+
+    def push(self, update: dict[str, Any]) -> dict[str, Any]:
+        self.updates.append(update)
+        self._new_update.set()
+        return update
+
+    def send_text(self, chat_id: int, text: str, **kwargs: Any) -> dict[str, Any]:
+        return self.push(self.message_update(chat_id, text, **kwargs))
+
+    def sticker_update(self, chat_id: int) -> dict[str, Any]:
+        sticker = {
+            "file_id": "CAAC",
+            "file_unique_id": "u1",
+            "type": "regular",
+            "width": 512,
+            "height": 512,
+            "is_animated": False,
+            "is_video": False,
+        }
+        return self.message_update(chat_id, None, extra={"sticker": sticker})
+
+    # --- reading what the bot did ------------------------------------------------------------------
+    def of(self, method: str, chat_id: int | None = None) -> list[Call]:
+        return [
+            c
+            for c in self.calls
+            if c.method == method and (chat_id is None or str(c.params.get("chat_id")) == str(chat_id))
+        ]
+
+    def texts_to(self, chat_id: int) -> list[str]:
+        return [c.params["text"] for c in self.of("sendMessage", chat_id)]
+
+    async def wait_for(self, predicate: Any, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out; calls so far: {[c.method for c in self.calls]}")
+            await asyncio.sleep(0.02)
+
+    async def wait_messages(self, chat_id: int, count: int, timeout: float = 15.0) -> list[str]:
+        await self.wait_for(lambda: len(self.of("sendMessage", chat_id)) >= count, timeout)
+        return self.texts_to(chat_id)
+
+    # --- the server ----------------------------------------------------------------------------------
+    async def _params(self, request: web.Request) -> dict[str, Any]:
+        if request.content_type == "application/json":
+            data: dict[str, Any] = await request.json()
+            return data
+        form = await request.post()
+        params: dict[str, Any] = {}
+        for key, value in form.items():
+            text = value if isinstance(value, str) else ""
+            try:
+                params[key] = json.loads(text) if text[:1] in "[{" else text
+            except json.JSONDecodeError:
+                params[key] = text
+        return params
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        params = await self._params(request)
+        if method != "getUpdates":
+            self.calls.append(Call(method, params))
+        fault_queue = self.faults.get(method)
+        if fault_queue:
+            fault = fault_queue.popleft()
+            return web.json_response({"ok": False, **fault}, status=fault["error_code"])
+        if method == "sendMessage" and self.reject_entities and params.get("entities"):
+            return web.json_response(
+                {"ok": False, "error_code": 400, "description": "Bad Request: can't parse entities"}, status=400
+            )
+        handler = getattr(self, f"_m_{method}", None)
+        if handler is None:
+            return web.json_response({"ok": False, "error_code": 404, "description": "Not Found"}, status=404)
+        result = await handler(params)
+        return web.json_response({"ok": True, "result": result})
+
+    async def _m_getMe(self, _params: dict[str, Any]) -> Any:
+        return BOT_USER
+
+    async def _m_getUpdates(self, params: dict[str, Any]) -> Any:
+        offset = int(params.get("offset") or 0)
+        timeout = min(float(params.get("timeout") or 0), 1.0)
+        deadline = time.monotonic() + timeout
+        while True:
+            pending = [u for u in self.updates if u["update_id"] >= offset]
+            if pending or time.monotonic() >= deadline:
+                return pending[: int(params.get("limit") or 100)]
+            self._new_update.clear()
+            try:
+                await asyncio.wait_for(self._new_update.wait(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                pass
+
+    async def _m_sendMessage(self, params: dict[str, Any]) -> Any:
+        chat_id = int(params["chat_id"])
+        return {
+            "message_id": next(self._message_ids),
+            "date": int(time.time()),
+            "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "group"},
+            "from": BOT_USER,
+            "text": params.get("text", ""),
+        }
+
+    async def _m_editMessageText(self, params: dict[str, Any]) -> Any:
+        return await self._m_sendMessage(params)
+
+    async def _true(self, _params: dict[str, Any]) -> Any:
+        return True
+
+    _m_sendMessageDraft = _m_sendChatAction = _m_deleteWebhook = _m_setWebhook = _m_setMyCommands = _true
