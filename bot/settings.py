@@ -5,14 +5,14 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _SECRET_CHARS = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 
 
 class BotSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore", env_ignore_empty=True)
 
     bot_token: SecretStr = SecretStr("")
     bot_mode: Literal["polling", "webhook"] = "polling"
@@ -27,11 +27,6 @@ class BotSettings(BaseSettings):
     drafts_enabled: bool = True
     flood_retries: int = Field(default=3, ge=0)
     log_level: str = "INFO"
-
-    @field_validator("telegram_api_url", "webhook_url", "webhook_secret", mode="before")
-    @classmethod
-    def _blank_is_unset(cls, value: object) -> object:
-        return None if value == "" else value
 
     @model_validator(mode="after")
     def _webhook_needs_a_secret(self) -> BotSettings:

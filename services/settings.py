@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, PositiveInt, SecretStr, field_validator, model_validator
+from pydantic import Field, PositiveInt, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-_CONFIG = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
+# env_ignore_empty: a setting left blank in .env (KEY=) means "use the default"
+_CONFIG = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore", env_ignore_empty=True)
 
 
 class LLMSettings(BaseSettings):
@@ -58,8 +59,3 @@ class RedisSettings(BaseSettings):
 
     redis_url: SecretStr | None = Field(default=None, description="unset: in-process store, one process only")
     redis_key_prefix: str = "sb"
-
-    @field_validator("redis_url", mode="before")
-    @classmethod
-    def _blank_is_unset(cls, value: object) -> object:
-        return None if value == "" else value

@@ -33,3 +33,26 @@ def test_water_marks_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_blank_redis_url_means_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REDIS_URL", "")
     assert RedisSettings(_env_file=None).redis_url is None
+
+
+def test_env_example_documents_every_setting_and_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+
+    from bot.settings import BotSettings
+
+    example = Path(__file__).resolve().parents[1] / ".env.example"
+    names = {
+        line.split("=", 1)[0]
+        for line in example.read_text().splitlines()
+        if line and not line.startswith("#")
+    }
+    for settings_class in (BotSettings, LLMSettings, MemorySettings, RedisSettings):
+        for field in settings_class.model_fields:
+            assert field.upper() in names, f"{field.upper()} missing from .env.example"
+    for line in example.read_text().splitlines():
+        if line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            monkeypatch.setenv(key, value)
+    assert MemorySettings(_env_file=None).chat_input_token_budget == 6000
+    assert BotSettings(_env_file=None).bot_mode == "polling"
+    assert LLMSettings(_env_file=None).openai_base_url is None

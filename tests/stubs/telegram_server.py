@@ -7,6 +7,7 @@ deleteWebhook, setWebhook and setMyCommands. Faults can be injected per method.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import time
@@ -114,15 +115,15 @@ class StubTelegram:
     def texts_to(self, chat_id: int) -> list[str]:
         return [c.params["text"] for c in self.of("sendMessage", chat_id)]
 
-    async def wait_for(self, predicate: Any, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
+    async def wait_for(self, predicate: Any, within: float = 15.0) -> None:
+        deadline = time.monotonic() + within
         while not predicate():
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out; calls so far: {[c.method for c in self.calls]}")
             await asyncio.sleep(0.02)
 
-    async def wait_messages(self, chat_id: int, count: int, timeout: float = 15.0) -> list[str]:
-        await self.wait_for(lambda: len(self.of("sendMessage", chat_id)) >= count, timeout)
+    async def wait_messages(self, chat_id: int, count: int, within: float = 15.0) -> list[str]:
+        await self.wait_for(lambda: len(self.of("sendMessage", chat_id)) >= count, within)
         return self.texts_to(chat_id)
 
     # --- the server ----------------------------------------------------------------------------------
@@ -171,10 +172,8 @@ class StubTelegram:
             if pending or time.monotonic() >= deadline:
                 return pending[: int(params.get("limit") or 100)]
             self._new_update.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._new_update.wait(), max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                pass
 
     async def _m_sendMessage(self, params: dict[str, Any]) -> Any:
         chat_id = int(params["chat_id"])
