@@ -1,4 +1,5 @@
-"""Entry point: ``python -m bot`` runs the bot (BOT_MODE=polling|webhook);
+"""Entry point: ``python -m bot`` runs the bot (BOT_MODE=polling|webhook; with REDIS_URL set, as a
+queue worker that can run in many processes);
 ``python -m bot set-webhook`` registers WEBHOOK_URL with Telegram; ``python -m bot console`` chats in
 the terminal."""
 
@@ -73,6 +74,11 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(console_main(args.chat_id))
     elif args.command == "set-webhook":
         asyncio.run(set_webhook(settings))
+    elif settings.redis.redis_url is not None:
+        from bot.runner import run_queued
+        from bot.settings import WorkerSettings
+
+        asyncio.run(run_queued(settings, WorkerSettings()))
     elif settings.bot.bot_mode == "webhook":
         run_webhook(settings)
     else:

@@ -44,3 +44,21 @@ class BotSettings(BaseSettings):
         if not token:
             raise ValueError("BOT_TOKEN is not set (see .env.example)")
         return token
+
+
+class WorkerSettings(BaseSettings):
+    """Queue workers (used when REDIS_URL is set: any number of processes share one Redis)."""
+
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore", env_ignore_empty=True)
+
+    worker_concurrency: int = Field(default=64, ge=1, description="chats served at once per process")
+    worker_lease_seconds: float = Field(default=30.0, gt=0, le=30, description="takeover time after a crash")
+    worker_idle_wait_seconds: float = Field(default=1.0, gt=0)
+    shutdown_grace_seconds: float = Field(default=25.0, ge=0)
+    polling_timeout_seconds: int = Field(default=10, ge=1, le=50)
+
+    @model_validator(mode="after")
+    def _poll_within_lease(self) -> WorkerSettings:
+        if self.polling_timeout_seconds >= self.worker_lease_seconds:
+            self.polling_timeout_seconds = max(1, int(self.worker_lease_seconds / 3))
+        return self

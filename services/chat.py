@@ -18,7 +18,7 @@ from services.errors import (
 from services.llm import LLMClient, OnDelta, Usage
 from services.models import Compaction, NewMessage, PromptPart, Session, StoredMessage
 from services.prompt_format import clean_text, customer_block
-from services.store.base import SessionStore
+from services.store.base import SessionStore, TurnStatus
 from services.summarizer import Summarizer
 from services.tokens import REPLY_PRIMER_TOKENS, TokenCounter
 from services.window import Window, build_window
@@ -53,6 +53,8 @@ class TurnResult:
     forced_compaction: CompactionReport | None = None
     proactive_compaction: CompactionReport | None = None
     attempts: int = 1
+    redelivered: bool = False
+    """The turn was committed earlier but its reply may not have been sent: it was sent (again)."""
 
     @property
     def summary_updated(self) -> bool:
@@ -119,17 +121,40 @@ class ChatService:
         turn_id: str | None = None,
     ) -> TurnResult:
         """Reply, hand the reply to ``deliver``, then compact memory if it passed the high-water mark,
-        so the customer never waits for compaction."""
+        so the customer never waits for compaction.
+
+        With a ``turn_id`` (the update id) a redelivered message is recognised: a turn already
+        answered is skipped; a turn committed but maybe not answered gets its stored reply again."""
+        if turn_id is not None:
+            status = await self._store.turn_status(chat_id, turn_id)
+            if status.replied:
+                return TurnResult(reply="", duplicate=True)
+            if status.committed:
+                return await self._redeliver(chat_id, turn_id, status, deliver)
         result = await self.respond(chat_id, text, on_delta=on_delta, turn_id=turn_id)
-        if result.duplicate:
-            return result
+        if turn_id is not None and result.duplicate:  # another worker committed it meanwhile
+            status = await self._store.turn_status(chat_id, turn_id)
+            return result if status.replied else await self._redeliver(chat_id, turn_id, status, deliver)
         await deliver(result)
+        if turn_id is not None:
+            await self._store.mark_replied(chat_id, turn_id)
         try:
             report = await self.compact_if_needed(chat_id)
         except StoreError as exc:
             log.warning("chat %s: proactive compaction skipped: %s", chat_id, exc)
             report = CompactionReport(failed=True)
         return replace(result, proactive_compaction=report)
+
+    async def _redeliver(self, chat_id: int, turn_id: str, status: TurnStatus, deliver: Deliver) -> TurnResult:
+        if status.reply is None:
+            log.error("chat %s turn %s: committed but its reply is no longer stored; cannot resend", chat_id, turn_id)
+            await self._store.mark_replied(chat_id, turn_id)
+            return TurnResult(reply="", duplicate=True)
+        log.warning("chat %s turn %s: committed earlier, reply possibly unsent: sending it", chat_id, turn_id)
+        result = TurnResult(reply=status.reply, duplicate=True, redelivered=True)
+        await deliver(result)
+        await self._store.mark_replied(chat_id, turn_id)
+        return result
 
     async def respond(
         self, chat_id: int, text: str, *, on_delta: OnDelta | None = None, turn_id: str | None = None
@@ -140,8 +165,6 @@ class ChatService:
         new_part = PromptPart("user", content, self._counter.count_message("user", content))
         for attempt in range(1, self._commit_attempts + 1):
             session = await self._store.load(chat_id)
-            if turn_id is not None and await self._store.has_turn(chat_id, turn_id):
-                return TurnResult(reply="", duplicate=True, version=session.version)
             window = self._window(self._summary_part(session), session.messages, new_part)
             forced: CompactionReport | None = None
             compaction: Compaction | None = None

@@ -7,6 +7,7 @@ import fakeredis
 import pytest
 from redis.asyncio import Redis
 
+from services.chat import TurnResult
 from services.errors import ConcurrentUpdateError, LLMReplyTruncatedError, LLMUnavailableError, MessageTooLongError
 from services.llm import LLMClient
 from services.store import InMemorySessionStore, RedisSessionStore
@@ -208,3 +209,36 @@ async def test_streaming_passes_deltas(stub_llm: StubOpenAI, llm: LLMClient, cou
     result = await service.handle(1, "stream me", deliver=noop, on_delta=on_delta)
     assert len(deltas) > 3 and "".join(deltas) == result.reply
     assert result.usage is not None and result.usage.completion_tokens > 0
+
+
+async def test_redelivered_update_is_not_answered_twice(
+    stub_llm: StubOpenAI, llm: LLMClient, counter: TokenCounter, redis_store: RedisSessionStore
+) -> None:
+    service = make_service(store=redis_store, llm=llm, counter=counter)
+    delivered: list[str] = []
+
+    async def deliver(result: TurnResult) -> None:
+        delivered.append(result.reply)
+
+    first = await service.handle(1, "order 7718?", deliver=deliver, turn_id="u10")
+    again = await service.handle(1, "order 7718?", deliver=deliver, turn_id="u10")
+    assert not first.duplicate and again.duplicate and not again.redelivered
+    assert delivered == [first.reply] and len(stub_llm.chat_requests) == 1
+    assert len((await redis_store.load(1)).messages) == 2
+
+
+async def test_committed_but_unsent_reply_is_sent_from_storage(
+    stub_llm: StubOpenAI, llm: LLMClient, counter: TokenCounter, redis_store: RedisSessionStore
+) -> None:
+    service = make_service(store=redis_store, llm=llm, counter=counter)
+    delivered: list[TurnResult] = []
+
+    async def deliver(result: TurnResult) -> None:
+        delivered.append(result)
+
+    # a worker died after committing the turn and before sending the reply
+    committed = await service.respond(1, "where is my parcel?", turn_id="u11")
+    result = await service.handle(1, "where is my parcel?", deliver=deliver, turn_id="u11")
+    assert result.redelivered and [d.reply for d in delivered] == [committed.reply]
+    assert len(stub_llm.chat_requests) == 1
+    assert (await redis_store.turn_status(1, "u11")).replied

@@ -41,11 +41,7 @@ def test_env_example_documents_every_setting_and_loads(monkeypatch: pytest.Monke
     from bot.settings import BotSettings
 
     example = Path(__file__).resolve().parents[1] / ".env.example"
-    names = {
-        line.split("=", 1)[0]
-        for line in example.read_text().splitlines()
-        if line and not line.startswith("#")
-    }
+    names = {line.split("=", 1)[0] for line in example.read_text().splitlines() if line and not line.startswith("#")}
     for settings_class in (BotSettings, LLMSettings, MemorySettings, RedisSettings):
         for field in settings_class.model_fields:
             assert field.upper() in names, f"{field.upper()} missing from .env.example"

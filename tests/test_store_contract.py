@@ -73,7 +73,9 @@ async def test_apply_compaction_is_fenced(store: SessionStore) -> None:
 
 async def test_duplicate_turn_id_is_recognised(store: SessionStore) -> None:
     await store.commit_turn(1, expected_version=0, messages=turn(0), turn_id="u1")
-    assert await store.has_turn(1, "u1") and not await store.has_turn(1, "u2")
+    status = await store.turn_status(1, "u1")
+    assert status.committed and not status.replied and status.reply == "answer 0"
+    assert not (await store.turn_status(1, "u2")).committed
     again = await store.commit_turn(1, expected_version=0, messages=turn(0), turn_id="u1")
     assert again.duplicate
     assert len((await store.load(1)).messages) == 2
@@ -95,7 +97,7 @@ async def test_forget_deletes_the_chat(store: SessionStore) -> None:
     await store.commit_turn(1, expected_version=0, messages=turn(0), turn_id="u1")
     await store.forget(1)
     assert (await store.load(1)).messages == ()
-    assert not await store.has_turn(1, "u1")
+    assert not (await store.turn_status(1, "u1")).committed
 
 
 async def test_chats_are_independent(store: SessionStore) -> None:
@@ -127,3 +129,16 @@ async def test_concurrent_writers_never_lose_a_turn(store: SessionStore) -> None
     assert sorted(users) == sorted([f"a-{n}" for n in range(15)] + [f"b-{n}" for n in range(15)])
     assert [m.seq for m in session.messages] == list(range(60))
     assert [u for u in users if u.startswith("a")] == [f"a-{n}" for n in range(15)]
+
+
+async def test_replied_marks_and_reply_lookup_after_more_turns(store: SessionStore) -> None:
+    await store.commit_turn(1, expected_version=0, messages=turn(0), turn_id="u1")
+    await store.commit_turn(1, expected_version=1, messages=turn(1), turn_id="u2")
+    assert (await store.turn_status(1, "u2")).reply == "answer 1"
+    await store.mark_replied(1, "u1")
+    assert (await store.turn_status(1, "u1")).replied
+    assert not (await store.turn_status(1, "u2")).replied
+    await store.apply_compaction(1, expected_version=2, compaction=Compaction(2, SummaryState(topic="x"), 3))
+    folded = await store.turn_status(1, "u1")
+    assert folded.committed and folded.reply is None
+    assert (await store.turn_status(1, "u2")).reply == "answer 1"

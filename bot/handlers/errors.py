@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 
 from aiogram import Bot, Router
-from aiogram.exceptions import TelegramAPIError
+from aiogram.exceptions import TelegramAPIError, TelegramNetworkError, TelegramRetryAfter, TelegramServerError
 from aiogram.types import ErrorEvent
+from redis.exceptions import RedisError
 
 from bot.handlers.common import language_of
 from bot.settings import BotSettings
@@ -21,6 +22,9 @@ from services.errors import (
 )
 
 log = logging.getLogger(__name__)
+
+TRANSIENT_ERRORS = (TelegramNetworkError, TelegramServerError, TelegramRetryAfter, StoreError, RedisError, OSError)
+"""Failures after which a queued update is retried instead of answered: the outside world comes back."""
 
 
 def user_text_for(exc: BaseException, language: str) -> str:
@@ -40,8 +44,10 @@ def user_text_for(exc: BaseException, language: str) -> str:
     return text(language, "internal_error")
 
 
-async def on_error(event: ErrorEvent, bot: Bot, settings: BotSettings) -> bool:
+async def on_error(event: ErrorEvent, bot: Bot, settings: BotSettings, queued: bool = False) -> bool:
     exc = event.exception
+    if queued and isinstance(exc, TRANSIENT_ERRORS):
+        raise exc  # the worker keeps the update queued and retries it
     update = event.update
     message = update.message
     expected = isinstance(

@@ -10,6 +10,15 @@ from services.models import Compaction, NewMessage, Session
 
 
 @dataclass(frozen=True, slots=True)
+class TurnStatus:
+    """What is known of a turn id: committed (with its stored reply, if still verbatim) and replied."""
+
+    committed: bool = False
+    replied: bool = False
+    reply: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CommitResult:
     version: int
     duplicate: bool = False
@@ -44,8 +53,12 @@ class SessionStore(Protocol):
         """Replace the summary and drop the folded oldest messages; returns the new version."""
         ...
 
-    async def has_turn(self, chat_id: int, turn_id: str) -> bool:
-        """Whether a turn with this id was committed (recent ids only)."""
+    async def turn_status(self, chat_id: int, turn_id: str) -> TurnStatus:
+        """Whether a turn with this id was committed and its reply sent (recent ids only)."""
+        ...
+
+    async def mark_replied(self, chat_id: int, turn_id: str) -> None:
+        """Record that the reply of this turn reached the customer."""
         ...
 
     async def reset(self, chat_id: int) -> None:

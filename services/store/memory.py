@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from services.errors import ConcurrentUpdateError
 from services.models import Compaction, NewMessage, Session, StoredMessage
-from services.store.base import TURN_IDS_KEPT, CommitResult
+from services.store.base import TURN_IDS_KEPT, CommitResult, TurnStatus
 from services.summary_state import SummaryState
 
 
@@ -20,6 +20,7 @@ class _Chat:
     summary_tokens: int = 0
     messages: list[StoredMessage] = field(default_factory=list)
     turn_ids: dict[str, int] = field(default_factory=dict)
+    replied: dict[str, None] = field(default_factory=dict)
     expires_at: float | None = None
 
 
@@ -87,7 +88,7 @@ class InMemorySessionStore:
         if compaction is not None:
             self._compact(chat, compaction)
         if turn_id is not None:
-            chat.turn_ids[turn_id] = chat.next_seq
+            chat.turn_ids[turn_id] = chat.next_seq - 1  # the seq of the turn's last message (the reply)
             while len(chat.turn_ids) > TURN_IDS_KEPT:
                 chat.turn_ids.pop(next(iter(chat.turn_ids)))
         chat.version += 1
@@ -101,9 +102,22 @@ class InMemorySessionStore:
         self._touch(chat)
         return chat.version
 
-    async def has_turn(self, chat_id: int, turn_id: str) -> bool:
+    async def turn_status(self, chat_id: int, turn_id: str) -> TurnStatus:
         chat = self._get(chat_id)
-        return chat is not None and turn_id in chat.turn_ids
+        if chat is None:
+            return TurnStatus()
+        replied = turn_id in chat.replied
+        reply_seq = chat.turn_ids.get(turn_id)
+        if reply_seq is None:
+            return TurnStatus(replied=replied)
+        reply = next((m.content for m in chat.messages if m.seq == reply_seq and m.role == "assistant"), None)
+        return TurnStatus(committed=True, replied=replied, reply=reply)
+
+    async def mark_replied(self, chat_id: int, turn_id: str) -> None:
+        chat = self._get(chat_id) or self._chats.setdefault(chat_id, _Chat())
+        chat.replied[turn_id] = None
+        while len(chat.replied) > TURN_IDS_KEPT:
+            chat.replied.pop(next(iter(chat.replied)))
 
     async def reset(self, chat_id: int) -> None:
         chat = self._get(chat_id)

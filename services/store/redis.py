@@ -3,12 +3,14 @@
 Keys of one chat share the hash tag ``{chat:<id>}`` so the scripts also run on Redis Cluster:
 ``<prefix>:{chat:<id>}:meta`` (hash: version, next_seq, summary, summary_tokens),
 ``<prefix>:{chat:<id>}:msgs`` (list of JSON messages, oldest first) and
-``<prefix>:{chat:<id>}:turns`` (sorted set of recent turn ids, for deduplication).
+``<prefix>:{chat:<id>}:turns`` (sorted set: recent turn id → seq of its reply, for deduplication) and
+``<prefix>:{chat:<id>}:replied`` (sorted set of turn ids whose reply was delivered).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,7 +19,7 @@ from redis.exceptions import RedisError
 
 from services.errors import ConcurrentUpdateError, StoreError
 from services.models import Compaction, NewMessage, Session, StoredMessage
-from services.store.base import TURN_IDS_KEPT, CommitResult
+from services.store.base import TURN_IDS_KEPT, CommitResult, TurnStatus
 from services.summary_state import SummaryState
 
 _EXPIRE = """
@@ -46,7 +48,7 @@ if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'summary', ARGV[4], 'summary_t
 version = version + 1
 redis.call('HSET', KEYS[1], 'version', version, 'next_seq', seq)
 if ARGV[6] ~= '' then
-  redis.call('ZADD', KEYS[3], seq, ARGV[6])
+  redis.call('ZADD', KEYS[3], seq - 1, ARGV[6])
   redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -TURN_IDS_KEPT - 1)
 end
 expire_all(tonumber(ARGV[2]), KEYS)
@@ -85,7 +87,7 @@ return version
 def chat_keys(prefix: str, chat_id: int) -> dict[str, str]:
     """Every key of one chat, all in the same Redis Cluster hash slot."""
     tag = f"{prefix}:{{chat:{chat_id}}}"
-    return {"meta": f"{tag}:meta", "msgs": f"{tag}:msgs", "turns": f"{tag}:turns"}
+    return {"meta": f"{tag}:meta", "msgs": f"{tag}:msgs", "turns": f"{tag}:turns", "replied": f"{tag}:replied"}
 
 
 class RedisSessionStore:
@@ -160,12 +162,38 @@ class RedisSessionStore:
             raise ConcurrentUpdateError(f"chat {chat_id} changed (now version {version}); nothing written")
         return int(status), int(version)
 
-    async def has_turn(self, chat_id: int, turn_id: str) -> bool:
+    async def turn_status(self, chat_id: int, turn_id: str) -> TurnStatus:
+        keys = self.keys(chat_id)
         try:
-            score = await self._redis.zscore(self.keys(chat_id)["turns"], turn_id)
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.zscore(keys["turns"], turn_id)
+                pipe.zscore(keys["replied"], turn_id)
+                pipe.lindex(keys["msgs"], 0)
+                reply_seq, replied, head = await pipe.execute()
+            if reply_seq is None:
+                return TurnStatus(replied=replied is not None)
+            reply = None
+            if head is not None:
+                index = int(reply_seq) - StoredMessage.from_json(head).seq
+                raw = await self._redis.lindex(keys["msgs"], index) if index >= 0 else None
+                message = StoredMessage.from_json(raw) if raw is not None else None
+                if message is not None and message.seq == int(reply_seq) and message.role == "assistant":
+                    reply = message.content
         except RedisError as exc:
             raise StoreError(f"cannot read chat {chat_id}: {type(exc).__name__}") from exc
-        return score is not None
+        return TurnStatus(committed=True, replied=replied is not None, reply=reply)
+
+    async def mark_replied(self, chat_id: int, turn_id: str) -> None:
+        key = self.keys(chat_id)["replied"]
+        try:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.zadd(key, {turn_id: time.time()})
+                pipe.zremrangebyrank(key, 0, -TURN_IDS_KEPT - 1)
+                if self._ttl > 0:
+                    pipe.expire(key, self._ttl)
+                await pipe.execute()
+        except RedisError as exc:
+            raise StoreError(f"cannot write chat {chat_id}: {type(exc).__name__}") from exc
 
     async def reset(self, chat_id: int) -> None:
         keys = self.keys(chat_id)

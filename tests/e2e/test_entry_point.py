@@ -35,8 +35,13 @@ class BotProcess:
 
     async def start(self) -> None:
         self.process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bot", cwd=self.cwd, env=self.env,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            sys.executable,
+            "-m",
+            "bot",
+            cwd=self.cwd,
+            env=self.env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
         )
         self._reader = asyncio.create_task(self._read())
 
@@ -108,13 +113,16 @@ async def test_polling_without_redis_url_uses_in_process_store(
 
 
 async def test_webhook_mode_checks_the_secret(
-    telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, tmp_path: Path,
-    processes: list[BotProcess]
+    telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, tmp_path: Path, processes: list[BotProcess]
 ) -> None:
     port = free_port()
     env = base_env(telegram, stub_llm) | {
-        "BOT_MODE": "webhook", "WEBHOOK_HOST": "127.0.0.1", "WEBHOOK_PORT": str(port),
-        "WEBHOOK_PATH": "/tg/hook", "WEBHOOK_SECRET": SECRET, "REDIS_URL": redis_server.url,
+        "BOT_MODE": "webhook",
+        "WEBHOOK_HOST": "127.0.0.1",
+        "WEBHOOK_PORT": str(port),
+        "WEBHOOK_PATH": "/tg/hook",
+        "WEBHOOK_SECRET": SECRET,
+        "REDIS_URL": redis_server.url,
     }
     bot = BotProcess(env, tmp_path)
     processes.append(bot)
@@ -141,11 +149,21 @@ async def test_webhook_mode_checks_the_secret(
 
 
 async def test_set_webhook_command(telegram: StubTelegram, stub_llm: StubOpenAI, tmp_path: Path) -> None:
-    env = {**os.environ, **base_env(telegram, stub_llm), "WEBHOOK_URL": "https://bot.example.com/tg/hook",
-           "WEBHOOK_SECRET": SECRET}
+    env = {
+        **os.environ,
+        **base_env(telegram, stub_llm),
+        "WEBHOOK_URL": "https://bot.example.com/tg/hook",
+        "WEBHOOK_SECRET": SECRET,
+    }
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "set-webhook", cwd=tmp_path, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        sys.executable,
+        "-m",
+        "bot",
+        "set-webhook",
+        cwd=tmp_path,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
     )
     output, _ = await asyncio.wait_for(process.communicate(), 30)
     assert process.returncode == 0, output.decode()
