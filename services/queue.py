@@ -27,6 +27,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
+from typing import cast
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -223,7 +224,7 @@ class ChatWorkQueue:
         head = await self._redis.zrange(self._keys(claim.chat_id)["inbox"], 0, 0)
         if not head:
             return None
-        data = json.loads(head[0])
+        data = json.loads(cast(bytes, head[0]))
         return QueueItem(id=data["id"], payload=data["p"], enqueued_ms=int(data.get("t", 0)))
 
     async def renew(self, claim: Claim) -> bool:

@@ -4,6 +4,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from tests.e2e.processes import BotProcess
 from tests.stubs.telegram_server import StubTelegram
 
 
@@ -13,3 +14,14 @@ async def telegram() -> AsyncIterator[StubTelegram]:
     await stub.start()
     yield stub
     await stub.stop()
+
+
+@pytest.fixture
+async def processes() -> AsyncIterator[list[BotProcess]]:
+    """Bot processes started by a test; any still running at the end are killed."""
+    started: list[BotProcess] = []
+    yield started
+    for process in started:
+        if process.process is not None and process.process.returncode is None:
+            process.process.kill()
+            await process.process.wait()

@@ -33,6 +33,9 @@ class StubTelegram:
     faults: dict[str, deque[dict[str, Any]]] = field(default_factory=dict)
     """method → queued error answers, e.g. {"error_code": 429, "description": ..., "parameters": {...}}"""
     reject_entities: bool = False
+    conflicts: int = 0
+    """getUpdates calls refused with 409 because another one was still open (as Telegram does)."""
+    _polling: int = 0
     base_url: str = ""
     _runner: web.AppRunner | None = None
     _new_update: asyncio.Event = field(default_factory=asyncio.Event)
@@ -144,8 +147,9 @@ class StubTelegram:
     async def _handle(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         params = await self._params(request)
-        if method != "getUpdates":
-            self.calls.append(Call(method, params))
+        if method == "getUpdates":
+            return await self._handle_get_updates(params)
+        self.calls.append(Call(method, params))
         fault_queue = self.faults.get(method)
         if fault_queue:
             fault = fault_queue.popleft()
@@ -162,6 +166,19 @@ class StubTelegram:
 
     async def _m_getMe(self, _params: dict[str, Any]) -> Any:
         return BOT_USER
+
+    async def _handle_get_updates(self, params: dict[str, Any]) -> web.Response:
+        if self._polling:
+            self.conflicts += 1
+            return web.json_response(
+                {"ok": False, "error_code": 409, "description": "Conflict: terminated by other getUpdates request"},
+                status=409,
+            )
+        self._polling += 1
+        try:
+            return web.json_response({"ok": True, "result": await self._m_getUpdates(params)})
+        finally:
+            self._polling -= 1
 
     async def _m_getUpdates(self, params: dict[str, Any]) -> Any:
         offset = int(params.get("offset") or 0)

@@ -1,0 +1,76 @@
+"""``python -m bot`` as a real child process, configured by environment variables only."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+from tests.e2e.harness import TOKEN
+from tests.stubs.openai_server import StubOpenAI
+from tests.stubs.telegram_server import StubTelegram
+
+SECRET = "webhook-secret_123"
+API_KEY = "sk-test-very-secret-key"
+
+
+class BotProcess:
+    def __init__(self, env: dict[str, str], cwd: Path) -> None:
+        self.env = {**os.environ, **env}
+        for name in ("REDIS_URL", "BOT_MODE"):
+            if name not in env:
+                self.env.pop(name, None)
+        self.cwd = cwd
+        self.process: asyncio.subprocess.Process | None = None
+        self.log = bytearray()
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bot",
+            cwd=self.cwd,
+            env=self.env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        self._reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        while chunk := await self.process.stdout.read(4096):
+            self.log.extend(chunk)
+
+    async def wait_log(self, needle: str, within: float = 20) -> None:
+        for _ in range(int(within * 20)):
+            if needle in self.log.decode(errors="replace"):
+                return
+            assert self.process is not None
+            if self.process.returncode is not None:
+                break
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"{needle!r} not logged; log:\n{self.log.decode(errors='replace')}")
+
+    async def stop(self) -> int:
+        assert self.process is not None
+        if self.process.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(self.process.wait(), 20)
+        if self._reader is not None:
+            await self._reader
+        return code
+
+
+def base_env(telegram: StubTelegram, stub_llm: StubOpenAI) -> dict[str, str]:
+    return {
+        "BOT_TOKEN": TOKEN,
+        "TELEGRAM_API_URL": telegram.base_url,
+        "OPENAI_BASE_URL": stub_llm.base_url,
+        "OPENAI_API_KEY": API_KEY,
+        "OPENAI_MODEL": "stub-chat",
+        "OPENAI_MAX_RETRIES": "0",
+        "LOG_LEVEL": "DEBUG",
+    }

@@ -1,0 +1,161 @@
+"""Several worker processes on one real redis-server; one is SIGKILLed mid-run. Nothing is lost,
+doubled or reordered."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+
+import aiohttp
+from redis.asyncio import Redis
+
+from services.store import RedisSessionStore
+from tests.conftest import RedisServer, free_port
+from tests.e2e.processes import SECRET, BotProcess, base_env
+from tests.e2e.scenario import WebhookSender, check, customer_text, random_chats, wait_all_answered
+from tests.stubs.openai_server import StubOpenAI
+from tests.stubs.telegram_server import StubTelegram
+
+CHATS = 50
+MESSAGES = 4
+WORKER_ENV = {
+    "WORKER_LEASE_SECONDS": "2",
+    "WORKER_IDLE_WAIT_SECONDS": "0.2",
+    "LOG_LEVEL": "WARNING",
+    "DRAFT_INTERVAL_SECONDS": "0.2",
+}
+
+
+async def test_webhook_workers_survive_a_sigkill(
+    telegram: StubTelegram,
+    stub_llm: StubOpenAI,
+    redis_server: RedisServer,
+    real_redis: Redis,
+    tmp_path: Path,
+    processes: list[BotProcess],
+) -> None:
+    stub_llm.latency = 0.05
+    env = (
+        base_env(telegram, stub_llm)
+        | WORKER_ENV
+        | {
+            "BOT_MODE": "webhook",
+            "WEBHOOK_HOST": "127.0.0.1",
+            "WEBHOOK_PORT": "0",
+            "WEBHOOK_PATH": "/hook",
+            "WEBHOOK_SECRET": SECRET,
+            "REDIS_URL": redis_server.url,
+        }
+    )
+    ports = [free_port() for _ in range(3)]
+    for port in ports:
+        process = BotProcess(env | {"WEBHOOK_PORT": str(port)}, tmp_path)
+        processes.append(process)
+        await process.start()
+    sender = WebhookSender(telegram, [f"http://127.0.0.1:{p}/hook" for p in ports], SECRET)
+    await _wait_ready(ports)
+    chats = random_chats(CHATS)
+    started = time.monotonic()
+
+    victim = processes[0]
+    assert victim.process is not None
+    held_by_victim: list[bytes] = []
+
+    async def kill_one() -> None:
+        # kill the worker while it holds chats in progress
+        assert victim.process is not None
+        deadline = time.monotonic() + 20
+        while not held_by_victim and time.monotonic() < deadline:
+            async for key in real_redis.scan_iter(match="sb:{chat:*}:lease"):
+                holder = await real_redis.get(key)
+                if holder and f":{victim.process.pid}:" in holder.decode():
+                    held_by_victim.append(key)
+            await asyncio.sleep(0.01)
+        victim.process.send_signal(signal.SIGKILL)
+        sender.dead.add(0)
+
+    async with aiohttp.ClientSession() as http:
+        await asyncio.gather(kill_one(), *(sender.send_chat(http, chat, MESSAGES) for chat in chats))
+    await wait_all_answered(telegram, chats, MESSAGES, within=60)
+    report = await check(telegram, RedisSessionStore(redis=real_redis, key_prefix="sb"), chats, MESSAGES, started)
+    print(
+        f"\nwebhook scale-out: {report.line()} intake_retries={sender.retries} "
+        f"chats_in_progress_at_kill={len(held_by_victim)}"
+    )
+    assert held_by_victim, "the victim was killed while serving chats"
+    assert processes[0].process is not None and processes[0].process.returncode == -signal.SIGKILL
+    assert report.answered == report.sent == CHATS * MESSAGES
+    assert report.lost == 0 and report.doubled == 0 and report.out_of_order == 0
+    assert report.stored_turns == CHATS * MESSAGES
+
+
+async def test_polling_leader_killed(
+    telegram: StubTelegram,
+    stub_llm: StubOpenAI,
+    redis_server: RedisServer,
+    real_redis: Redis,
+    tmp_path: Path,
+    processes: list[BotProcess],
+) -> None:
+    stub_llm.latency = 0.05
+    env = (
+        base_env(telegram, stub_llm)
+        | WORKER_ENV
+        | {
+            "BOT_MODE": "polling",
+            "REDIS_URL": redis_server.url,
+            "POLLING_TIMEOUT_SECONDS": "1",
+        }
+    )
+    for _ in range(3):
+        process = BotProcess(env, tmp_path)
+        processes.append(process)
+        await process.start()
+    leader_pid = await _leader_pid(real_redis)
+    chats = random_chats(CHATS, seed=11)
+    started = time.monotonic()
+    for n in range(MESSAGES):
+        for chat in chats:
+            telegram.send_text(chat, customer_text(chat, n))
+        if n == 1:
+            await asyncio.sleep(0.3)
+            leader = next(p for p in processes if p.process is not None and p.process.pid == leader_pid)
+            assert leader.process is not None
+            leader.process.send_signal(signal.SIGKILL)
+        await asyncio.sleep(0.2)
+    await wait_all_answered(telegram, chats, MESSAGES, within=60)
+    new_leader = await _leader_pid(real_redis)
+    report = await check(telegram, RedisSessionStore(redis=real_redis, key_prefix="sb"), chats, MESSAGES, started)
+    print(f"\npolling scale-out: {report.line()} getUpdates_conflicts={telegram.conflicts}")
+    assert new_leader != leader_pid
+    assert report.answered == report.sent and report.lost == 0 and report.doubled == 0
+    assert report.out_of_order == 0 and report.stored_turns == CHATS * MESSAGES
+    assert telegram.conflicts <= 5, "no 409 loops"
+
+
+async def _leader_pid(redis: Redis, within: float = 20) -> int:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        holder = await redis.get("sb:poller")
+        if holder:
+            return int(holder.decode().split(":")[1])
+        await asyncio.sleep(0.05)
+    raise AssertionError("no poller leader elected")
+
+
+async def _wait_ready(ports: list[int], within: float = 20) -> None:
+    deadline = time.monotonic() + within
+    async with aiohttp.ClientSession() as http:
+        for port in ports:
+            while True:
+                try:
+                    async with http.get(f"http://127.0.0.1:{port}/healthz") as response:
+                        if response.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"worker on {port} never became healthy")
+                await asyncio.sleep(0.1)
