@@ -8,14 +8,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+from collections.abc import Callable
 
 from aiohttp import web
 
 from bot.app import Settings, build_bot, build_dispatcher, build_engine, set_commands
 from bot.logs import setup_logging
+from bot.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.webhook import build_webhook_app
+from services.chat import ChatService
+from services.errors import StoreError
 
 log = logging.getLogger("bot")
+
+
+def readiness(chat: ChatService, running: Callable[[], bool]) -> ReadyCheck:
+    async def ready() -> dict[str, bool]:
+        try:
+            await chat.store.ping()
+            store_ok = True
+        except StoreError:
+            store_ok = False
+        return {"store": store_ok, "consuming": running()}
+
+    return ready
 
 
 async def run_polling(settings: Settings) -> None:
@@ -25,8 +41,18 @@ async def run_polling(settings: Settings) -> None:
     dispatcher = build_dispatcher(chat, settings.bot)
     await bot.delete_webhook(drop_pending_updates=False)  # getUpdates is refused while a webhook is set
     await set_commands(bot)
+    polling = asyncio.Event()
+    dispatcher.startup.register(polling.set)
+    dispatcher.shutdown.register(polling.clear)
+    ops = await start_ops_server(
+        host=settings.bot.metrics_host, port=settings.bot.metrics_port, ready=readiness(chat, polling.is_set)
+    )
     log.info("starting in polling mode")
-    await dispatcher.start_polling(bot, allowed_updates=dispatcher.resolve_used_update_types())
+    try:
+        await dispatcher.start_polling(bot, allowed_updates=dispatcher.resolve_used_update_types())
+    finally:
+        if ops is not None:
+            await ops.cleanup()
 
 
 def run_webhook(settings: Settings) -> None:
@@ -43,6 +69,20 @@ def run_webhook(settings: Settings) -> None:
 
     dispatcher.startup.register(on_startup)
     app = build_webhook_app(bot=bot, dispatcher=dispatcher, settings=settings.bot)
+    ready = readiness(chat, lambda: True)
+    add_health_routes(app, ready)
+    ops: list[web.AppRunner] = []
+
+    async def start_ops(_app: web.Application) -> None:
+        runner = await start_ops_server(host=settings.bot.metrics_host, port=settings.bot.metrics_port, ready=ready)
+        ops.extend([runner] if runner else [])
+
+    async def stop_ops(_app: web.Application) -> None:
+        for runner in ops:
+            await runner.cleanup()
+
+    app.on_startup.append(start_ops)
+    app.on_cleanup.append(stop_ops)
     web.run_app(app, host=settings.bot.webhook_host, port=settings.bot.webhook_port, print=None)
 
 
@@ -67,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chat-id", type=int, default=1, help="console: which session to use")
     args = parser.parse_args(argv)
     settings = Settings()
-    setup_logging(settings.bot.log_level)
+    setup_logging(settings.bot.log_level, settings.bot.log_format)
     if args.command == "console":
         from bot.console import main as console_main
 

@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from services.errors import StoreError
+from services.metrics import REDELIVERIES
 from services.queue import ChatWorkQueue
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,8 @@ async def queue_update(queue: ChatWorkQueue, update: dict[str, Any]) -> bool:
     update_id = update.get("update_id")
     if chat_id is None or not isinstance(update_id, int):
         return False
-    await queue.enqueue(chat_id, f"u{update_id}", json.dumps(update, ensure_ascii=False), order=update_id)
+    if not await queue.enqueue(chat_id, f"u{update_id}", json.dumps(update, ensure_ascii=False), order=update_id):
+        REDELIVERIES.inc()
     return True
 
 

@@ -10,11 +10,14 @@ import signal
 
 from aiohttp import web
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from bot.app import Settings, build_bot, build_dispatcher, build_engine, set_commands
 from bot.intake import Poller, webhook_handler
+from bot.ops import add_health_routes, start_ops_server
 from bot.settings import WorkerSettings
 from bot.worker import Worker
+from services.metrics import QUEUE_DUE, QUEUE_OLDEST_AGE
 from services.queue import ChatWorkQueue, worker_identity
 
 log = logging.getLogger(__name__)
@@ -56,14 +59,27 @@ async def run_queued(settings: Settings, workers: WorkerSettings) -> None:
 
     poller: Poller | None = None
     runner: web.AppRunner | None = None
-    tasks = [asyncio.create_task(worker.run(), name="worker")]
+    tasks = [asyncio.create_task(worker.run(), name="worker"), asyncio.create_task(_queue_gauges(queue))]
+
+    async def ready() -> dict[str, bool]:
+        checks = {"worker": worker.alive}
+        try:
+            await redis.ping()
+            checks["redis"] = True
+        except RedisError:
+            checks["redis"] = False
+        if poller is not None:
+            checks["poller"] = not tasks[-1].done()
+        return checks
+
+    ops = await start_ops_server(host=settings.bot.metrics_host, port=settings.bot.metrics_port, ready=ready)
     if settings.bot.bot_mode == "webhook":
         assert settings.bot.webhook_secret is not None
         app = web.Application()
         app.router.add_post(
             settings.bot.webhook_path, webhook_handler(queue, settings.bot.webhook_secret.get_secret_value())
         )
-        app.router.add_get("/healthz", _healthz)
+        add_health_routes(app, ready)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.TCPSite(runner, settings.bot.webhook_host, settings.bot.webhook_port).start()
@@ -92,6 +108,8 @@ async def run_queued(settings: Settings, workers: WorkerSettings) -> None:
     log.info("stopping: no new work is taken")
     if runner is not None:
         await runner.cleanup()  # stop intake first: Telegram retries elsewhere
+    for task in tasks[1:2]:
+        task.cancel()
     if poller is not None:
         poller.stop()
     worker.stop()
@@ -100,8 +118,17 @@ async def run_queued(settings: Settings, workers: WorkerSettings) -> None:
         await bot.session.close()
     await chat.close()
     await redis.aclose()
+    if ops is not None:
+        await ops.cleanup()
     log.info("stopped")
 
 
-async def _healthz(_request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+async def _queue_gauges(queue: ChatWorkQueue, every: float = 5.0) -> None:
+    while True:
+        try:
+            due, age = await queue.stats()
+            QUEUE_DUE.set(due)
+            QUEUE_OLDEST_AGE.set(age)
+        except RedisError:
+            pass
+        await asyncio.sleep(every)

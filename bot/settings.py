@@ -27,6 +27,10 @@ class BotSettings(BaseSettings):
     drafts_enabled: bool = True
     flood_retries: int = Field(default=3, ge=0)
     log_level: str = "INFO"
+    log_format: Literal["text", "json"] = "text"
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int = Field(default=9100, ge=0, le=65535, description="0 turns the ops server off")
+    token_drift_warn_ratio: float = Field(default=0.15, gt=0)
 
     @model_validator(mode="after")
     def _webhook_needs_a_secret(self) -> BotSettings:

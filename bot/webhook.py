@@ -17,10 +17,5 @@ def build_webhook_app(*, bot: Bot, dispatcher: Dispatcher, settings: BotSettings
     # aiogram answers 401 to a request without the right X-Telegram-Bot-Api-Secret-Token and
     # never feeds it to the dispatcher.
     SimpleRequestHandler(dispatcher=dispatcher, bot=bot, secret_token=secret).register(app, path=settings.webhook_path)
-    app.router.add_get("/healthz", _healthz)
     setup_application(app, dispatcher, bot=bot)
     return app
-
-
-async def _healthz(_request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
 
 from aiogram import Bot, Dispatcher
 from aiogram.types import Update
@@ -13,6 +14,7 @@ from redis.exceptions import RedisError
 
 from bot.handlers.errors import TRANSIENT_ERRORS
 from services.errors import StoreError
+from services.metrics import QUEUE_WAIT
 from services.queue import ChatWorkQueue, Claim, QueueItem
 
 log = logging.getLogger(__name__)
@@ -157,6 +159,8 @@ class Worker:
         except ValueError:
             log.error("dropping unreadable queued item %s", item.id)
             return True
+        if item.enqueued_ms:
+            QUEUE_WAIT.observe(max(0.0, time.time() - item.enqueued_ms / 1000))
         try:
             await self._dispatcher.feed_update(self._bot, update, queued=True)
         except TRANSIENT_ERRORS as exc:

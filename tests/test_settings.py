@@ -38,11 +38,11 @@ def test_blank_redis_url_means_in_process(monkeypatch: pytest.MonkeyPatch) -> No
 def test_env_example_documents_every_setting_and_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     from pathlib import Path
 
-    from bot.settings import BotSettings
+    from bot.settings import BotSettings, WorkerSettings
 
     example = Path(__file__).resolve().parents[1] / ".env.example"
     names = {line.split("=", 1)[0] for line in example.read_text().splitlines() if line and not line.startswith("#")}
-    for settings_class in (BotSettings, LLMSettings, MemorySettings, RedisSettings):
+    for settings_class in (BotSettings, WorkerSettings, LLMSettings, MemorySettings, RedisSettings):
         for field in settings_class.model_fields:
             assert field.upper() in names, f"{field.upper()} missing from .env.example"
     for line in example.read_text().splitlines():

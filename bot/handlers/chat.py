@@ -14,6 +14,7 @@ from bot.drafts import DraftStreamer
 from bot.render import send_reply
 from bot.settings import BotSettings
 from services.chat import ChatService, TurnResult
+from services.metrics import record_turn
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ async def on_text(message: Message, bot: Bot, chat: ChatService, settings: BotSe
             on_delta=drafts.on_delta if drafts else None,
             turn_id=f"u{event_update.update_id}",
         )
+    record_turn(result, drift_warn_ratio=settings.token_drift_warn_ratio)
     log.info(
         "turn chat=%s update=%s stored=%s sent_history=%s removed=%s est_tokens=%s prompt_tokens=%s "
         "completion_tokens=%s llm_s=%.3f summary_updated=%s drafts=%s duplicate=%s",

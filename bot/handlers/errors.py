@@ -20,6 +20,7 @@ from services.errors import (
     MessageTooLongError,
     StoreError,
 )
+from services.metrics import ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ def user_text_for(exc: BaseException, language: str) -> str:
 
 async def on_error(event: ErrorEvent, bot: Bot, settings: BotSettings, queued: bool = False) -> bool:
     exc = event.exception
+    ERRORS.labels(type(exc).__name__).inc()
     if queued and isinstance(exc, TRANSIENT_ERRORS):
         raise exc  # the worker keeps the update queued and retries it
     update = event.update

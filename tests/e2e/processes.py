@@ -73,4 +73,5 @@ def base_env(telegram: StubTelegram, stub_llm: StubOpenAI) -> dict[str, str]:
         "OPENAI_MODEL": "stub-chat",
         "OPENAI_MAX_RETRIES": "0",
         "LOG_LEVEL": "DEBUG",
+        "METRICS_PORT": "0",
     }

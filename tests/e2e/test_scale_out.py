@@ -159,3 +159,77 @@ async def _wait_ready(ports: list[int], within: float = 20) -> None:
                 if time.monotonic() > deadline:
                     raise AssertionError(f"worker on {port} never became healthy")
                 await asyncio.sleep(0.1)
+
+
+async def test_sigterm_during_a_slow_llm_call_finishes_the_turn(
+    telegram: StubTelegram,
+    stub_llm: StubOpenAI,
+    redis_server: RedisServer,
+    real_redis: Redis,
+    tmp_path: Path,
+    processes: list[BotProcess],
+) -> None:
+    env = (
+        base_env(telegram, stub_llm)
+        | WORKER_ENV
+        | {
+            "BOT_MODE": "polling",
+            "REDIS_URL": redis_server.url,
+            "POLLING_TIMEOUT_SECONDS": "1",
+            "SHUTDOWN_GRACE_SECONDS": "10",
+            "LOG_LEVEL": "INFO",
+        }
+    )
+    worker = BotProcess(env, tmp_path)
+    processes.append(worker)
+    await worker.start()
+    await worker.wait_log("poller: took leadership")
+    stub_llm.latency = 1.5
+    telegram.send_text(31, customer_text(31, 0))
+    await telegram.wait_for(lambda: len(stub_llm.chat_requests) == 1)
+    assert await worker.stop() == 0  # SIGTERM while the model is still "thinking"
+    assert telegram.texts_to(31) == [f"Support answer to: {customer_text(31, 0)}"]
+    session = await RedisSessionStore(redis=real_redis, key_prefix="sb").load(31)
+    assert [m.content for m in session.messages if m.role == "user"] == [customer_text(31, 0)]
+    assert await real_redis.get("sb:poller") is None, "the poller lease was released"
+
+
+async def test_workers_carry_on_after_a_redis_restart(
+    telegram: StubTelegram,
+    stub_llm: StubOpenAI,
+    tmp_path: Path,
+    processes: list[BotProcess],
+) -> None:
+    redis = RedisServer(appendonly=True)
+    redis.start()
+    try:
+        env = (
+            base_env(telegram, stub_llm)
+            | WORKER_ENV
+            | {
+                "BOT_MODE": "polling",
+                "REDIS_URL": redis.url,
+                "POLLING_TIMEOUT_SECONDS": "1",
+            }
+        )
+        for _ in range(2):
+            process = BotProcess(env, tmp_path)
+            processes.append(process)
+            await process.start()
+        telegram.send_text(41, customer_text(41, 0))
+        await telegram.wait_messages(41, 1, within=20)
+        redis.stop()  # SHUTDOWN: AOF is flushed
+        await asyncio.sleep(1.0)
+        telegram.send_text(41, customer_text(41, 1))  # arrives while Redis is down
+        await asyncio.sleep(1.0)
+        redis.start()
+        await telegram.wait_for(lambda: len(telegram.texts_to(41)) >= 2, within=30)
+        telegram.send_text(41, customer_text(41, 2))
+        await telegram.wait_for(lambda: len(telegram.texts_to(41)) >= 3, within=30)
+        client = Redis.from_url(redis.url)
+        session = await RedisSessionStore(redis=client, key_prefix="sb").load(41)
+        await client.aclose()
+        assert [m.content for m in session.messages if m.role == "user"] == [customer_text(41, n) for n in range(3)]
+        assert telegram.texts_to(41) == [f"Support answer to: {customer_text(41, n)}" for n in range(3)]
+    finally:
+        redis.stop()

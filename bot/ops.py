@@ -1,0 +1,46 @@
+"""The worker's operations endpoints: /metrics (Prometheus), /healthz (alive), /readyz (can work)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+log = logging.getLogger(__name__)
+
+ReadyCheck = Callable[[], Awaitable[dict[str, bool]]]
+
+
+def add_health_routes(app: web.Application, ready: ReadyCheck) -> None:
+    async def healthz(_request: web.Request) -> web.Response:
+        return web.json_response({"status": "alive"})
+
+    async def readyz(_request: web.Request) -> web.Response:
+        checks = await ready()
+        ok = all(checks.values())
+        return web.json_response(
+            {"status": "ready" if ok else "not ready", "checks": checks}, status=200 if ok else 503
+        )
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+
+
+async def metrics(_request: web.Request) -> web.Response:
+    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def start_ops_server(*, host: str, port: int, ready: ReadyCheck) -> web.AppRunner | None:
+    """Serve /metrics, /healthz and /readyz on ``port`` (0 = off). Returns the runner to clean up."""
+    if port == 0:
+        return None
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    add_health_routes(app, ready)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    log.info("metrics and health on %s:%s (/metrics, /healthz, /readyz)", host, port)
+    return runner

@@ -1,0 +1,92 @@
+"""Prometheus metrics of the engine and the workers (one registry per process)."""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from services.chat import CompactionReport, TurnResult
+
+log = logging.getLogger(__name__)
+
+_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64)
+
+TURNS = Counter("sb_turns_total", "Customer messages handled, by outcome", ["outcome"])
+ERRORS = Counter("sb_errors_total", "Failed updates, by error kind", ["kind"])
+LLM_SECONDS = Histogram("sb_llm_call_seconds", "LLM call latency", ["call"], buckets=_LATENCY_BUCKETS)
+PROMPT_TOKENS_ESTIMATED = Counter("sb_prompt_tokens_estimated_total", "Prompt tokens estimated by the window")
+PROMPT_TOKENS_ACTUAL = Counter("sb_prompt_tokens_actual_total", "Prompt tokens reported by the provider", ["call"])
+COMPLETION_TOKENS = Counter("sb_completion_tokens_total", "Completion tokens reported by the provider", ["call"])
+TOKEN_DRIFT = Histogram(
+    "sb_prompt_token_drift_ratio",
+    "(actual - estimated) / estimated prompt tokens of chat calls",
+    buckets=(-0.5, -0.2, -0.1, -0.05, -0.02, 0, 0.02, 0.05, 0.1, 0.2, 0.5),
+)
+SUMMARY_CALLS = Counter("sb_summary_calls_total", "Summarizer LLM calls")
+SUMMARY_FAILURES = Counter("sb_summary_failures_total", "Compactions that failed (summarizer error or invalid JSON)")
+COMPACTIONS = Counter("sb_compactions_total", "Compactions applied", ["kind"])
+RESTORED_IDENTIFIERS = Counter("sb_restored_identifiers_total", "Identifiers put back into a summary")
+QUEUE_DUE = Gauge("sb_queue_due_chats", "Chats with work waiting to be claimed")
+QUEUE_OLDEST_AGE = Gauge("sb_queue_oldest_age_seconds", "How long the longest-waiting due chat has waited")
+QUEUE_WAIT = Histogram(
+    "sb_queue_wait_seconds",
+    "Time from intake to the start of processing of an update",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+REDELIVERIES = Counter("sb_redeliveries_total", "Updates received again (already taken in or already answered)")
+DUPLICATE_REPLIES = Counter(
+    "sb_possible_duplicate_replies_total", "Replies sent again because an earlier attempt may have died after sending"
+)
+RATE_LIMITED = Counter("sb_rate_limited_total", "Messages refused by the per-chat rate limit")
+LLM_IN_FLIGHT = Gauge("sb_llm_calls_in_flight", "LLM calls running in this process")
+
+
+def record_compaction(kind: str, report: CompactionReport | None) -> None:
+    if report is None:
+        return
+    SUMMARY_CALLS.inc(len(report.usage))
+    for usage in report.usage:
+        PROMPT_TOKENS_ACTUAL.labels("summary").inc(usage.prompt_tokens)
+        COMPLETION_TOKENS.labels("summary").inc(usage.completion_tokens)
+    if report.usage:
+        LLM_SECONDS.labels("summary").observe(report.seconds)
+    if report.failed:
+        SUMMARY_FAILURES.inc()
+    elif report.folded_messages:
+        COMPACTIONS.labels(kind).inc()
+        RESTORED_IDENTIFIERS.inc(report.restored_identifiers)
+
+
+def record_turn(result: TurnResult, *, drift_warn_ratio: float = 0.15) -> float | None:
+    """Count one handled message; returns the prompt-token drift ratio when the provider reported usage."""
+    if result.redelivered:
+        TURNS.labels("redelivered").inc()
+        DUPLICATE_REPLIES.inc()
+        return None
+    if result.duplicate:
+        TURNS.labels("duplicate").inc()
+        REDELIVERIES.inc()
+        return None
+    TURNS.labels("ok").inc()
+    LLM_SECONDS.labels("chat").observe(result.llm_seconds)
+    PROMPT_TOKENS_ESTIMATED.inc(result.estimated_tokens)
+    record_compaction("forced", result.forced_compaction)
+    record_compaction("proactive", result.proactive_compaction)
+    if result.usage is None:
+        return None
+    PROMPT_TOKENS_ACTUAL.labels("chat").inc(result.usage.prompt_tokens)
+    COMPLETION_TOKENS.labels("chat").inc(result.usage.completion_tokens)
+    if not result.estimated_tokens:
+        return None
+    drift = (result.usage.prompt_tokens - result.estimated_tokens) / result.estimated_tokens
+    TOKEN_DRIFT.observe(drift)
+    if abs(drift) > drift_warn_ratio:
+        log.warning(
+            "prompt token estimate off by %+.0f%% (estimated %d, provider counted %d): leave more headroom "
+            "in CHAT_INPUT_TOKEN_BUDGET or check TOKENIZER_ENCODING for this model",
+            drift * 100,
+            result.estimated_tokens,
+            result.usage.prompt_tokens,
+        )
+    return drift
