@@ -36,12 +36,12 @@ def free_port() -> int:
 class RedisServer:
     """A real redis-server process on loopback, for the tests that must talk to the real thing."""
 
-    def __init__(self, *, appendonly: bool = False) -> None:
+    def __init__(self, *, appendonly: bool = False, port: int | None = None) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (scripts/test installs it)")
         self.dir = Path(tempfile.mkdtemp(prefix="sb-redis-"))
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._args = [
             binary,

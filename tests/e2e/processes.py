@@ -54,6 +54,23 @@ class BotProcess:
             await asyncio.sleep(0.05)
         raise AssertionError(f"{needle!r} not logged; log:\n{self.log.decode(errors='replace')}")
 
+    async def wait_http_ok(self, url: str, within: float = 30) -> None:
+        """Wait until ``url`` answers 200 (e.g. the worker's /healthz)."""
+        import aiohttp
+
+        for _ in range(int(within * 10)):
+            assert self.process is not None
+            if self.process.returncode is not None:
+                break
+            try:
+                async with aiohttp.ClientSession() as http, http.get(url) as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"{url} never answered 200; log:\n{self.log.decode(errors='replace')}")
+
     async def stop(self) -> int:
         assert self.process is not None
         if self.process.returncode is None:

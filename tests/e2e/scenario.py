@@ -40,9 +40,12 @@ class WebhookSender:
 
     async def send_chat(self, http: aiohttp.ClientSession, chat_id: int, messages: int) -> None:
         for n in range(messages):
-            update = self.telegram.message_update(chat_id, customer_text(chat_id, n))
-            self.sent_at[(chat_id, n)] = time.monotonic()
-            await self._post(http, update)
+            await self.send_chat_message(http, chat_id, n)
+
+    async def send_chat_message(self, http: aiohttp.ClientSession, chat_id: int, n: int) -> None:
+        update = self.telegram.message_update(chat_id, customer_text(chat_id, n))
+        self.sent_at[(chat_id, n)] = time.monotonic()
+        await self._post(http, update)
 
     async def _post(self, http: aiohttp.ClientSession, update: dict[str, object]) -> None:
         headers = {"X-Telegram-Bot-Api-Secret-Token": self.secret}

@@ -55,7 +55,8 @@ async def test_webhook_workers_survive_a_sigkill(
         processes.append(process)
         await process.start()
     sender = WebhookSender(telegram, [f"http://127.0.0.1:{p}/hook" for p in ports], SECRET)
-    await _wait_ready(ports)
+    for process, port in zip(processes, ports, strict=True):
+        await process.wait_http_ok(f"http://127.0.0.1:{port}/healthz")
     chats = random_chats(CHATS)
     started = time.monotonic()
 
@@ -143,93 +144,3 @@ async def _leader_pid(redis: Redis, within: float = 20) -> int:
             return int(holder.decode().split(":")[1])
         await asyncio.sleep(0.05)
     raise AssertionError("no poller leader elected")
-
-
-async def _wait_ready(ports: list[int], within: float = 20) -> None:
-    deadline = time.monotonic() + within
-    async with aiohttp.ClientSession() as http:
-        for port in ports:
-            while True:
-                try:
-                    async with http.get(f"http://127.0.0.1:{port}/healthz") as response:
-                        if response.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"worker on {port} never became healthy")
-                await asyncio.sleep(0.1)
-
-
-async def test_sigterm_during_a_slow_llm_call_finishes_the_turn(
-    telegram: StubTelegram,
-    stub_llm: StubOpenAI,
-    redis_server: RedisServer,
-    real_redis: Redis,
-    tmp_path: Path,
-    processes: list[BotProcess],
-) -> None:
-    env = (
-        base_env(telegram, stub_llm)
-        | WORKER_ENV
-        | {
-            "BOT_MODE": "polling",
-            "REDIS_URL": redis_server.url,
-            "POLLING_TIMEOUT_SECONDS": "1",
-            "SHUTDOWN_GRACE_SECONDS": "10",
-            "LOG_LEVEL": "INFO",
-        }
-    )
-    worker = BotProcess(env, tmp_path)
-    processes.append(worker)
-    await worker.start()
-    await worker.wait_log("poller: took leadership")
-    stub_llm.latency = 1.5
-    telegram.send_text(31, customer_text(31, 0))
-    await telegram.wait_for(lambda: len(stub_llm.chat_requests) == 1)
-    assert await worker.stop() == 0  # SIGTERM while the model is still "thinking"
-    assert telegram.texts_to(31) == [f"Support answer to: {customer_text(31, 0)}"]
-    session = await RedisSessionStore(redis=real_redis, key_prefix="sb").load(31)
-    assert [m.content for m in session.messages if m.role == "user"] == [customer_text(31, 0)]
-    assert await real_redis.get("sb:poller") is None, "the poller lease was released"
-
-
-async def test_workers_carry_on_after_a_redis_restart(
-    telegram: StubTelegram,
-    stub_llm: StubOpenAI,
-    tmp_path: Path,
-    processes: list[BotProcess],
-) -> None:
-    redis = RedisServer(appendonly=True)
-    redis.start()
-    try:
-        env = (
-            base_env(telegram, stub_llm)
-            | WORKER_ENV
-            | {
-                "BOT_MODE": "polling",
-                "REDIS_URL": redis.url,
-                "POLLING_TIMEOUT_SECONDS": "1",
-            }
-        )
-        for _ in range(2):
-            process = BotProcess(env, tmp_path)
-            processes.append(process)
-            await process.start()
-        telegram.send_text(41, customer_text(41, 0))
-        await telegram.wait_messages(41, 1, within=20)
-        redis.stop()  # SHUTDOWN: AOF is flushed
-        await asyncio.sleep(1.0)
-        telegram.send_text(41, customer_text(41, 1))  # arrives while Redis is down
-        await asyncio.sleep(1.0)
-        redis.start()
-        await telegram.wait_for(lambda: len(telegram.texts_to(41)) >= 2, within=30)
-        telegram.send_text(41, customer_text(41, 2))
-        await telegram.wait_for(lambda: len(telegram.texts_to(41)) >= 3, within=30)
-        client = Redis.from_url(redis.url)
-        session = await RedisSessionStore(redis=client, key_prefix="sb").load(41)
-        await client.aclose()
-        assert [m.content for m in session.messages if m.role == "user"] == [customer_text(41, n) for n in range(3)]
-        assert telegram.texts_to(41) == [f"Support answer to: {customer_text(41, n)}" for n in range(3)]
-    finally:
-        redis.stop()

@@ -24,6 +24,7 @@ BOT_USER = {"id": 424242, "is_bot": True, "first_name": "Support", "username": "
 class Call:
     method: str
     params: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass

@@ -1,0 +1,36 @@
+"""Every benchmark script runs on tiny sizes, so none of them can rot."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_script(module: str, *args: str, within: float = 240) -> str:
+    completed = subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=within
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    return completed.stdout
+
+
+def test_chaos_script_smoke() -> None:
+    out = run_script(
+        "benchmarks.chaos",
+        "--chats",
+        "20",
+        "--messages",
+        "4",
+        "--kill-every-waves",
+        "1",
+        "--lease",
+        "2",
+        "--timeout",
+        "90",
+    )
+    assert "lost=0 doubled=0 out_of_order=0" in out
+    assert "kills=3 redis_restarts=1" in out
+    assert "RESULT: OK" in out
