@@ -87,9 +87,10 @@ class Summarizer:
             log.warning("summary still %d tokens after re-compression (cap %d)", block.tokens, self._max_tokens)
         return shorter, block, restored
 
-    def _request(
+    def request_messages(
         self, previous: SummaryState | None, messages: Sequence[StoredMessage], compress: bool
     ) -> list[PromptPart]:
+        """The summarizer's prompt: its instruction, then previous summary and turns as data blocks."""
         instruction = self._prompt.render(max_tokens=str(self._max_tokens))
         if compress:
             instruction += (
@@ -111,7 +112,7 @@ class Summarizer:
         *,
         compress: bool = False,
     ) -> SummaryState:
-        request = self._request(previous, messages, compress)
+        request = self.request_messages(previous, messages, compress)
         problem = ""
         for _attempt in range(2):
             try:

@@ -45,14 +45,11 @@ class Window:
         return self.removed_history_messages
 
 
-def validate_history(history: Sequence[Costed]) -> None:
-    """Whole turns only: user, assistant, user, assistant... Raises CorruptHistoryError otherwise."""
-    if len(history) % 2:
-        raise CorruptHistoryError(f"history has {len(history)} messages: not whole user/assistant turns")
-    for index, message in enumerate(history):
-        expected = "user" if index % 2 == 0 else "assistant"
-        if message.role != expected:
-            raise CorruptHistoryError(f"history message {index} has role {message.role!r}, expected {expected!r}")
+def _check_turn(history: Sequence[Costed], start: int) -> None:
+    for index, expected in ((start, "user"), (start + 1, "assistant")):
+        role = history[index].role
+        if role != expected:
+            raise CorruptHistoryError(f"history message {index} has role {role!r}, expected {expected!r}")
 
 
 def fixed_cost(instruction: PromptPart, context: Sequence[PromptPart]) -> int:
@@ -72,11 +69,13 @@ def build_window(
     """Instruction + context + the newest whole turns that fit + the new message, within ``budget``.
 
     History enters newest first, a whole user+assistant turn at a time, and stops at the first turn
-    that does not fit, so the prompt never has a gap. Only the included history items are passed
+    that does not fit, so the prompt never has a gap. Every turn it reaches must be user+assistant
+    (CorruptHistoryError otherwise), so a broken history is never sent. Only the included history items are passed
     to ``render`` (which turns a stored message into prompt text; costs must already be known).
     Raises MessageTooLongError if the new message alone does not fit next to instruction and context.
     """
-    validate_history(history)
+    if len(history) % 2:
+        raise CorruptHistoryError(f"history has {len(history)} messages: not whole user/assistant turns")
     fixed = fixed_cost(instruction, context)
     room_for_message = budget - fixed
     if room_for_message <= 0:
@@ -87,6 +86,9 @@ def build_window(
     room = room_for_message - new_message.tokens
     start = len(history)
     while start >= 2:
+        # only the turns the walk reaches are checked: cost stays flat in the history length, and
+        # nothing older than the first turn that does not fit can reach the prompt anyway
+        _check_turn(history, start - 2)
         turn_tokens = history[start - 2].tokens + history[start - 1].tokens
         if turn_tokens > room:
             break

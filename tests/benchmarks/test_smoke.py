@@ -34,3 +34,16 @@ def test_chaos_script_smoke() -> None:
     assert "lost=0 doubled=0 out_of_order=0" in out
     assert "kills=3 redis_restarts=1" in out
     assert "RESULT: OK" in out
+
+
+def test_window_benchmark_smoke() -> None:
+    out = run_script("benchmarks.window", "--sizes", "10", "200", "--min-seconds", "0.01")
+    assert "ratio" in out and out.strip().splitlines()[-1].split()[0] == "200"
+
+
+def test_tokens_benchmark_smoke(tmp_path: Path) -> None:
+    plot = tmp_path / "tokens.png"
+    out = run_script("benchmarks.tokens", "--turns", "60", "--budget", "3000", "--plot", str(plot))
+    assert "(d) this project" in out and "goal: every prompt within budget: met" in out
+    assert "goal: 100% control identifiers kept: met" in out
+    assert plot.stat().st_size > 10_000

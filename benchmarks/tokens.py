@@ -1,0 +1,303 @@
+"""Tokens spent by four memory policies on the same 300-turn support conversation and budget.
+
+    .venv/bin/python -m benchmarks.tokens [--turns 300] [--budget 6000] [--plot benchmarks/tokens.png]
+
+(a) full history; (b) sliding window only; (c) the textbook hybrid: on overflow summarize everything
+and restart from the current turn; (d) this project: the real ChatService (budgeted window, proactive
+and forced incremental compaction, identifier guarantee) against the stub OpenAI server. The summarizer
+is a stub with a fixed-size output that keeps no identifiers, the same for (c) and (d)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from openai import AsyncOpenAI
+
+from benchmarks.common import machine
+from benchmarks.conversation import CONTROL_FACTS, Turn, generate
+from prompts import default_registry
+from services.chat import ChatService
+from services.engine import build_chat_service
+from services.llm import LLMClient
+from services.models import PromptPart, StoredMessage
+from services.prompt_format import customer_block, summary_block
+from services.settings import MemorySettings
+from services.store import InMemorySessionStore
+from services.summarizer import Summarizer
+from services.summary_state import SummaryState, render_summary
+from services.tokens import TokenCounter
+from services.window import build_window
+from tests.stubs.openai_server import StubOpenAI
+
+SWEEP = [(0.85, 0.5), (0.99, 0.15), (0.6, 0.3), (0.45, 0.15)]
+
+FIXED_SUMMARY = SummaryState(
+    topic="Customer support conversation about deliveries, defects and returns of several products",
+    key_facts=["Customer owns several of our products", "Some orders were delayed", "One device shows an error"],
+    actions_taken=["Support checked the delivery status", "Support explained the warranty terms"],
+    decisions=["A replacement will be prepared after the return"],
+    pending_questions=["When will the replacement ship?"],
+    next_step="Wait for the courier investigation and the return scan",
+)
+
+
+@dataclass
+class PolicyResult:
+    name: str
+    prompt_tokens: list[int] = field(default_factory=list)
+    summary_calls: int = 0
+    summary_tokens: int = 0
+    verbatim_after_compaction: list[int] = field(default_factory=list)
+    final_prompt: str = ""
+
+    @property
+    def facts_kept(self) -> float:
+        return sum(fact in self.final_prompt for fact in CONTROL_FACTS) / len(CONTROL_FACTS)
+
+
+def parts(counter: TokenCounter, turns: list[Turn]) -> list[PromptPart]:
+    out: list[PromptPart] = []
+    for turn in turns:
+        user = customer_block(turn.user)
+        out.append(PromptPart("user", user, counter.count_message("user", user)))
+        out.append(PromptPart("assistant", turn.assistant, counter.count_message("assistant", turn.assistant)))
+    return out
+
+
+def total(instruction: PromptPart, prompt: list[PromptPart]) -> int:
+    return sum(p.tokens for p in prompt) + 3
+
+
+def full_history(counter: TokenCounter, instruction: PromptPart, turns: list[Turn]) -> PolicyResult:
+    result, history = PolicyResult("(a) full history"), parts(counter, turns)
+    for index in range(len(turns)):
+        prompt = [instruction, *history[: 2 * index], history[2 * index]]
+        result.prompt_tokens.append(total(instruction, prompt))
+    result.final_prompt = "\n".join(p.content for p in prompt)
+    return result
+
+
+def sliding_window(counter: TokenCounter, instruction: PromptPart, turns: list[Turn], budget: int) -> PolicyResult:
+    result, history = PolicyResult("(b) sliding window"), parts(counter, turns)
+    for index in range(len(turns)):
+        window = build_window(
+            instruction=instruction,
+            context=[],
+            history=history[: 2 * index],
+            new_message=history[2 * index],
+            budget=budget,
+        )
+        result.prompt_tokens.append(window.estimated_tokens)
+    result.final_prompt = "\n".join(p.content for p in window.messages)
+    return result
+
+
+def textbook_hybrid(
+    counter: TokenCounter, instruction: PromptPart, summarizer: Summarizer, turns: list[Turn], budget: int
+) -> PolicyResult:
+    result, history = PolicyResult("(c) summarize all + restart"), parts(counter, turns)
+    block = summary_block(render_summary(FIXED_SUMMARY))
+    summary_part = PromptPart("user", block, counter.count_message("user", block))
+    output_tokens = counter.count_text(FIXED_SUMMARY.to_json())
+    start, summary, just_compacted = 0, None, False
+    for index in range(len(turns)):
+        context = [summary] if summary else []
+        prompt = [instruction, *context, *history[2 * start : 2 * index], history[2 * index]]
+        if total(instruction, prompt) > budget and index > start:
+            folded = [
+                StoredMessage(
+                    i,
+                    "user" if i % 2 == 0 else "assistant",
+                    turns[i // 2].user if i % 2 == 0 else turns[i // 2].assistant,
+                    0,
+                )
+                for i in range(2 * start, 2 * index)
+            ]
+            request = summarizer.request_messages(FIXED_SUMMARY if summary else None, folded, False)
+            result.summary_calls += 1
+            result.summary_tokens += counter.count_messages([(p.role, p.content) for p in request]) + output_tokens
+            summary, start, just_compacted = summary_part, index, True
+            prompt = [instruction, summary, history[2 * index]]
+        if just_compacted:
+            result.verbatim_after_compaction.append((len(prompt) - 3) // 2)
+            just_compacted = False
+        result.prompt_tokens.append(total(instruction, prompt))
+    result.final_prompt = "\n".join(p.content for p in prompt)
+    return result
+
+
+async def project_policy(
+    counter: TokenCounter,
+    turns: list[Turn],
+    budget: int,
+    high: float = 0.85,
+    low: float = 0.5,
+    name: str = "(d) this project",
+) -> PolicyResult:
+    result = PolicyResult(name)
+    stub = StubOpenAI(summary_reply=lambda _body: FIXED_SUMMARY.to_json())
+    await stub.start()
+    llm = LLMClient(
+        client=AsyncOpenAI(api_key="k", base_url=stub.base_url, max_retries=0),
+        chat_model="m",
+        summary_model="m",
+        max_output_tokens=512,
+        summary_max_tokens=800,
+    )
+    memory = MemorySettings(
+        _env_file=None,
+        chat_input_token_budget=budget,  # type: ignore[call-arg]
+        history_high_water=high,
+        history_low_water=low,
+    )
+    chat: ChatService = build_chat_service(
+        llm=llm, store=InMemorySessionStore(), memory=memory, instruction_role="developer", counter=counter
+    )
+    output_tokens = counter.count_text(FIXED_SUMMARY.to_json())
+    pending_verbatim_check = False
+
+    async def deliver(_result: object) -> None:
+        return None
+
+    try:
+        for turn in turns:
+            stub.chat_replies.append(turn.assistant)
+            outcome = await chat.handle(1, turn.user, deliver=deliver)
+            result.prompt_tokens.append(outcome.estimated_tokens)
+            if pending_verbatim_check or (outcome.forced_compaction and outcome.forced_compaction.folded_messages):
+                result.verbatim_after_compaction.append(outcome.context_history_messages // 2)
+            proactive = outcome.proactive_compaction
+            pending_verbatim_check = bool(proactive and proactive.folded_messages)
+        for request in stub.summary_requests:
+            result.summary_calls += 1
+            result.summary_tokens += (
+                counter.count_messages([(m["role"], m["content"]) for m in request["messages"]]) + output_tokens
+            )
+        result.final_prompt = "\n".join(m["content"] for m in stub.chat_requests[-1]["messages"])
+    finally:
+        await chat.close()
+        await stub.stop()
+    return result
+
+
+def plot(results: list[PolicyResult], path: str, budget: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for res in results:
+        ax.plot(range(1, len(res.prompt_tokens) + 1), res.prompt_tokens, label=res.name, linewidth=1.2)
+    ax.axhline(budget, color="grey", linestyle="--", linewidth=0.8, label=f"budget {budget}")
+    ax.set_yscale("log")
+    ax.set_xlabel("turn")
+    ax.set_ylabel("prompt tokens (log)")
+    ax.set_title("Prompt tokens per turn, four memory policies")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def report(results: list[PolicyResult], budget: int) -> dict[str, Any]:
+    print(
+        f"{'policy':<30} {'total':>10} {'max':>7} {'over_budget':>11} {'sum_calls':>9} {'sum_tokens':>10} "
+        f"{'verbatim_min':>12} {'verbatim_mean':>13} {'facts_kept':>10}"
+    )
+    figures: dict[str, Any] = {}
+    for res in results:
+        verbatim = res.verbatim_after_compaction
+        row = {
+            "total": sum(res.prompt_tokens),
+            "max": max(res.prompt_tokens),
+            "over_budget": sum(t > budget for t in res.prompt_tokens),
+            "summary_calls": res.summary_calls,
+            "summary_tokens": res.summary_tokens,
+            "verbatim_min": min(verbatim) if verbatim else None,
+            "verbatim_mean": round(statistics.mean(verbatim), 1) if verbatim else None,
+            "facts_kept": res.facts_kept,
+        }
+        figures[res.name] = row
+        print(
+            f"{res.name:<30} {row['total']:>10} {row['max']:>7} {row['over_budget']:>11} {row['summary_calls']:>9} "
+            f"{row['summary_tokens']:>10} {row['verbatim_min']!s:>12} {row['verbatim_mean']!s:>13} "
+            f"{row['facts_kept']:>10.0%}"
+        )
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=300)
+    parser.add_argument("--budget", type=int, default=6000)
+    parser.add_argument("--plot", default="", help="write a PNG of prompt tokens per turn here")
+    parser.add_argument("--json", default="", help="write the figures as JSON here")
+    parser.add_argument(
+        "--sweep", action="store_true", help="also run (d) with other HISTORY_HIGH_WATER/HISTORY_LOW_WATER pairs"
+    )
+    args = parser.parse_args(argv)
+    counter = TokenCounter.for_encoding()
+    registry = default_registry()
+    text = registry.get("support_chat").render(company="our company")
+    instruction = PromptPart("developer", text, counter.count_message("developer", text))
+    summarizer = Summarizer(
+        llm=None,
+        counter=counter,
+        prompt=registry.get("summary"),  # type: ignore[arg-type]
+        max_tokens=800,
+        instruction_role="developer",
+    )
+    turns = generate(args.turns)
+    results = [
+        full_history(counter, instruction, turns),
+        sliding_window(counter, instruction, turns, args.budget),
+        textbook_hybrid(counter, instruction, summarizer, turns, args.budget),
+        asyncio.run(project_policy(counter, turns, args.budget)),
+    ]
+    print(f"machine: {machine()}; turns={args.turns} budget={args.budget}")
+    figures = report(results, args.budget)
+    ours, full, textbook = (
+        figures["(d) this project"],
+        figures["(a) full history"],
+        figures["(c) summarize all + restart"],
+    )
+    goals = {
+        "every prompt within budget": ours["over_budget"] == 0,
+        "total <= 1/10 of full history": ours["total"] * 10 <= full["total"],
+        "fewer summary calls than (c)": ours["summary_calls"] < textbook["summary_calls"],
+        ">= 4 verbatim turns after every compaction": (ours["verbatim_min"] or 0) >= 4,
+        "100% control identifiers kept": ours["facts_kept"] == 1.0,
+    }
+    print(
+        f"(d) total / (a) total = {ours['total'] / full['total']:.3f}; "
+        f"(d) summary calls / (c) = {ours['summary_calls']}/{textbook['summary_calls']}"
+    )
+    for goal, met in goals.items():
+        print(f"goal: {goal}: {'met' if met else 'NOT met'}")
+    if args.sweep:
+        print("water-mark sweep of (d): high/low → total vs (a), summary calls, min verbatim turns, facts kept")
+        for high, low in SWEEP:
+            res = asyncio.run(project_policy(counter, turns, args.budget, high, low, f"(d) {high}/{low}"))
+            verbatim = min(res.verbatim_after_compaction or [0])
+            print(
+                f"  {high:.2f}/{low:.2f}: total={sum(res.prompt_tokens)} ({sum(res.prompt_tokens) / full['total']:.3f} of a) "
+                f"max={max(res.prompt_tokens)} summary_calls={res.summary_calls} summary_tokens={res.summary_tokens} "
+                f"verbatim_min={verbatim} facts_kept={res.facts_kept:.0%}"
+            )
+    if args.plot:
+        plot(results, args.plot, args.budget)
+        print(f"plot: {args.plot}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"figures": figures, "goals": goals}, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
