@@ -285,10 +285,11 @@ def main(argv: list[str] | None = None) -> int:
         for high, low in SWEEP:
             res = asyncio.run(project_policy(counter, turns, args.budget, high, low, f"(d) {high}/{low}"))
             verbatim = min(res.verbatim_after_compaction or [0])
+            spent = sum(res.prompt_tokens)
             print(
-                f"  {high:.2f}/{low:.2f}: total={sum(res.prompt_tokens)} ({sum(res.prompt_tokens) / full['total']:.3f} of a) "
-                f"max={max(res.prompt_tokens)} summary_calls={res.summary_calls} summary_tokens={res.summary_tokens} "
-                f"verbatim_min={verbatim} facts_kept={res.facts_kept:.0%}"
+                f"  {high:.2f}/{low:.2f}: total={spent} ({spent / full['total']:.3f} of a) "
+                f"max={max(res.prompt_tokens)} summary_calls={res.summary_calls} "
+                f"summary_tokens={res.summary_tokens} verbatim_min={verbatim} facts_kept={res.facts_kept:.0%}"
             )
     if args.plot:
         plot(results, args.plot, args.budget)
