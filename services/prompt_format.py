@@ -70,7 +70,13 @@ def _has_surrogates(text: str) -> bool:
 
 
 def wrap(tag: str, text: str) -> str:
-    return f"<{tag}>\n{neutralize(text)}\n</{tag}>"
+    """``text`` as a data block: anything in it that could close or open one of our fences is defused."""
+    return fence(tag, neutralize(text))
+
+
+def fence(tag: str, safe_inner: str) -> str:
+    """Put already-wrapped blocks inside an outer block (their own tags must stay intact)."""
+    return f"<{tag}>\n{safe_inner}\n</{tag}>"
 
 
 def customer_block(text: str) -> str:

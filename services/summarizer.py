@@ -14,7 +14,7 @@ from services.errors import LLMError, SummaryError
 from services.identifiers import Identifier, restore_identifiers
 from services.llm import LLMClient, Usage
 from services.models import PromptPart, StoredMessage
-from services.prompt_format import summary_block, wrap
+from services.prompt_format import fence, summary_block, wrap
 from services.summary_state import SummaryState, merge_summaries, render_summary
 from services.tokens import TokenCounter
 
@@ -101,7 +101,7 @@ class Summarizer:
             wrap("customer_message" if m.role == "user" else "support_reply", m.content) for m in messages
         )
         previous_json = previous.to_json() if previous is not None else "{}"
-        body = f"{wrap('previous_summary', previous_json)}\n{wrap('conversation_turns', turns)}"
+        body = f"{wrap('previous_summary', previous_json)}\n{fence('conversation_turns', turns)}"
         return [PromptPart(self._instruction_role, instruction, 0), PromptPart("user", body, 0)]
 
     async def _ask(

@@ -47,3 +47,22 @@ def test_tokens_benchmark_smoke(tmp_path: Path) -> None:
     assert "(d) this project" in out and "goal: every prompt within budget: met" in out
     assert "goal: 100% control identifiers kept: met" in out
     assert plot.stat().st_size > 10_000
+
+
+def test_load_benchmark_smoke() -> None:
+    out = run_script(
+        "benchmarks.load",
+        "--workers",
+        "1",
+        "--chats",
+        "8",
+        "--messages",
+        "5",
+        "--think",
+        "0.2",
+        "--llm-latency",
+        "0.05",
+    )
+    row = out.strip().splitlines()[-1].split()
+    assert row[0] == "1" and float(row[1]) > 0
+    assert int(row[-2]) > 0, "compaction turns were measured"

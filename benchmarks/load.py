@@ -1,0 +1,215 @@
+"""Throughput and reply latency of N webhook workers on one real redis-server, against the stub Bot API
+and a stub OpenAI server with a fixed latency; chats behave like customers (closed loop: the next
+message only after the reply, plus a think time).
+
+    .venv/bin/python -m benchmarks.load --workers 1 2 4 --chats 200 --messages 5 --llm-latency 0.2
+
+Prints per worker count: throughput (turns/s), reply latency p50/p95/p99, the bot's own overhead
+(latency − LLM latency) and the latency of turns after which a compaction ran vs ordinary turns."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import re
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from benchmarks.common import machine, percentile
+from tests.conftest import RedisServer, free_port
+from tests.e2e.processes import SECRET, BotProcess, base_env
+from tests.stubs.openai_server import StubOpenAI, customer_texts
+from tests.stubs.telegram_server import StubTelegram
+
+FILLER = "I still need help with the delivery of my parcel, the tracking page has not changed since Monday."
+_REPLY = re.compile(r"^Support answer to: c(\d+) m(\d+)\b")
+
+
+@dataclass
+class RunFigures:
+    workers: int
+    turns: int
+    seconds: float
+    latencies: list[float] = field(default_factory=list)
+    compaction_latencies: list[float] = field(default_factory=list)
+    ordinary_latencies: list[float] = field(default_factory=list)
+    summary_calls: int = 0
+
+
+class ReplyWatcher:
+    """Wakes the chat whose reply the stub Bot API just received."""
+
+    def __init__(self, telegram: StubTelegram) -> None:
+        self._telegram = telegram
+        self._seen = 0
+        self.replied_at: dict[tuple[int, int], float] = {}
+        self.events: dict[tuple[int, int], asyncio.Event] = {}
+
+    async def run(self) -> None:
+        while True:
+            calls = self._telegram.calls
+            while self._seen < len(calls):
+                call = calls[self._seen]
+                self._seen += 1
+                if call.method != "sendMessage":
+                    continue
+                match = _REPLY.match(str(call.params.get("text", "")))
+                if match:
+                    key = (int(match.group(1)), int(match.group(2)))
+                    self.replied_at.setdefault(key, call.at)
+                    self.events.setdefault(key, asyncio.Event()).set()
+            await asyncio.sleep(0.001)
+
+    async def wait(self, key: tuple[int, int], within: float) -> None:
+        await asyncio.wait_for(self.events.setdefault(key, asyncio.Event()).wait(), within)
+
+
+async def one_run(args: argparse.Namespace, workers_count: int, workdir: Path) -> RunFigures:
+    redis = RedisServer()
+    redis.start()
+    llm, telegram = StubOpenAI(latency=args.llm_latency), StubTelegram()
+    summary_times: list[tuple[float, list[str]]] = []
+    original = llm.summary_reply
+
+    def summary_reply(body: dict[str, Any]) -> str:
+        summary_times.append((time.monotonic(), customer_texts(body)))
+        return original(body)
+
+    llm.summary_reply = summary_reply
+    await llm.start()
+    await telegram.start()
+    env = base_env(telegram, llm) | {
+        "BOT_MODE": "webhook",
+        "WEBHOOK_HOST": "127.0.0.1",
+        "WEBHOOK_PATH": "/hook",
+        "WEBHOOK_SECRET": SECRET,
+        "REDIS_URL": redis.url,
+        "LOG_LEVEL": args.log_level,
+        "WORKER_CONCURRENCY": str(args.chats),
+        "CHAT_INPUT_TOKEN_BUDGET": str(args.budget),
+        "SUMMARY_MAX_TOKENS": "300",
+        "DRAFTS_ENABLED": "true" if args.drafts else "false",
+    }
+    workers: list[BotProcess] = []
+    urls: list[str] = []
+    try:
+        for _ in range(workers_count):
+            port = free_port()
+            worker = BotProcess(env | {"WEBHOOK_PORT": str(port)}, workdir)
+            await worker.start()
+            await worker.wait_http_ok(f"http://127.0.0.1:{port}/healthz")
+            workers.append(worker)
+            urls.append(f"http://127.0.0.1:{port}/hook")
+        watcher = ReplyWatcher(telegram)
+        watching = asyncio.create_task(watcher.run())
+        sent_at: dict[tuple[int, int], float] = {}
+        chats = list(range(1, args.chats + 1))
+
+        async def customer(http: aiohttp.ClientSession, chat: int) -> None:
+            await asyncio.sleep(args.think * chat / len(chats))  # spread the first messages
+            for n in range(args.messages):
+                update = telegram.message_update(chat, f"c{chat} m{n} {FILLER}")
+                sent_at[(chat, n)] = time.monotonic()
+                async with http.post(
+                    urls[(chat + n) % len(urls)], json=update, headers={"X-Telegram-Bot-Api-Secret-Token": SECRET}
+                ) as response:
+                    assert response.status == 200, response.status
+                await watcher.wait((chat, n), within=120)
+                await asyncio.sleep(args.think)
+
+        started = time.monotonic()
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector) as http:
+            await asyncio.gather(*(customer(http, chat) for chat in chats))
+        seconds = time.monotonic() - started
+        watching.cancel()
+        figures = RunFigures(workers_count, len(sent_at), seconds, summary_calls=len(summary_times))
+        compacted_after: set[tuple[int, int]] = set()
+        for at, texts in summary_times:
+            chat_ids = {int(m.group(1)) for t in texts if (m := re.match(r"c(\d+) m", t))}
+            for chat in chat_ids:  # the turn of this chat replied last before the summary call
+                done = [
+                    (watcher.replied_at[k], k)
+                    for k in watcher.replied_at
+                    if k[0] == chat and watcher.replied_at[k] <= at
+                ]
+                if done:
+                    compacted_after.add(max(done)[1])
+        for key, sent in sent_at.items():
+            latency = watcher.replied_at[key] - sent
+            figures.latencies.append(latency)
+            (figures.compaction_latencies if key in compacted_after else figures.ordinary_latencies).append(latency)
+        return figures
+    finally:
+        for worker in workers:
+            await worker.stop()
+            if args.log_level == "DEBUG":
+                print(worker.log.decode(errors="replace")[-3000:])
+        await telegram.stop()
+        await llm.stop()
+        redis.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--chats", type=int, default=200, help="concurrent chats")
+    parser.add_argument("--messages", type=int, default=6, help="messages per chat")
+    parser.add_argument("--llm-latency", type=float, default=0.2)
+    parser.add_argument("--think", type=float, default=2.0, help="seconds a customer waits after a reply")
+    parser.add_argument("--budget", type=int, default=700, help="small, so that compaction happens")
+    parser.add_argument("--drafts", action="store_true", help="stream drafts (private chats)")
+    parser.add_argument("--log-level", default="WARNING")
+    parser.add_argument("--json", default="", help="write the figures as JSON here")
+    args = parser.parse_args(argv)
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    print(
+        f"machine: {machine()}; chats={args.chats} messages={args.messages} "
+        f"llm_latency={args.llm_latency * 1000:.0f}ms think={args.think}s budget={args.budget}"
+    )
+    print(
+        f"{'workers':>7} {'turns/s':>8} {'p50_ms':>7} {'p95_ms':>7} {'p99_ms':>7} {'overhead_p50':>12} "
+        f"{'overhead_p99':>12} {'compaction_turns':>16} {'compaction/ordinary_p50':>23}"
+    )
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="sb-load-") as workdir:
+        for count in args.workers:
+            fig = asyncio.run(one_run(args, count, Path(workdir)))
+            lat = fig.latencies
+            ratio = (
+                percentile(fig.compaction_latencies, 50) / percentile(fig.ordinary_latencies, 50)
+                if fig.compaction_latencies
+                else float("nan")
+            )
+            row = {
+                "workers": count,
+                "turns_per_s": fig.turns / fig.seconds,
+                "p50_ms": percentile(lat, 50) * 1000,
+                "p95_ms": percentile(lat, 95) * 1000,
+                "p99_ms": percentile(lat, 99) * 1000,
+                "overhead_p50_ms": (percentile(lat, 50) - args.llm_latency) * 1000,
+                "overhead_p99_ms": (percentile(lat, 99) - args.llm_latency) * 1000,
+                "compaction_turns": len(fig.compaction_latencies),
+                "compaction_ratio_p50": ratio,
+            }
+            rows.append(row)
+            print(
+                f"{count:>7} {row['turns_per_s']:>8.1f} {row['p50_ms']:>7.0f} {row['p95_ms']:>7.0f} "
+                f"{row['p99_ms']:>7.0f} {row['overhead_p50_ms']:>11.1f}ms {row['overhead_p99_ms']:>11.1f}ms "
+                f"{row['compaction_turns']:>16} {ratio:>23.2f}"
+            )
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
