@@ -20,6 +20,10 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         "phone",
         re.compile(r"(?<![\w+])\+\d[\d ()-]{6,}\d(?!\w)|(?<!\w)\(?\d{3}\)?[ -]\d{3}[ -]\d{2}[ -]?\d{2}(?!\w)"),
     ),
+    # Digit groups joined by hyphens (tracking numbers): 7700-1234-5566
+    ("number-group", re.compile(r"(?<![\w-])\d{3,}(?:-\d{2,})+(?![\w-])")),
+    # Hexadecimal error codes: 0x80070005
+    ("code", re.compile(r"\b0x[0-9a-fA-F]{2,}\b")),
     # Codes mixing letters and digits: ORD-7718, AB12345, E-042, SN: X7K-99, #A12
     (
         "code",
