@@ -21,6 +21,7 @@ from tests.helpers import make_service
 from tests.stubs.openai_server import StubOpenAI, customer_texts, digit_dropping_summary, faithful_summary
 
 FINAL_QUESTIONS = {d.final_question for d in DIALOGUES}
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def reading_reply(body: dict[str, Any]) -> str:
