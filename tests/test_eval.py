@@ -84,7 +84,7 @@ async def test_cli_runs_against_an_openai_compatible_endpoint(stub_llm: StubOpen
         "--only",
         "refund-en",
         "--require-all-in-summary",
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
