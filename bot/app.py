@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from aiogram import Bot, Dispatcher
@@ -12,11 +13,13 @@ from aiogram.client.telegram import TelegramAPIServer
 from aiogram.types import BotCommand
 from redis.asyncio import Redis
 
+from bot.access import AccessMiddleware
 from bot.flood import RetryAfterMiddleware
 from bot.handlers import all_routers
 from bot.settings import BotSettings
 from services.chat import ChatService
 from services.engine import build_chat_service, build_llm_client
+from services.ratelimit import InMemoryRateLimiter, RateLimiter, RedisRateLimiter
 from services.settings import LLMSettings, MemorySettings, RedisSettings
 from services.store import InMemorySessionStore, RedisSessionStore
 from services.store.base import SessionStore
@@ -26,10 +29,12 @@ log = logging.getLogger(__name__)
 COMMANDS = {
     "en": [
         BotCommand(command="new", description="Start a new conversation"),
+        BotCommand(command="forget", description="Delete everything stored about this chat"),
         BotCommand(command="help", description="What I can do"),
     ],
     "ru": [
         BotCommand(command="new", description="Начать новый разговор"),
+        BotCommand(command="forget", description="Удалить всё, что хранится об этом чате"),
         BotCommand(command="help", description="Что я умею"),
     ],
 }
@@ -76,8 +81,23 @@ def build_bot(settings: BotSettings) -> Bot:
     return Bot(settings.require_token(), session=session, default=DefaultBotProperties(parse_mode=None))
 
 
-def build_dispatcher(chat: ChatService, settings: BotSettings) -> Dispatcher:
-    dispatcher = Dispatcher(chat=chat, settings=settings)
+def build_limiter(chat: ChatService, settings: BotSettings) -> RateLimiter:
+    """Shared through Redis when the sessions are, else per process."""
+    store = chat.store
+    if isinstance(store, RedisSessionStore):
+        return RedisRateLimiter(
+            redis=store.redis, per_minute=settings.rate_limit_per_minute, key_prefix=store.key_prefix
+        )
+    return InMemoryRateLimiter(per_minute=settings.rate_limit_per_minute)
+
+
+def build_dispatcher(
+    chat: ChatService, settings: BotSettings, *, erasers: Sequence[Callable[[int], Awaitable[None]]] = ()
+) -> Dispatcher:
+    """``erasers``: extra per-chat records /forget must delete (e.g. the work queue's dedup set)."""
+    limiter = build_limiter(chat, settings)
+    dispatcher = Dispatcher(chat=chat, settings=settings, limiter=limiter, erasers=[limiter.forget, *erasers])
+    dispatcher.message.outer_middleware(AccessMiddleware())
     dispatcher.include_routers(*all_routers())
 
     async def on_shutdown() -> None:

@@ -40,7 +40,7 @@ async def run_queued(settings: Settings, workers: WorkerSettings) -> None:
         ttl_seconds=max(settings.memory.session_ttl_seconds, 0) or 7 * 24 * 3600,
     )
     bot = build_bot(settings.bot)
-    dispatcher = build_dispatcher(chat, settings.bot)
+    dispatcher = build_dispatcher(chat, settings.bot, erasers=[queue.forget])
     worker = Worker(
         queue=queue,
         dispatcher=dispatcher,

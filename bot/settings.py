@@ -11,6 +11,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 _SECRET_CHARS = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 
 
+def _id_set(raw: str) -> frozenset[int]:
+    try:
+        return frozenset(int(part) for part in raw.replace(";", ",").split(",") if part.strip())
+    except ValueError as exc:
+        raise ValueError(f"not a comma-separated list of numeric ids: {raw!r}") from exc
+
+
 class BotSettings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore", env_ignore_empty=True)
 
@@ -26,6 +33,10 @@ class BotSettings(BaseSettings):
     draft_interval_seconds: float = Field(default=0.7, ge=0.1)
     drafts_enabled: bool = True
     flood_retries: int = Field(default=3, ge=0)
+    rate_limit_per_minute: int = Field(default=20, ge=0, description="per chat, shared by all workers; 0 = off")
+    allowed_user_ids: str = Field(default="", description="comma-separated; empty = everyone")
+    allowed_chat_ids: str = Field(default="", description="comma-separated; empty = every chat")
+    group_require_mention: bool = True
     log_level: str = "INFO"
     log_format: Literal["text", "json"] = "text"
     metrics_host: str = "0.0.0.0"
@@ -41,7 +52,23 @@ class BotSettings(BaseSettings):
             raise ValueError("BOT_MODE=webhook needs WEBHOOK_SECRET")
         if not self.webhook_path.startswith("/"):
             raise ValueError("WEBHOOK_PATH must start with /")
+        for raw in (self.allowed_user_ids, self.allowed_chat_ids):
+            _id_set(raw)  # fail at start-up on a malformed list
         return self
+
+    @property
+    def allowed_users(self) -> frozenset[int]:
+        return _id_set(self.allowed_user_ids)
+
+    @property
+    def allowed_chats(self) -> frozenset[int]:
+        return _id_set(self.allowed_chat_ids)
+
+    def is_allowed(self, user_id: int | None, chat_id: int) -> bool:
+        users, chats = self.allowed_users, self.allowed_chats
+        if users and (user_id is None or user_id not in users):
+            return False
+        return not chats or chat_id in chats
 
     def require_token(self) -> str:
         token = self.bot_token.get_secret_value()

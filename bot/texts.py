@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from aiogram.types import User
+
+    from bot.settings import BotSettings
+
 TEXTS: dict[str, dict[str, str]] = {
     "en": {
         "start": (
@@ -12,12 +19,17 @@ TEXTS: dict[str, dict[str, str]] = {
         "help": (
             "Write your question as a text message and I will answer.\n"
             "/new: forget this conversation and start over\n"
+            "/forget: delete everything stored about this chat\n"
             "/help: this message\n"
             "I understand text only; please describe photos or voice messages in words."
         ),
         "new_done": "Done: I have forgotten our previous conversation. How can I help?",
         "text_only": "Sorry, I can only read text messages. Please describe it in words.",
         "too_long": "Your message is too long: {tokens} tokens, the limit is {limit}. Please shorten it or split it.",
+        "too_long_chars": "Your message is too long: {tokens} characters, the limit is {limit}. Please shorten it.",
+        "rate_limited": "You are sending messages too fast. Please wait {seconds} seconds and try again.",
+        "not_allowed": "Sorry, this assistant is not available for you.",
+        "forget_done": "Done: everything stored about this chat has been deleted.",
         "llm_unavailable": "The assistant is temporarily unavailable. Please try again in a minute.",
         "reply_truncated": "My answer came out too long and was cut off. Please ask a narrower question.",
         "bad_reply": "I could not produce an answer to that. Please rephrase your question.",
@@ -34,12 +46,17 @@ TEXTS: dict[str, dict[str, str]] = {
         "help": (
             "Напишите вопрос текстом, и я отвечу.\n"
             "/new: забыть этот разговор и начать заново\n"
+            "/forget: удалить всё, что хранится об этом чате\n"
             "/help: это сообщение\n"
             "Я понимаю только текст; опишите фото или голосовое сообщение словами."
         ),
         "new_done": "Готово: предыдущий разговор забыт. Чем могу помочь?",
         "text_only": "Извините, я понимаю только текстовые сообщения. Опишите, пожалуйста, словами.",
         "too_long": "Сообщение слишком длинное: {tokens} токенов при лимите {limit}. Сократите его или разделите.",
+        "too_long_chars": "Сообщение слишком длинное: {tokens} символов при лимите {limit}. Сократите его.",
+        "rate_limited": "Вы отправляете сообщения слишком часто. Подождите {seconds} с и повторите.",
+        "not_allowed": "Извините, этот помощник вам недоступен.",
+        "forget_done": "Готово: всё, что хранилось об этом чате, удалено.",
         "llm_unavailable": "Помощник временно недоступен. Попробуйте ещё раз через минуту.",
         "reply_truncated": "Мой ответ получился слишком длинным и оборвался. Задайте, пожалуйста, более узкий вопрос.",
         "bad_reply": "Не удалось подготовить ответ. Пожалуйста, переформулируйте вопрос.",
@@ -62,3 +79,8 @@ def pick_language(language_code: str | None, default: str) -> str:
 def text(language: str, key: str, **values: object) -> str:
     template = TEXTS.get(language, TEXTS["en"]).get(key) or TEXTS["en"][key]
     return template.format(**values)
+
+
+def language_of(user: User | None, settings: BotSettings) -> str:
+    """The language to answer a Telegram user in."""
+    return pick_language(user.language_code if user else None, settings.default_language)

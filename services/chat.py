@@ -80,6 +80,7 @@ class ChatService:
         summary_max_tokens: int,
         policy: CompactionPolicy,
         commit_attempts: int = 3,
+        max_message_chars: int = 4096,
     ) -> None:
         self._store = store
         self._llm = llm
@@ -91,6 +92,7 @@ class ChatService:
         self._budget = budget
         self._policy = policy
         self._commit_attempts = commit_attempts
+        self._max_message_chars = max_message_chars
         self.history_room = budget - self._instruction.tokens - summary_max_tokens - REPLY_PRIMER_TOKENS
         if self.history_room <= 0:
             raise ConfigurationError(
@@ -160,6 +162,8 @@ class ChatService:
         self, chat_id: int, text: str, *, on_delta: OnDelta | None = None, turn_id: str | None = None
     ) -> TurnResult:
         """Produce and store one turn. Nothing is written unless the model replied."""
+        if len(text) > self._max_message_chars:  # checked before tokenizing megabytes of text
+            raise MessageTooLongError(tokens=len(text), limit=self._max_message_chars, unit="characters")
         text = clean_text(text)
         content = customer_block(text)
         new_part = PromptPart("user", content, self._counter.count_message("user", content))

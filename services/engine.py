@@ -31,6 +31,7 @@ def build_llm_client(settings: LLMSettings, memory: MemorySettings) -> LLMClient
         token_limit_param=settings.openai_token_limit_param,
         summary_response_format=settings.summary_response_format,
         temperature=settings.openai_temperature,
+        max_concurrency=settings.llm_max_concurrency,
     )
 
 
@@ -69,4 +70,5 @@ def build_chat_service(
             low_water=memory.history_low_water,
             min_verbatim_turns=memory.history_min_verbatim_turns,
         ),
+        max_message_chars=memory.max_message_chars,
     )

@@ -18,10 +18,11 @@ class ConfigurationError(SupportBotError):
 class MessageTooLongError(SupportBotError):
     """A required part of the prompt alone does not fit the input budget."""
 
-    def __init__(self, *, tokens: int, limit: int) -> None:
-        super().__init__(f"message too long: {tokens} tokens, limit {limit}")
+    def __init__(self, *, tokens: int, limit: int, unit: str = "tokens") -> None:
+        super().__init__(f"message too long: {tokens} {unit}, limit {limit}")
         self.tokens = tokens
         self.limit = limit
+        self.unit = unit
 
 
 class CorruptHistoryError(SupportBotError):

@@ -6,9 +6,11 @@ translated here into the engine's LLMError family.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -65,6 +67,7 @@ class LLMClient:
         token_limit_param: TokenLimitParam = "max_completion_tokens",
         summary_response_format: Literal["json_schema", "json_object"] = "json_schema",
         temperature: float | None = None,
+        max_concurrency: int = 32,
     ) -> None:
         self._client = client
         self.chat_model = chat_model
@@ -74,11 +77,23 @@ class LLMClient:
         self._token_limit_param = token_limit_param
         self._summary_response_format = summary_response_format
         self._temperature = temperature
+        self._slots = asyncio.Semaphore(max_concurrency)
+        self.in_flight = 0
 
     @property
     def _create(self) -> Any:
         # typed as Any: the options are built at run time (token-limit parameter name, response format)
         return self._client.chat.completions.create
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """Per-process cap on concurrent LLM calls (a streamed call holds its slot until the end)."""
+        async with self._slots:
+            self.in_flight += 1
+            try:
+                yield
+            finally:
+                self.in_flight -= 1
 
     async def close(self) -> None:
         await self._client.close()
@@ -88,9 +103,10 @@ class LLMClient:
         extra: dict[str, Any] = {self._token_limit_param: self._max_output_tokens}
         if self._temperature is not None:
             extra["temperature"] = self._temperature
-        if on_delta is None:
-            return await self._complete(self.chat_model, messages, extra)
-        return await self._stream(self.chat_model, messages, extra, on_delta)
+        async with self._slot():
+            if on_delta is None:
+                return await self._complete(self.chat_model, messages, extra)
+            return await self._stream(self.chat_model, messages, extra, on_delta)
 
     async def summarize(self, messages: Sequence[PromptPart], *, schema: dict[str, Any]) -> Completion:
         """A structured-output call; the text is the model's JSON (not yet validated)."""
@@ -106,7 +122,8 @@ class LLMClient:
             self._token_limit_param: self._summary_max_tokens * 2,
             "response_format": response_format,
         }
-        return await self._complete(self.summary_model, messages, extra)
+        async with self._slot():
+            return await self._complete(self.summary_model, messages, extra)
 
     async def _complete(self, model: str, messages: Sequence[PromptPart], extra: dict[str, Any]) -> Completion:
         started = time.perf_counter()

@@ -25,6 +25,7 @@ class LLMSettings(BaseSettings):
     openai_temperature: float | None = None
     summary_response_format: Literal["json_schema", "json_object"] = "json_schema"
     max_output_tokens: PositiveInt = 1024
+    llm_max_concurrency: PositiveInt = Field(default=32, description="LLM calls at once per process")
 
     @property
     def effective_summary_model(self) -> str:
@@ -42,6 +43,7 @@ class MemorySettings(BaseSettings):
     session_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=0, description="0 keeps sessions forever")
     tokenizer_encoding: str = "o200k_base"
     support_company_name: str = "our company"
+    max_message_chars: PositiveInt = Field(default=4096, description="longer messages are refused untokenized")
     chat_prompt_version: str | None = None
     summary_prompt_version: str | None = None
 

@@ -143,8 +143,11 @@ async def test_too_long_message_is_refused_before_any_call(
 ) -> None:
     service = make_service(store=redis_store, llm=llm, counter=counter, budget=1200)
     with pytest.raises(MessageTooLongError) as info:
-        await service.handle(1, "word " * 2000, deliver=noop)
-    assert info.value.limit < 1200 < info.value.tokens
+        await service.handle(1, "x1 " * 1300, deliver=noop)
+    assert info.value.unit == "tokens" and info.value.limit < 1200 < info.value.tokens
+    with pytest.raises(MessageTooLongError) as info:
+        await service.handle(1, "a" * 100_000, deliver=noop)  # refused by length, never tokenized
+    assert info.value.unit == "characters" and (info.value.tokens, info.value.limit) == (100_000, 4096)
     assert stub_llm.requests == []
     assert (await redis_store.load(1)).messages == ()
 

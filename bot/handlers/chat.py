@@ -10,18 +10,35 @@ from aiogram import Bot, F, Router
 from aiogram.types import Message, Update
 from aiogram.utils.chat_action import ChatActionSender
 
+from bot.access import GROUP_TYPES, strip_mention
 from bot.drafts import DraftStreamer
 from bot.render import send_reply
 from bot.settings import BotSettings
+from bot.texts import language_of, text
 from services.chat import ChatService, TurnResult
-from services.metrics import record_turn
+from services.metrics import RATE_LIMITED, record_turn
+from services.ratelimit import RateLimiter
 
 log = logging.getLogger(__name__)
 
 
-async def on_text(message: Message, bot: Bot, chat: ChatService, settings: BotSettings, event_update: Update) -> None:
+async def on_text(
+    message: Message, bot: Bot, chat: ChatService, settings: BotSettings, limiter: RateLimiter, event_update: Update
+) -> None:
     assert message.text is not None  # guaranteed by the F.text filter
     chat_id = message.chat.id
+    decision = await limiter.hit(chat_id)
+    if not decision.allowed:
+        RATE_LIMITED.inc()
+        if decision.notify:
+            seconds = max(1, round(decision.retry_after))
+            await message.answer(
+                text(language_of(message.from_user, settings), "rate_limited", seconds=seconds), parse_mode=None
+            )
+        return
+    customer_text = message.text
+    if message.chat.type in GROUP_TYPES:
+        customer_text = strip_mention(customer_text, (await bot.me()).username)
     drafts = None
     if message.chat.type == "private" and settings.drafts_enabled:
         drafts = DraftStreamer(
@@ -36,7 +53,7 @@ async def on_text(message: Message, bot: Bot, chat: ChatService, settings: BotSe
 
         result = await chat.handle(
             chat_id,
-            message.text,
+            customer_text,
             deliver=deliver,
             on_delta=drafts.on_delta if drafts else None,
             turn_id=f"u{event_update.update_id}",

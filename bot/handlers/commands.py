@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
+
 from aiogram import Router
 from aiogram.filters import Command, CommandStart
 from aiogram.types import Message
 
-from bot.handlers.common import language_of
 from bot.settings import BotSettings
-from bot.texts import text
+from bot.texts import language_of, text
 from services.chat import ChatService
+
+Erasers = Sequence[Callable[[int], Awaitable[None]]]
 
 
 async def on_start(message: Message, settings: BotSettings) -> None:
@@ -25,9 +28,18 @@ async def on_new(message: Message, chat: ChatService, settings: BotSettings) -> 
     await message.answer(text(language_of(message.from_user, settings), "new_done"), parse_mode=None)
 
 
+async def on_forget(message: Message, chat: ChatService, settings: BotSettings, erasers: Erasers) -> None:
+    """Delete every record of the chat: session, dedup records, rate-limit window."""
+    await chat.forget(message.chat.id)
+    for erase in erasers:
+        await erase(message.chat.id)
+    await message.answer(text(language_of(message.from_user, settings), "forget_done"), parse_mode=None)
+
+
 def make_router() -> Router:
     router = Router(name="commands")
     router.message.register(on_start, CommandStart())
     router.message.register(on_help, Command("help"))
     router.message.register(on_new, Command("new"))
+    router.message.register(on_forget, Command("forget"))
     return router

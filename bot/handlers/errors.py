@@ -9,9 +9,8 @@ from aiogram.exceptions import TelegramAPIError, TelegramNetworkError, TelegramR
 from aiogram.types import ErrorEvent
 from redis.exceptions import RedisError
 
-from bot.handlers.common import language_of
 from bot.settings import BotSettings
-from bot.texts import text
+from bot.texts import language_of, text
 from services.errors import (
     ConcurrentUpdateError,
     LLMBadReplyError,
@@ -31,7 +30,8 @@ TRANSIENT_ERRORS = (TelegramNetworkError, TelegramServerError, TelegramRetryAfte
 def user_text_for(exc: BaseException, language: str) -> str:
     """The user-facing text for an exception. Never includes the exception's own message."""
     if isinstance(exc, MessageTooLongError):
-        return text(language, "too_long", tokens=exc.tokens, limit=exc.limit)
+        key = "too_long_chars" if exc.unit == "characters" else "too_long"
+        return text(language, key, tokens=exc.tokens, limit=exc.limit)
     kinds: list[tuple[type[BaseException], str]] = [
         (LLMUnavailableError, "llm_unavailable"),
         (LLMReplyTruncatedError, "reply_truncated"),

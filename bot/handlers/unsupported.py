@@ -5,9 +5,8 @@ from __future__ import annotations
 from aiogram import Router
 from aiogram.types import Message
 
-from bot.handlers.common import language_of
 from bot.settings import BotSettings
-from bot.texts import text
+from bot.texts import language_of, text
 
 
 async def on_other(message: Message, settings: BotSettings) -> None:

@@ -101,6 +101,14 @@ class RedisSessionStore:
         self._compact = redis.register_script(_COMPACT)
         self._reset = redis.register_script(_RESET)
 
+    @property
+    def redis(self) -> Redis:
+        return self._redis
+
+    @property
+    def key_prefix(self) -> str:
+        return self._prefix
+
     def keys(self, chat_id: int) -> dict[str, str]:
         return chat_keys(self._prefix, chat_id)
 

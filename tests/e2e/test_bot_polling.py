@@ -21,7 +21,9 @@ def prompt_text(request: dict) -> str:
 
 
 async def snapshot(redis: Redis) -> dict[bytes, bytes | None]:
-    return {key: await redis.dump(key) for key in sorted(await redis.keys("*"))}
+    """Every session key (the rate-limit window is not part of the session)."""
+    keys = [key for key in sorted(await redis.keys("*")) if not key.endswith((b":rate", b":rate_notice"))]
+    return {key: await redis.dump(key) for key in keys}
 
 
 async def test_long_conversation_compacts_keeps_order_number_and_new_resets(
@@ -147,8 +149,11 @@ async def test_drafts_in_private_chat_only(
         assert drafts and all(str(d.params["draft_id"]) != "0" for d in drafts)
         assert telegram.of("sendChatAction", CHAT)
         group = -100777
-        telegram.send_text(group, "group question", chat_type="supergroup")
+        telegram.send_text(group, "chatter between members", chat_type="supergroup")
+        telegram.send_text(group, "@support_test_bot group question", chat_type="supergroup")
         await telegram.wait_messages(group, 1)
+        assert len(stub_llm.chat_requests) == 2, "only the message addressed to the bot is answered"
+        assert "<customer_message>\ngroup question\n" in stub_llm.chat_requests[-1]["messages"][-1]["content"]
         assert telegram.of("sendMessageDraft", group) == []
         # the final message comes after the drafts
         methods = [c.method for c in telegram.calls if str(c.params.get("chat_id")) == str(CHAT)]
@@ -193,6 +198,6 @@ async def test_too_long_message_gets_limits_in_users_language(
         texts = await telegram.wait_messages(CHAT, 1)
         assert texts[0].startswith("Сообщение слишком длинное:") and "лимите" in texts[0]
         assert stub_llm.requests == []
-        assert await real_redis.keys("*") == []
+        assert await snapshot(real_redis) == {}
     finally:
         await bot.stop()

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -83,8 +84,13 @@ class StubTelegram:
         }
         if text is not None:
             message["text"] = text
+            entities = []
             if text.startswith("/"):
-                message["entities"] = [{"type": "bot_command", "offset": 0, "length": len(text.split()[0])}]
+                entities.append({"type": "bot_command", "offset": 0, "length": len(text.split()[0])})
+            for match in re.finditer(r"@\w+", text):  # ASCII usernames: offsets equal UTF-16 offsets
+                entities.append({"type": "mention", "offset": match.start(), "length": len(match.group(0))})
+            if entities:
+                message["entities"] = entities
         message.update(extra or {})
         return {"update_id": update_id, kind: message}
 

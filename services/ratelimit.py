@@ -1,0 +1,112 @@
+"""Per-chat rate limit shared by every worker (sliding window of one minute in Redis)."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from services.errors import StoreError
+
+WINDOW_SECONDS = 60
+
+
+@dataclass(frozen=True, slots=True)
+class RateDecision:
+    allowed: bool
+    notify: bool = False
+    """Refused, and the first refusal of this window: tell the customer once."""
+    retry_after: float = 0.0
+
+
+class RateLimiter(Protocol):
+    async def hit(self, chat_id: int) -> RateDecision: ...
+
+    async def forget(self, chat_id: int) -> None: ...
+
+
+# KEYS: hits (zset), notice (string). ARGV: limit, window_ms, member.
+_HIT = """
+local t = redis.call('TIME'); local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+local count = redis.call('ZCARD', KEYS[1])
+if count < tonumber(ARGV[1]) then
+  redis.call('ZADD', KEYS[1], now, ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], window)
+  return {1, 0, 0}
+end
+local oldest = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2])
+local wait = oldest + window - now
+local first = redis.call('SET', KEYS[2], '1', 'NX', 'PX', math.max(wait, 1))
+return {0, first and 1 or 0, wait}
+"""
+
+
+class RedisRateLimiter:
+    def __init__(self, *, redis: Redis, per_minute: int, key_prefix: str = "sb") -> None:
+        self._redis = redis
+        self._limit = per_minute
+        self._prefix = key_prefix
+        self._hit = redis.register_script(_HIT)
+        self._counter = 0
+
+    def _keys(self, chat_id: int) -> list[str]:
+        tag = f"{self._prefix}:{{chat:{chat_id}}}"
+        return [f"{tag}:rate", f"{tag}:rate_notice"]
+
+    async def hit(self, chat_id: int) -> RateDecision:
+        if self._limit <= 0:
+            return RateDecision(True)
+        self._counter += 1
+        member = f"{time.time_ns()}-{id(self)}-{self._counter}"
+        try:
+            allowed, notify, wait = await self._hit(
+                keys=self._keys(chat_id), args=[self._limit, WINDOW_SECONDS * 1000, member]
+            )
+        except RedisError as exc:
+            raise StoreError(f"rate limit unavailable: {type(exc).__name__}") from exc
+        return RateDecision(bool(allowed), bool(notify), int(wait) / 1000)
+
+    async def forget(self, chat_id: int) -> None:
+        try:
+            await self._redis.delete(*self._keys(chat_id))
+        except RedisError as exc:
+            raise StoreError(f"cannot delete chat {chat_id}: {type(exc).__name__}") from exc
+
+
+@dataclass
+class _Window:
+    hits: deque[float] = field(default_factory=deque)
+    notified_until: float = 0.0
+
+
+class InMemoryRateLimiter:
+    """Same rule for one process."""
+
+    def __init__(self, *, per_minute: int) -> None:
+        self._limit = per_minute
+        self._chats: dict[int, _Window] = {}
+
+    async def hit(self, chat_id: int) -> RateDecision:
+        if self._limit <= 0:
+            return RateDecision(True)
+        now = time.monotonic()
+        window = self._chats.setdefault(chat_id, _Window())
+        while window.hits and window.hits[0] <= now - WINDOW_SECONDS:
+            window.hits.popleft()
+        if len(window.hits) < self._limit:
+            window.hits.append(now)
+            return RateDecision(True)
+        wait = window.hits[0] + WINDOW_SECONDS - now
+        notify = now >= window.notified_until
+        if notify:
+            window.notified_until = now + wait
+        return RateDecision(False, notify, wait)
+
+    async def forget(self, chat_id: int) -> None:
+        self._chats.pop(chat_id, None)
