@@ -86,7 +86,10 @@ def build_limiter(chat: ChatService, settings: BotSettings) -> RateLimiter:
     store = chat.store
     if isinstance(store, RedisSessionStore):
         return RedisRateLimiter(
-            redis=store.redis, per_minute=settings.rate_limit_per_minute, key_prefix=store.key_prefix
+            redis=store.redis,
+            per_minute=settings.rate_limit_per_minute,
+            key_prefix=store.key_prefix,
+            ttl_seconds=store.ttl_seconds,
         )
     return InMemoryRateLimiter(per_minute=settings.rate_limit_per_minute)
 

@@ -58,7 +58,9 @@ def neutralize(text: str) -> str:
 
 def clean_text(text: str) -> str:
     """Make text safe to encode: lone surrogates (invalid UTF-16 from clients) become U+FFFD."""
-    return text.encode("utf-8", "replace").decode("utf-8") if _has_surrogates(text) else text
+    if not _has_surrogates(text):
+        return text
+    return "".join("\ufffd" if 0xD800 <= ord(ch) <= 0xDFFF else ch for ch in text)
 
 
 def _has_surrogates(text: str) -> bool:

@@ -29,7 +29,7 @@ class RateLimiter(Protocol):
     async def forget(self, chat_id: int) -> None: ...
 
 
-# KEYS: hits (zset), notice (string). ARGV: limit, window_ms, member.
+# KEYS: hits (zset), notice (string). ARGV: limit, window_ms, member, key_ttl_ms.
 _HIT = """
 local t = redis.call('TIME'); local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window = tonumber(ARGV[2])
@@ -37,20 +37,31 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 local count = redis.call('ZCARD', KEYS[1])
 if count < tonumber(ARGV[1]) then
   redis.call('ZADD', KEYS[1], now, ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], window)
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
   return {1, 0, 0}
 end
 local oldest = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2])
 local wait = oldest + window - now
-local first = redis.call('SET', KEYS[2], '1', 'NX', 'PX', math.max(wait, 1))
+local first = redis.call('SET', KEYS[2], '1', 'NX', 'PX', math.max(math.min(wait, tonumber(ARGV[4])), 1))
 return {0, first and 1 or 0, wait}
 """
 
 
 class RedisRateLimiter:
-    def __init__(self, *, redis: Redis, per_minute: int, key_prefix: str = "sb") -> None:
+    def __init__(
+        self,
+        *,
+        redis: Redis,
+        per_minute: int,
+        key_prefix: str = "sb",
+        ttl_seconds: int = 0,
+        window_seconds: int = WINDOW_SECONDS,
+    ) -> None:
         self._redis = redis
         self._limit = per_minute
+        self._window_ms = window_seconds * 1000
+        # records live one window at most, and never longer than the session retention
+        self._key_ttl_ms = self._window_ms if ttl_seconds <= 0 else min(window_seconds, ttl_seconds) * 1000
         self._prefix = key_prefix
         self._hit = redis.register_script(_HIT)
         self._counter = 0
@@ -66,7 +77,7 @@ class RedisRateLimiter:
         member = f"{time.time_ns()}-{id(self)}-{self._counter}"
         try:
             allowed, notify, wait = await self._hit(
-                keys=self._keys(chat_id), args=[self._limit, WINDOW_SECONDS * 1000, member]
+                keys=self._keys(chat_id), args=[self._limit, self._window_ms, member, self._key_ttl_ms]
             )
         except RedisError as exc:
             raise StoreError(f"rate limit unavailable: {type(exc).__name__}") from exc

@@ -109,6 +109,10 @@ class RedisSessionStore:
     def key_prefix(self) -> str:
         return self._prefix
 
+    @property
+    def ttl_seconds(self) -> int:
+        return self._ttl
+
     def keys(self, chat_id: int) -> dict[str, str]:
         return chat_keys(self._prefix, chat_id)
 

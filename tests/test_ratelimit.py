@@ -1,0 +1,48 @@
+"""The per-chat rate limit, shared by two workers (two clients of one real redis-server)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import fakeredis
+from redis.asyncio import Redis
+
+from services.ratelimit import InMemoryRateLimiter, RedisRateLimiter
+from tests.conftest import RedisServer
+
+
+async def test_two_workers_share_one_limit(redis_server: RedisServer, real_redis: Redis) -> None:
+    other = Redis.from_url(redis_server.url)
+    worker_a = RedisRateLimiter(redis=real_redis, per_minute=3, key_prefix="t")
+    worker_b = RedisRateLimiter(redis=other, per_minute=3, key_prefix="t")
+    decisions = [await (worker_a if n % 2 == 0 else worker_b).hit(5) for n in range(6)]
+    assert [d.allowed for d in decisions] == [True, True, True, False, False, False]
+    assert [d.notify for d in decisions[3:]] == [True, False, False], "one notice, not one per message"
+    assert 0 < decisions[3].retry_after <= 60
+    assert (await worker_b.hit(6)).allowed, "chats are independent"
+    await worker_a.forget(5)
+    assert (await worker_b.hit(5)).allowed
+    await other.aclose()
+
+
+async def test_window_slides(redis_server: RedisServer, real_redis: Redis) -> None:
+    limiter = RedisRateLimiter(redis=real_redis, per_minute=1, key_prefix="t", window_seconds=1)
+    assert (await limiter.hit(1)).allowed
+    assert not (await limiter.hit(1)).allowed
+    await asyncio.sleep(1.1)
+    assert (await limiter.hit(1)).allowed
+
+
+async def test_fakeredis_and_memory_follow_the_same_rule() -> None:
+    for limiter in (
+        RedisRateLimiter(redis=fakeredis.FakeAsyncRedis(), per_minute=2),
+        InMemoryRateLimiter(per_minute=2),
+    ):
+        decisions = [await limiter.hit(1) for _ in range(4)]
+        assert [d.allowed for d in decisions] == [True, True, False, False]
+        assert [d.notify for d in decisions] == [False, False, True, False]
+
+
+async def test_zero_means_off() -> None:
+    limiter = InMemoryRateLimiter(per_minute=0)
+    assert all([(await limiter.hit(1)).allowed for _ in range(100)])
