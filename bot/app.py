@@ -10,6 +10,7 @@ from aiogram import Bot, Dispatcher
 from aiogram.client.default import DefaultBotProperties
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
+from aiogram.fsm.storage.memory import SimpleEventIsolation
 from aiogram.types import BotCommand
 from redis.asyncio import Redis
 
@@ -99,7 +100,15 @@ def build_dispatcher(
 ) -> Dispatcher:
     """``erasers``: extra per-chat records /forget must delete (e.g. the work queue's dedup set)."""
     limiter = build_limiter(chat, settings)
-    dispatcher = Dispatcher(chat=chat, settings=settings, limiter=limiter, erasers=[limiter.forget, *erasers])
+    # SimpleEventIsolation: updates of one chat are handled one at a time, in order, within this process
+    # (across processes the work queue's per-chat lease does the same)
+    dispatcher = Dispatcher(
+        events_isolation=SimpleEventIsolation(),
+        chat=chat,
+        settings=settings,
+        limiter=limiter,
+        erasers=[limiter.forget, *erasers],
+    )
     dispatcher.message.outer_middleware(AccessMiddleware())
     dispatcher.include_routers(*all_routers())
 

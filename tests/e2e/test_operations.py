@@ -176,7 +176,8 @@ async def test_rate_limit_gives_one_notice(
         await asyncio.sleep(0.5)
         texts = telegram.texts_to(76)
         assert len(texts) == 3 and len(stub_llm.chat_requests) == 2
-        assert texts[-1].startswith("You are sending messages too fast. Please wait ")
+        assert texts[:2] == ["Support answer to: message 0", "Support answer to: message 1"], "in order"
+        assert texts[2].startswith("You are sending messages too fast. Please wait ")
         session = await bot.store.load(76)
         assert len(session.messages) == 4
     finally:
