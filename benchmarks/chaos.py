@@ -55,9 +55,9 @@ async def run(args: argparse.Namespace) -> Report:
     async def start_worker() -> None:
         port = free_port()
         worker = BotProcess(env | {"WEBHOOK_PORT": str(port)}, workdir)
+        workers.append(worker)  # before it can fail: the finally block must kill it
         await worker.start()
         await worker.wait_http_ok(f"http://127.0.0.1:{port}/healthz")
-        workers.append(worker)
         sender.urls.append(f"http://127.0.0.1:{port}/hook")
 
     async def kill_one() -> None:

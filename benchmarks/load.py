@@ -104,9 +104,9 @@ async def one_run(args: argparse.Namespace, workers_count: int, workdir: Path) -
         for _ in range(workers_count):
             port = free_port()
             worker = BotProcess(env | {"WEBHOOK_PORT": str(port)}, workdir)
+            workers.append(worker)  # before it can fail: the finally block must stop it
             await worker.start()
             await worker.wait_http_ok(f"http://127.0.0.1:{port}/healthz")
-            workers.append(worker)
             urls.append(f"http://127.0.0.1:{port}/hook")
         watcher = ReplyWatcher(telegram)
         watching = asyncio.create_task(watcher.run())
@@ -158,6 +158,27 @@ async def one_run(args: argparse.Namespace, workers_count: int, workdir: Path) -
         redis.stop()
 
 
+def plot(rows: list[dict[str, Any]], path: str, args: argparse.Namespace) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    workers = [str(row["workers"]) for row in rows]
+    width = 0.25
+    for offset, key in ((-width, "p50_ms"), (0.0, "p95_ms"), (width, "p99_ms")):
+        ax.bar([i + offset for i in range(len(rows))], [row[key] for row in rows], width, label=key[:3])
+    ax.axhline(args.llm_latency * 1000, color="grey", linestyle="--", linewidth=0.8, label="LLM latency")
+    ax.set_xticks(range(len(rows)), workers)
+    ax.set_xlabel("worker processes")
+    ax.set_ylabel("reply latency, ms")
+    ax.set_title(f"Reply latency, {args.chats} concurrent chats, LLM {args.llm_latency * 1000:.0f} ms")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
@@ -169,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drafts", action="store_true", help="stream drafts (private chats)")
     parser.add_argument("--log-level", default="WARNING")
     parser.add_argument("--json", default="", help="write the figures as JSON here")
+    parser.add_argument("--plot", default="", help="write a PNG of latency percentiles per worker count here")
     args = parser.parse_args(argv)
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     print(
@@ -208,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
             )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
+    if args.plot:
+        plot(rows, args.plot, args)
+        print(f"plot: {args.plot}")
     return 0
 
 

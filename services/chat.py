@@ -53,6 +53,8 @@ class TurnResult:
     forced_compaction: CompactionReport | None = None
     proactive_compaction: CompactionReport | None = None
     attempts: int = 1
+    history_tokens: int = 0
+    """Tokens of the verbatim history stored after this turn (decides proactive compaction)."""
     redelivered: bool = False
     """The turn was committed earlier but its reply may not have been sent: it was sent (again)."""
 
@@ -140,6 +142,8 @@ class ChatService:
         await deliver(result)
         if turn_id is not None:
             await self._store.mark_replied(chat_id, turn_id)
+        if not self._policy.over_high_water(result.history_tokens, self.history_room):
+            return result  # the common case: no second round trip to the store
         try:
             report = await self.compact_if_needed(chat_id)
         except StoreError as exc:
@@ -198,6 +202,7 @@ class ChatService:
                 context_history_messages=window.context_history_messages,
                 removed_history_messages=window.removed_history_messages,
                 stored_messages=0 if commit.duplicate else len(session.messages) - folded + 2,
+                history_tokens=sum(m.tokens for m in session.messages[folded:]) + new_part.tokens + reply.tokens,
                 summary_present=compaction is not None or session.summary is not None,
                 usage=completion.usage,
                 llm_seconds=completion.seconds,
