@@ -44,7 +44,7 @@ async def run(args: argparse.Namespace) -> Report:
         "REDIS_URL": redis.url,
         "WORKER_LEASE_SECONDS": str(args.lease),
         "WORKER_IDLE_WAIT_SECONDS": "0.2",
-        "LOG_LEVEL": "ERROR",
+        "LOG_LEVEL": "WARNING",
         "DRAFTS_ENABLED": "false",
         "WORKER_CONCURRENCY": "128",
     }
@@ -97,7 +97,11 @@ async def run(args: argparse.Namespace) -> Report:
                     await restart_redis()
                 elif n % args.kill_every_waves == 0:
                     await kill_one()
-        await wait_all_answered(telegram, chats, args.messages, within=args.timeout)
+        try:
+            await wait_all_answered(telegram, chats, args.messages, within=args.timeout)
+        except AssertionError:
+            await dump_workers(workers, sender.dead)
+            raise
         elapsed = time.monotonic() - started
         client = Redis.from_url(redis.url)
         report = await check(telegram, RedisSessionStore(redis=client, key_prefix="sb"), chats, args.messages, started)
@@ -135,6 +139,17 @@ async def run(args: argparse.Namespace) -> Report:
         await telegram.stop()
         await llm.stop()
         redis.stop()
+
+
+async def dump_workers(workers: list[BotProcess], dead: set[int]) -> None:
+    """Ask every live worker where its tasks wait (SIGUSR1) and print the end of its log."""
+    for index, worker in enumerate(workers):
+        if index not in dead and worker.process is not None and worker.process.returncode is None:
+            worker.process.send_signal(signal.SIGUSR1)
+    await asyncio.sleep(1.0)
+    for index, worker in enumerate(workers):
+        if index not in dead:
+            print(f"--- worker {index} log tail ---\n{worker.log.decode(errors='replace')[-6000:]}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 and a stub OpenAI server with a fixed latency; chats behave like customers (closed loop: the next
 message only after the reply, plus a think time).
 
-    .venv/bin/python -m benchmarks.load --workers 1 2 4 --chats 200 --messages 5 --llm-latency 0.2
+    .venv/bin/python -m benchmarks.load --workers 1 2 4 --chats 200 --messages 8 --llm-latency 0.2
 
 Prints per worker count: throughput (turns/s), reply latency p50/p95/p99, the bot's own overhead
 (latency − LLM latency) and the latency of turns after which a compaction ran vs ordinary turns."""
@@ -29,7 +29,10 @@ from tests.e2e.processes import SECRET, BotProcess, base_env
 from tests.stubs.openai_server import StubOpenAI, customer_texts
 from tests.stubs.telegram_server import StubTelegram
 
-FILLER = "I still need help with the delivery of my parcel, the tracking page has not changed since Monday."
+FILLER = (
+    "I still need help with the delivery of my parcel, the tracking page has not changed since Monday. "
+    "The courier did not call me either, and I am at home all day, so I do not understand what happened."
+)
 _REPLY = re.compile(r"^Support answer to: c(\d+) m(\d+)\b")
 
 
@@ -40,6 +43,9 @@ class RunFigures:
     seconds: float
     latencies: list[float] = field(default_factory=list)
     compaction_latencies: list[float] = field(default_factory=list)
+    """Turns after whose reply a (proactive) compaction ran."""
+    forced_latencies: list[float] = field(default_factory=list)
+    """Turns that waited for a compaction before their reply (the prompt could not fit otherwise)."""
     ordinary_latencies: list[float] = field(default_factory=list)
     summary_calls: int = 0
 
@@ -133,20 +139,27 @@ async def one_run(args: argparse.Namespace, workers_count: int, workdir: Path) -
         watching.cancel()
         figures = RunFigures(workers_count, len(sent_at), seconds, summary_calls=len(summary_times))
         compacted_after: set[tuple[int, int]] = set()
+        waited: set[tuple[int, int]] = set()
         for at, texts in summary_times:
             chat_ids = {int(m.group(1)) for t in texts if (m := re.match(r"c(\d+) m", t))}
-            for chat in chat_ids:  # the turn of this chat replied last before the summary call
-                done = [
-                    (watcher.replied_at[k], k)
-                    for k in watcher.replied_at
-                    if k[0] == chat and watcher.replied_at[k] <= at
-                ]
-                if done:
+            for chat in chat_ids:
+                turns = [k for k in sent_at if k[0] == chat]
+                in_flight = [k for k in turns if sent_at[k] <= at < watcher.replied_at[k]]
+                if in_flight:  # the summary call happened while the customer waited: forced
+                    waited.add(in_flight[0])
+                    continue
+                done = [(watcher.replied_at[k], k) for k in turns if watcher.replied_at[k] <= at]
+                if done:  # after the last reply: proactive, triggered by that turn
                     compacted_after.add(max(done)[1])
         for key, sent in sent_at.items():
             latency = watcher.replied_at[key] - sent
             figures.latencies.append(latency)
-            (figures.compaction_latencies if key in compacted_after else figures.ordinary_latencies).append(latency)
+            if key in waited:
+                figures.forced_latencies.append(latency)
+            elif key in compacted_after:
+                figures.compaction_latencies.append(latency)
+            else:
+                figures.ordinary_latencies.append(latency)
         return figures
     finally:
         for worker in workers:
@@ -183,10 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--chats", type=int, default=200, help="concurrent chats")
-    parser.add_argument("--messages", type=int, default=6, help="messages per chat")
+    parser.add_argument("--messages", type=int, default=8, help="messages per chat")
     parser.add_argument("--llm-latency", type=float, default=0.2)
     parser.add_argument("--think", type=float, default=2.0, help="seconds a customer waits after a reply")
-    parser.add_argument("--budget", type=int, default=700, help="small, so that compaction happens")
+    parser.add_argument("--budget", type=int, default=1000, help="small, so that compaction happens")
     parser.add_argument("--drafts", action="store_true", help="stream drafts (private chats)")
     parser.add_argument("--log-level", default="WARNING")
     parser.add_argument("--json", default="", help="write the figures as JSON here")
@@ -199,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"{'workers':>7} {'turns/s':>8} {'p50_ms':>7} {'p95_ms':>7} {'p99_ms':>7} {'overhead_p50':>12} "
-        f"{'overhead_p99':>12} {'compaction_turns':>16} {'compaction/ordinary_p50':>23}"
+        f"{'overhead_p99':>12} {'compaction_turns':>16} {'compaction/ordinary_p50':>23} {'forced':>6}"
     )
     rows = []
     with tempfile.TemporaryDirectory(prefix="sb-load-") as workdir:
@@ -221,12 +234,13 @@ def main(argv: list[str] | None = None) -> int:
                 "overhead_p99_ms": (percentile(lat, 99) - args.llm_latency) * 1000,
                 "compaction_turns": len(fig.compaction_latencies),
                 "compaction_ratio_p50": ratio,
+                "forced_compaction_turns": len(fig.forced_latencies),
             }
             rows.append(row)
             print(
                 f"{count:>7} {row['turns_per_s']:>8.1f} {row['p50_ms']:>7.0f} {row['p95_ms']:>7.0f} "
                 f"{row['p99_ms']:>7.0f} {row['overhead_p50_ms']:>11.1f}ms {row['overhead_p99_ms']:>11.1f}ms "
-                f"{row['compaction_turns']:>16} {ratio:>23.2f}"
+                f"{row['compaction_turns']:>16} {ratio:>23.2f} {row['forced_compaction_turns']:>6}"
             )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))

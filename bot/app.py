@@ -51,6 +51,13 @@ class Settings:
     redis: RedisSettings = field(default_factory=RedisSettings)
 
 
+def redis_client(url: str) -> Redis:
+    """A client whose calls fail (and are retried by their callers) instead of hanging on a dead link."""
+    return Redis.from_url(
+        url, health_check_interval=30, socket_timeout=15, socket_connect_timeout=5, socket_keepalive=True
+    )
+
+
 def build_store(settings: Settings) -> SessionStore:
     ttl = settings.memory.session_ttl_seconds
     if settings.redis.redis_url is None:
@@ -59,7 +66,7 @@ def build_store(settings: Settings) -> SessionStore:
             "lost on restart). Set REDIS_URL for production and for more than one worker."
         )
         return InMemorySessionStore(ttl_seconds=ttl)
-    client = Redis.from_url(settings.redis.redis_url.get_secret_value(), health_check_interval=30)
+    client = redis_client(settings.redis.redis_url.get_secret_value())
     log.info("session store: Redis (key prefix %r)", settings.redis.redis_key_prefix)
     return RedisSessionStore(redis=client, ttl_seconds=ttl, key_prefix=settings.redis.redis_key_prefix)
 

@@ -9,10 +9,9 @@ import logging
 import signal
 
 from aiohttp import web
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from bot.app import Settings, build_bot, build_dispatcher, build_engine, set_commands
+from bot.app import Settings, build_bot, build_dispatcher, build_engine, redis_client, set_commands
 from bot.intake import Poller, webhook_handler
 from bot.ops import add_health_routes, start_ops_server
 from bot.settings import WorkerSettings
@@ -32,7 +31,7 @@ async def run_queued(settings: Settings, workers: WorkerSettings) -> None:
 
     chat = build_engine(settings)
     await chat.store.ping()
-    redis = Redis.from_url(url, health_check_interval=30)
+    redis = redis_client(url)
     queue = ChatWorkQueue(
         redis=redis,
         key_prefix=prefix,
@@ -56,6 +55,7 @@ async def run_queued(settings: Settings, workers: WorkerSettings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
 
     poller: Poller | None = None
     runner: web.AppRunner | None = None
@@ -121,6 +121,14 @@ async def run_queued(settings: Settings, workers: WorkerSettings) -> None:
     if ops is not None:
         await ops.cleanup()
     log.info("stopped")
+
+
+def dump_tasks() -> None:
+    """SIGUSR1: log where every asyncio task of this worker is waiting (for diagnosing a stuck chat)."""
+    for task in asyncio.all_tasks():
+        frames = task.get_stack(limit=12)
+        where = " <- ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in reversed(frames))
+        log.warning("task %s: %s", task.get_name(), where)
 
 
 async def _queue_gauges(queue: ChatWorkQueue, every: float = 5.0) -> None:

@@ -107,8 +107,8 @@ class Worker:
             await asyncio.gather(*pending, return_exceptions=True)
 
     async def _serve(self, claim: Claim) -> None:
-        lost = asyncio.Event()
-        heartbeat = asyncio.create_task(self._heartbeat(claim, lost))
+        lost, done = asyncio.Event(), asyncio.Event()
+        heartbeat = asyncio.create_task(self._heartbeat(claim, lost, done))
         backoff = 0.2
         try:
             while not lost.is_set():
@@ -138,12 +138,18 @@ class Worker:
             # the lease expires by itself and the chat's watchdog brings it back
             log.warning("chat %s: queue unreachable (%s); leaving it to the lease", claim.chat_id, exc)
         finally:
+            # The event, not only cancel(): a cancellation that lands inside a Redis call can be
+            # swallowed by the client, and a heartbeat that outlives its chat would hold it forever.
+            done.set()
             heartbeat.cancel()
 
-    async def _heartbeat(self, claim: Claim, lost: asyncio.Event) -> None:
+    async def _heartbeat(self, claim: Claim, lost: asyncio.Event, done: asyncio.Event) -> None:
         interval = self._queue.lease_ms / 3000
-        while True:
-            await asyncio.sleep(interval)
+        while not done.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), interval)
+            if done.is_set():
+                return
             try:
                 if not await self._queue.renew(claim):
                     log.warning("chat %s: lease lost", claim.chat_id)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from tests.conftest import RedisServer, free_port
 from tests.e2e.harness import TOKEN
@@ -37,8 +38,14 @@ async def test_polling_without_redis_url_uses_in_process_store(
     assert API_KEY not in log
 
 
+@pytest.mark.parametrize("queued", [True, False], ids=["redis-queue", "in-process"])
 async def test_webhook_mode_checks_the_secret(
-    telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, tmp_path: Path, processes: list[BotProcess]
+    telegram: StubTelegram,
+    stub_llm: StubOpenAI,
+    redis_server: RedisServer,
+    tmp_path: Path,
+    processes: list[BotProcess],
+    queued: bool,
 ) -> None:
     port = free_port()
     env = base_env(telegram, stub_llm) | {
@@ -47,12 +54,15 @@ async def test_webhook_mode_checks_the_secret(
         "WEBHOOK_PORT": str(port),
         "WEBHOOK_PATH": "/tg/hook",
         "WEBHOOK_SECRET": SECRET,
-        "REDIS_URL": redis_server.url,
     }
+    if queued:
+        env["REDIS_URL"] = redis_server.url
     bot = BotProcess(env, tmp_path)
     processes.append(bot)
     await bot.start()
-    await bot.wait_log("webhook server on 127.0.0.1")
+    await bot.wait_http_ok(f"http://127.0.0.1:{port}/healthz")
+    if not queued:
+        await bot.wait_log("REDIS_URL is unset: using the in-process session store")
     url = f"http://127.0.0.1:{port}/tg/hook"
     async with aiohttp.ClientSession() as http:
         async with http.get(f"http://127.0.0.1:{port}/healthz") as response:
