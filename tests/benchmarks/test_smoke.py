@@ -57,7 +57,7 @@ def test_load_benchmark_smoke() -> None:
         "--chats",
         "8",
         "--messages",
-        "5",
+        "8",
         "--think",
         "0.2",
         "--llm-latency",
