@@ -108,8 +108,9 @@ class Poller:
         self._redis = redis
         self._bot = bot
         self._queue = queue
-        self._leader_key = f"{key_prefix}:poller"
-        self._offset_key = f"{key_prefix}:poller:offset"
+        # per bot: another token on the same Redis must not inherit this bot's offset
+        self._leader_key = f"{key_prefix}:poller:{bot.id}"
+        self._offset_key = f"{key_prefix}:poller:{bot.id}:offset"
         self._token = identity
         self._lease_ms = lease_ms
         self._poll_timeout = poll_timeout

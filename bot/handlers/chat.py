@@ -4,6 +4,7 @@ private chats, then sent as formatted messages)."""
 from __future__ import annotations
 
 import logging
+import time
 from contextlib import AsyncExitStack
 
 from aiogram import Bot, F, Router
@@ -26,6 +27,7 @@ async def on_text(
     message: Message, bot: Bot, chat: ChatService, settings: BotSettings, limiter: RateLimiter, event_update: Update
 ) -> None:
     assert message.text is not None  # guaranteed by the F.text filter
+    started = time.perf_counter()
     chat_id = message.chat.id
     decision = await limiter.hit(chat_id)
     if not decision.allowed:
@@ -61,7 +63,7 @@ async def on_text(
     record_turn(result, drift_warn_ratio=settings.token_drift_warn_ratio)
     log.info(
         "turn chat=%s update=%s stored=%s sent_history=%s removed=%s est_tokens=%s prompt_tokens=%s "
-        "completion_tokens=%s llm_s=%.3f summary_updated=%s drafts=%s duplicate=%s",
+        "completion_tokens=%s llm_s=%.3f total_s=%.3f summary_updated=%s drafts=%s duplicate=%s",
         chat_id,
         event_update.update_id,
         result.stored_messages,
@@ -71,6 +73,7 @@ async def on_text(
         result.usage.prompt_tokens if result.usage else None,
         result.usage.completion_tokens if result.usage else None,
         result.llm_seconds,
+        time.perf_counter() - started,
         result.summary_updated,
         drafts.sent if drafts else 0,
         result.duplicate,

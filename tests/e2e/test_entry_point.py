@@ -10,6 +10,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from redis.asyncio import Redis
 
 from tests.conftest import RedisServer, free_port
 from tests.e2e.harness import TOKEN
@@ -104,3 +105,27 @@ async def test_set_webhook_command(telegram: StubTelegram, stub_llm: StubOpenAI,
     assert process.returncode == 0, output.decode()
     call = telegram.of("setWebhook")[0].params
     assert call["url"] == "https://bot.example.com/tg/hook" and call["secret_token"] == SECRET
+
+
+async def test_a_restarted_process_keeps_the_session(
+    telegram: StubTelegram,
+    stub_llm: StubOpenAI,
+    redis_server: RedisServer,
+    real_redis: Redis,  # a flushed database: no poller offset left by another test's bot
+    tmp_path: Path,
+    processes: list[BotProcess],
+) -> None:
+    env = base_env(telegram, stub_llm) | {"REDIS_URL": redis_server.url, "POLLING_TIMEOUT_SECONDS": "1"}
+    first = BotProcess(env, tmp_path)
+    processes.append(first)
+    await first.start()
+    telegram.send_text(91, "My ticket is T-4410")
+    await telegram.wait_messages(91, 1, within=20)
+    assert await first.stop() == 0
+    second = BotProcess(env, tmp_path)
+    processes.append(second)
+    await second.start()
+    telegram.send_text(91, "Any news?")
+    await telegram.wait_messages(91, 2, within=20)
+    assert "T-4410" in json.dumps(stub_llm.chat_requests[-1], ensure_ascii=False)
+    assert await second.stop() == 0

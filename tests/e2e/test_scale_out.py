@@ -9,15 +9,18 @@ import time
 from pathlib import Path
 
 import aiohttp
+import pytest
 from redis.asyncio import Redis
 
 from services.store import RedisSessionStore
 from tests.conftest import RedisServer, free_port
+from tests.e2e.harness import TOKEN
 from tests.e2e.processes import SECRET, BotProcess, base_env
 from tests.e2e.scenario import WebhookSender, check, customer_text, random_chats, wait_all_answered
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
 
+POLLER_KEY = f"sb:poller:{TOKEN.split(':')[0]}"
 CHATS = 50
 MESSAGES = 4
 WORKER_ENV = {
@@ -35,6 +38,7 @@ async def test_webhook_workers_survive_a_sigkill(
     real_redis: Redis,
     tmp_path: Path,
     processes: list[BotProcess],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     stub_llm.latency = 0.05
     env = (
@@ -81,10 +85,11 @@ async def test_webhook_workers_survive_a_sigkill(
         await asyncio.gather(kill_one(), *(sender.send_chat(http, chat, MESSAGES) for chat in chats))
     await wait_all_answered(telegram, chats, MESSAGES, within=60)
     report = await check(telegram, RedisSessionStore(redis=real_redis, key_prefix="sb"), chats, MESSAGES, started)
-    print(
-        f"\nwebhook scale-out: {report.line()} intake_retries={sender.retries} "
-        f"chats_in_progress_at_kill={len(held_by_victim)}"
-    )
+    with capsys.disabled():  # the counts are part of what this test shows, pass or fail
+        print(
+            f"\nwebhook scale-out: {report.line()} intake_retries={sender.retries} "
+            f"chats_in_progress_at_kill={len(held_by_victim)}"
+        )
     assert held_by_victim, "the victim was killed while serving chats"
     assert processes[0].process is not None and processes[0].process.returncode == -signal.SIGKILL
     assert report.answered == report.sent == CHATS * MESSAGES
@@ -99,6 +104,7 @@ async def test_polling_leader_killed(
     real_redis: Redis,
     tmp_path: Path,
     processes: list[BotProcess],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     stub_llm.latency = 0.05
     env = (
@@ -129,7 +135,8 @@ async def test_polling_leader_killed(
     await wait_all_answered(telegram, chats, MESSAGES, within=60)
     new_leader = await _leader_pid(real_redis)
     report = await check(telegram, RedisSessionStore(redis=real_redis, key_prefix="sb"), chats, MESSAGES, started)
-    print(f"\npolling scale-out: {report.line()} getUpdates_conflicts={telegram.conflicts}")
+    with capsys.disabled():
+        print(f"\npolling scale-out: {report.line()} getUpdates_conflicts={telegram.conflicts}")
     assert new_leader != leader_pid
     assert report.answered == report.sent and report.lost == 0 and report.doubled == 0
     assert report.out_of_order == 0 and report.stored_turns == CHATS * MESSAGES
@@ -139,7 +146,7 @@ async def test_polling_leader_killed(
 async def _leader_pid(redis: Redis, within: float = 20) -> int:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        holder = await redis.get("sb:poller")
+        holder = await redis.get(POLLER_KEY)
         if holder:
             return int(holder.decode().split(":")[1])
         await asyncio.sleep(0.05)
