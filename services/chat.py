@@ -106,15 +106,6 @@ class ChatService:
     def store(self) -> SessionStore:
         return self._store
 
-    @property
-    def budget(self) -> int:
-        return self._budget
-
-    def message_limit(self, session: Session | None = None) -> int:
-        """Most tokens a customer message may have (its wrapping included) next to the instruction."""
-        summary_tokens = session.summary_tokens if session else 0
-        return self._budget - self._instruction.tokens - summary_tokens - REPLY_PRIMER_TOKENS
-
     async def handle(
         self,
         chat_id: int,

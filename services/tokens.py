@@ -117,8 +117,3 @@ class TokenCounter:
     def count_messages(self, messages: Iterable[tuple[str, str]]) -> int:
         """Tokens of a whole prompt given as (role, content) pairs, reply primer included."""
         return sum(self.count_message(role, content) for role, content in messages) + REPLY_PRIMER_TOKENS
-
-    def truncate(self, text: str, max_tokens: int) -> str:
-        """The longest prefix of ``text`` within ``max_tokens`` tokens (for logs and previews only)."""
-        tokens = self._encoding.encode(text, disallowed_special=())
-        return text if len(tokens) <= max_tokens else self._encoding.decode(tokens[:max_tokens])
