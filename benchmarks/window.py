@@ -17,6 +17,7 @@ from collections.abc import Callable
 from benchmarks.common import machine
 from benchmarks.conversation import generate
 from prompts import default_registry
+from services.chat import render_stored
 from services.models import PromptPart, StoredMessage
 from services.prompt_format import customer_block, summary_block
 from services.tokens import TokenCounter
@@ -35,11 +36,6 @@ def stored_history(counter: TokenCounter, turns: int) -> list[StoredMessage]:
     return history
 
 
-def render(message: StoredMessage) -> PromptPart:
-    content = customer_block(message.content) if message.role == "user" else message.content
-    return PromptPart(message.role, content, message.tokens)
-
-
 def ours(
     counter: TokenCounter,
     instruction: PromptPart,
@@ -51,7 +47,12 @@ def ours(
     content = customer_block(text)
     new = PromptPart("user", content, counter.count_message("user", content))
     window = build_window(
-        instruction=instruction, context=[summary], history=history, new_message=new, budget=budget, render=render
+        instruction=instruction,
+        context=[summary],
+        history=history,
+        new_message=new,
+        budget=budget,
+        render=render_stored,
     )
     return window.context_history_messages
 
@@ -66,7 +67,7 @@ def reference(
 ) -> int:
     new = ("user", customer_block(text))
     head = [(instruction.role, instruction.content), (summary.role, summary.content)]
-    everything = [(m.role, render(m).content) for m in history]
+    everything = [(m.role, render_stored(m).content) for m in history]
     if counter.count_messages([*head, *everything, new]) <= budget:
         return len(everything)
     included: list[tuple[str, str]] = []

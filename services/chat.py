@@ -66,6 +66,12 @@ class TurnResult:
 Deliver = Callable[[TurnResult], Awaitable[None]]
 
 
+def render_stored(message: StoredMessage) -> PromptPart:
+    """A stored message as prompt text: customer text goes inside its data fence."""
+    content = customer_block(message.content) if message.role == "user" else message.content
+    return PromptPart(message.role, content, message.tokens)
+
+
 class ChatService:
     """Builds the budgeted prompt, calls the model, commits the turn atomically, compacts memory."""
 
@@ -209,13 +215,8 @@ class ChatService:
             history=history,
             new_message=new,
             budget=self._budget,
-            render=self._render,
+            render=render_stored,
         )
-
-    @staticmethod
-    def _render(message: StoredMessage) -> PromptPart:
-        content = customer_block(message.content) if message.role == "user" else message.content
-        return PromptPart(message.role, content, message.tokens)
 
     def _summary_part(self, session: Session) -> PromptPart | None:
         if session.summary is None:
