@@ -11,13 +11,15 @@ import logging
 from collections.abc import Callable
 
 from aiohttp import web
+from pydantic import ValidationError
 
 from bot.app import Settings, build_bot, build_dispatcher, build_engine, set_commands
 from bot.logs import setup_logging
 from bot.ops import ReadyCheck, add_health_routes, start_ops_server
+from bot.settings import WorkerSettings
 from bot.webhook import build_webhook_app
 from services.chat import ChatService
-from services.errors import StoreError
+from services.errors import ConfigurationError, StoreError
 
 log = logging.getLogger("bot")
 
@@ -106,8 +108,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("command", nargs="?", default="run", choices=["run", "set-webhook", "console"])
     parser.add_argument("--chat-id", type=int, default=1, help="console: which session to use")
     args = parser.parse_args(argv)
-    settings = Settings()
+    try:
+        settings = Settings()
+        workers = WorkerSettings()
+    except ValidationError as exc:
+        raise SystemExit(f"invalid settings (see .env.example):\n{exc}") from None
     setup_logging(settings.bot.log_level, settings.bot.log_format)
+    try:
+        _run(args, settings, workers)
+    except (ConfigurationError, StoreError) as exc:
+        log.error("cannot start: %s", exc)
+        raise SystemExit(2) from None
+    except ValueError as exc:  # e.g. BOT_TOKEN missing
+        log.error("cannot start: %s", exc)
+        raise SystemExit(2) from None
+
+
+def _run(args: argparse.Namespace, settings: Settings, workers: WorkerSettings) -> None:
     if args.command == "console":
         from bot.console import main as console_main
 
@@ -116,9 +133,8 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(set_webhook(settings))
     elif settings.redis.redis_url is not None:
         from bot.runner import run_queued
-        from bot.settings import WorkerSettings
 
-        asyncio.run(run_queued(settings, WorkerSettings()))
+        asyncio.run(run_queued(settings, workers))
     elif settings.bot.bot_mode == "webhook":
         run_webhook(settings)
     else:

@@ -129,3 +129,19 @@ async def test_a_restarted_process_keeps_the_session(
     await telegram.wait_messages(91, 2, within=20)
     assert "T-4410" in json.dumps(stub_llm.chat_requests[-1], ensure_ascii=False)
     assert await second.stop() == 0
+
+
+def test_bad_settings_are_refused_at_start_up(tmp_path: Path) -> None:
+    import subprocess
+
+    base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    for env, expected in (
+        ({"CHAT_INPUT_TOKEN_BUDGET": "0", "BOT_TOKEN": TOKEN}, "chat_input_token_budget"),
+        ({"BOT_MODE": "webhook", "BOT_TOKEN": TOKEN}, "BOT_MODE=webhook needs WEBHOOK_SECRET"),
+        ({}, "BOT_TOKEN is not set"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "bot"], cwd=tmp_path, env=base | env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode != 0 and expected in done.stdout + done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
