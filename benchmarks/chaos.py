@@ -21,8 +21,8 @@ from redis.asyncio import Redis
 
 from benchmarks.common import machine, percentile
 from services.store import RedisSessionStore
-from tests.conftest import RedisServer, free_port
-from tests.e2e.processes import SECRET, BotProcess, base_env
+from tests.conftest import RedisServer
+from tests.e2e.processes import SECRET, BotProcess, base_env, start_webhook_worker
 from tests.e2e.scenario import Report, WebhookSender, check, expected_reply, random_chats, wait_all_answered
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
@@ -53,12 +53,7 @@ async def run(args: argparse.Namespace) -> Report:
     kills = restarts = 0
 
     async def start_worker() -> None:
-        port = free_port()
-        worker = BotProcess(env | {"WEBHOOK_PORT": str(port)}, workdir)
-        workers.append(worker)  # before it can fail: the finally block must kill it
-        await worker.start()
-        await worker.wait_http_ok(f"http://127.0.0.1:{port}/healthz")
-        sender.urls.append(f"http://127.0.0.1:{port}/hook")
+        sender.urls.append(await start_webhook_worker(env, workdir, workers))
 
     async def kill_one() -> None:
         nonlocal kills

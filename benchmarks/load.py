@@ -24,8 +24,8 @@ from typing import Any
 import aiohttp
 
 from benchmarks.common import machine, percentile
-from tests.conftest import RedisServer, free_port
-from tests.e2e.processes import SECRET, BotProcess, base_env
+from tests.conftest import RedisServer
+from tests.e2e.processes import SECRET, BotProcess, base_env, start_webhook_worker
 from tests.stubs.openai_server import StubOpenAI, customer_texts
 from tests.stubs.telegram_server import StubTelegram
 
@@ -108,12 +108,7 @@ async def one_run(args: argparse.Namespace, workers_count: int, workdir: Path) -
     urls: list[str] = []
     try:
         for _ in range(workers_count):
-            port = free_port()
-            worker = BotProcess(env | {"WEBHOOK_PORT": str(port)}, workdir)
-            workers.append(worker)  # before it can fail: the finally block must stop it
-            await worker.start()
-            await worker.wait_http_ok(f"http://127.0.0.1:{port}/healthz")
-            urls.append(f"http://127.0.0.1:{port}/hook")
+            urls.append(await start_webhook_worker(env, workdir, workers))
         watcher = ReplyWatcher(telegram)
         watching = asyncio.create_task(watcher.run())
         sent_at: dict[tuple[int, int], float] = {}

@@ -92,3 +92,16 @@ def base_env(telegram: StubTelegram, stub_llm: StubOpenAI) -> dict[str, str]:
         "LOG_LEVEL": "DEBUG",
         "METRICS_PORT": "0",
     }
+
+
+async def start_webhook_worker(env: dict[str, str], workdir: Path, started: list[BotProcess]) -> str:
+    """Start one webhook worker on a free port (added to ``started`` first, so the caller's clean-up
+    stops it even if it fails to come up); returns its webhook URL once /healthz answers."""
+    from tests.conftest import free_port
+
+    port = free_port()
+    worker = BotProcess(env | {"WEBHOOK_PORT": str(port)}, workdir)
+    started.append(worker)
+    await worker.start()
+    await worker.wait_http_ok(f"http://127.0.0.1:{port}/healthz")
+    return f"http://127.0.0.1:{port}{env.get('WEBHOOK_PATH', '/telegram/webhook')}"
