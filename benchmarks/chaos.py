@@ -20,6 +20,7 @@ import aiohttp
 from redis.asyncio import Redis
 
 from benchmarks.common import machine, percentile
+from services.keys import KeySpace
 from services.store import RedisSessionStore
 from tests.conftest import RedisServer
 from tests.e2e.processes import SECRET, BotProcess, base_env, start_webhook_worker
@@ -99,7 +100,9 @@ async def run(args: argparse.Namespace) -> Report:
             raise
         elapsed = time.monotonic() - started
         client = Redis.from_url(redis.url)
-        report = await check(telegram, RedisSessionStore(redis=client, key_prefix="sb"), chats, args.messages, started)
+        report = await check(
+            telegram, RedisSessionStore(redis=client, keys=KeySpace("sb", "123456")), chats, args.messages, started
+        )
         await client.aclose()
         first_reply: dict[str, float] = {}
         for call in telegram.of("sendMessage"):

@@ -19,8 +19,11 @@ from bot.flood import RetryAfterMiddleware
 from bot.handlers import all_routers
 from bot.settings import BotSettings
 from services.chat import ChatService
+from services.deadletters import DeadLetterStore
 from services.engine import build_chat_service, build_llm_client
+from services.keys import KeySpace, bot_id_of
 from services.ratelimit import InMemoryRateLimiter, RateLimiter, RedisRateLimiter
+from services.redisio import redis_errors
 from services.settings import LLMSettings, MemorySettings, RedisSettings
 from services.store import InMemorySessionStore, RedisSessionStore
 from services.store.base import SessionStore
@@ -58,17 +61,70 @@ def redis_client(url: str) -> Redis:
     )
 
 
-def build_store(settings: Settings) -> SessionStore:
+def key_space(settings: Settings) -> KeySpace:
+    """Every key of this bot lives under ``<REDIS_KEY_PREFIX>:<bot id>``."""
+    return KeySpace(settings.redis.redis_key_prefix, bot_id_of(settings.bot.bot_token.get_secret_value()))
+
+
+@dataclass
+class Backend:
+    """Everything that keeps state, built once from the settings: the session store, the rate limiter
+    and, with Redis, the one client the queue, the poller and the dead letters share."""
+
+    store: SessionStore
+    limiter: RateLimiter
+    keys: KeySpace
+    ttl_seconds: int
+    redis: Redis | None = None
+
+    def need_redis(self) -> Redis:
+        if self.redis is None:
+            raise ValueError("this needs REDIS_URL")
+        return self.redis
+
+    def dead_letters(self) -> DeadLetterStore:
+        return DeadLetterStore(redis=self.need_redis(), keys=self.keys)
+
+    async def ping(self) -> None:
+        """Raise StoreUnavailableError if the backend cannot be reached."""
+        await self.store.ping()
+
+    async def forget_chat(self, chat_id: int) -> None:
+        """What /forget deletes besides the session: the rate-limit window and the chat's dead letters."""
+        await self.limiter.forget(chat_id)
+        if self.redis is not None:
+            await self.dead_letters().drop_chat(chat_id)
+
+    async def close(self) -> None:
+        await self.store.close()
+        if self.redis is not None:
+            with redis_errors("closing"):
+                await self.redis.aclose()
+
+
+def build_backend(settings: Settings) -> Backend:
     ttl = settings.memory.session_ttl_seconds
+    keys = key_space(settings)
+    per_minute = settings.bot.rate_limit_per_minute
     if settings.redis.redis_url is None:
         log.warning(
             "REDIS_URL is unset: using the in-process session store (one process only; sessions are "
             "lost on restart). Set REDIS_URL for production and for more than one worker."
         )
-        return InMemorySessionStore(ttl_seconds=ttl)
+        return Backend(InMemorySessionStore(ttl_seconds=ttl), InMemoryRateLimiter(per_minute=per_minute), keys, ttl)
     client = redis_client(settings.redis.redis_url.get_secret_value())
-    log.info("session store: Redis (key prefix %r)", settings.redis.redis_key_prefix)
-    return RedisSessionStore(redis=client, ttl_seconds=ttl, key_prefix=settings.redis.redis_key_prefix)
+    log.info("session store: Redis (keys under %r)", keys.namespace)
+    return Backend(
+        RedisSessionStore(redis=client, ttl_seconds=ttl, keys=keys),
+        RedisRateLimiter(redis=client, per_minute=per_minute, keys=keys, ttl_seconds=ttl),
+        keys,
+        ttl,
+        client,
+    )
+
+
+def build_store(settings: Settings) -> SessionStore:
+    return build_backend(settings).store
 
 
 def build_engine(settings: Settings, store: SessionStore | None = None) -> ChatService:
@@ -89,24 +145,15 @@ def build_bot(settings: BotSettings) -> Bot:
     return Bot(settings.require_token(), session=session, default=DefaultBotProperties(parse_mode=None))
 
 
-def build_limiter(chat: ChatService, settings: BotSettings) -> RateLimiter:
-    """Shared through Redis when the sessions are, else per process."""
-    store = chat.store
-    if isinstance(store, RedisSessionStore):
-        return RedisRateLimiter(
-            redis=store.redis,
-            per_minute=settings.rate_limit_per_minute,
-            key_prefix=store.key_prefix,
-            ttl_seconds=store.ttl_seconds,
-        )
-    return InMemoryRateLimiter(per_minute=settings.rate_limit_per_minute)
-
-
 def build_dispatcher(
-    chat: ChatService, settings: BotSettings, *, erasers: Sequence[Callable[[int], Awaitable[None]]] = ()
+    chat: ChatService,
+    settings: BotSettings,
+    *,
+    limiter: RateLimiter | None = None,
+    erasers: Sequence[Callable[[int], Awaitable[None]]] = (),
 ) -> Dispatcher:
-    """``erasers``: extra per-chat records /forget must delete (e.g. the work queue's dedup set)."""
-    limiter = build_limiter(chat, settings)
+    """``erasers``: extra per-chat records /forget must delete (see ``Backend.forget_chat``)."""
+    limiter = limiter or InMemoryRateLimiter(per_minute=settings.rate_limit_per_minute)
     # SimpleEventIsolation: updates of one chat are handled one at a time, in order, within this process
     # (across processes the work queue's per-chat lease does the same)
     dispatcher = Dispatcher(

@@ -2,7 +2,11 @@
 
 Webhook: the request is answered 200 only after the update is queued (503 if Redis is down, so
 Telegram retries). Polling: one worker at a time holds the poller lease, queues what getUpdates returns
-and only then moves the offset on (stored in Redis, so the next leader continues from it)."""
+and only then moves the offset on (stored in Redis, so the next leader continues from it).
+
+An update that cannot be queued for any reason other than Redis being unavailable (it cannot be
+encoded, it breaks a rule nobody foresaw) goes to the dead letters instead: intake never stops and never
+makes Telegram retry an update forever."""
 
 from __future__ import annotations
 
@@ -15,14 +19,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiogram import Bot
-from aiogram.exceptions import TelegramAPIError, TelegramConflictError
+from aiogram.exceptions import ClientDecodeError, TelegramAPIError, TelegramConflictError
 from aiohttp import web
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
-from services.errors import StoreError
-from services.metrics import REDELIVERIES
+from services.deadletters import DeadLetterStore
+from services.errors import TransientError
+from services.keys import KeySpace
+from services.metrics import DEAD_LETTERS, REDELIVERIES
 from services.queue import ChatWorkQueue
+from services.redisio import redis_errors
 
 log = logging.getLogger(__name__)
 
@@ -39,30 +45,54 @@ def chat_of(update: dict[str, Any]) -> int | None:
     return None
 
 
-async def queue_update(queue: ChatWorkQueue, update: dict[str, Any]) -> bool:
-    """Queue one raw update under its chat; False if it carries no chat (nothing to do)."""
-    chat_id = chat_of(update)
-    update_id = update.get("update_id")
-    if chat_id is None or not isinstance(update_id, int):
-        return False
-    if not await queue.enqueue(chat_id, f"u{update_id}", json.dumps(update, ensure_ascii=False), order=update_id):
-        REDELIVERIES.inc()
-    return True
+class Intake:
+    """Queues raw updates under their chat; what cannot be queued goes to the dead letters."""
+
+    def __init__(self, *, queue: ChatWorkQueue, dead_letters: DeadLetterStore, identity: str) -> None:
+        self._queue = queue
+        self._dead = dead_letters
+        self._identity = identity
+
+    async def take(self, update: dict[str, Any]) -> None:
+        """Queue one update. Raises TransientError only when it must be offered again later."""
+        chat_id = chat_of(update)
+        update_id = update.get("update_id")
+        if chat_id is None or not isinstance(update_id, int):
+            return  # no chat: nothing this bot answers
+        try:
+            # ASCII JSON: a lone surrogate ("\ud800", valid JSON) cannot be encoded as UTF-8 for Redis
+            payload = json.dumps(update, ensure_ascii=True, separators=(",", ":"))
+            if not await self._queue.enqueue(chat_id, f"u{update_id}", payload, order=update_id):
+                REDELIVERIES.inc()
+        except TransientError:
+            raise
+        except Exception as exc:
+            log.exception("update %s cannot be queued; moved to the dead letters", update_id)
+            await self._dead.add(
+                chat_id=chat_id,
+                item_id=f"u{update_id}",
+                order=update_id,
+                payload=json.dumps(update, ensure_ascii=True, default=str),
+                error=f"intake: {type(exc).__name__}: {exc}",
+                attempts=1,
+                worker=self._identity,
+            )
+            DEAD_LETTERS.labels("intake").inc()
 
 
-def webhook_handler(queue: ChatWorkQueue, secret: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+def webhook_handler(intake: Intake, secret: str) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handle(request: web.Request) -> web.Response:
         if not secrets.compare_digest(request.headers.get(SECRET_HEADER, ""), secret):
             return web.Response(status=401, text="Unauthorized")
         try:
-            update = await request.json()
-        except (ValueError, UnicodeDecodeError):
+            update = json.loads(await request.read())
+        except ValueError:  # UnicodeDecodeError included
             return web.Response(status=400, text="Bad Request")
         if not isinstance(update, dict):
             return web.Response(status=400, text="Bad Request")
         try:
-            await queue_update(queue, update)
-        except StoreError as exc:
+            await intake.take(update)
+        except TransientError as exc:
             log.warning("update not queued, Telegram will retry: %s", exc)
             return web.Response(status=503, text="Service Unavailable")
         return web.Response(status=200)
@@ -77,7 +107,7 @@ if holder == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]); return 1 end
 if not holder then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]); return 1 end
 return 0
 """
-# KEYS: leader, offset. ARGV: token, offset
+# KEYS: leader, offset (one hash slot). ARGV: token, offset
 _SET_OFFSET = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[2], ARGV[2])
@@ -98,8 +128,8 @@ class Poller:
         *,
         redis: Redis,
         bot: Bot,
-        queue: ChatWorkQueue,
-        key_prefix: str,
+        intake: Intake,
+        keys: KeySpace,
         identity: str,
         lease_ms: int,
         poll_timeout: int,
@@ -107,10 +137,9 @@ class Poller:
     ) -> None:
         self._redis = redis
         self._bot = bot
-        self._queue = queue
-        # per bot: another token on the same Redis must not inherit this bot's offset
-        self._leader_key = f"{key_prefix}:poller:{bot.id}"
-        self._offset_key = f"{key_prefix}:poller:{bot.id}:offset"
+        self._intake = intake
+        self._leader_key = keys.poller_leader
+        self._offset_key = keys.poller_offset
         self._token = identity
         self._lease_ms = lease_ms
         self._poll_timeout = poll_timeout
@@ -133,9 +162,10 @@ class Poller:
         try:
             while not self._stopping.is_set():
                 try:
-                    leading = bool(await self._lead(keys=[self._leader_key], args=[self._token, self._lease_ms]))
-                except RedisError as exc:
-                    log.warning("poller: Redis unreachable (%s)", type(exc).__name__)
+                    with redis_errors("poller lease"):
+                        leading = bool(await self._lead(keys=[self._leader_key], args=[self._token, self._lease_ms]))
+                except TransientError as exc:
+                    log.warning("poller: Redis unreachable (%s)", exc)
                     leading = False
                 if leading != self.leading:
                     log.info("poller: %s leadership", "took" if leading else "lost")
@@ -149,25 +179,37 @@ class Poller:
                 await self._poll_once()
         finally:
             if self.leading:
-                with contextlib.suppress(RedisError):
+                with contextlib.suppress(TransientError), redis_errors("poller resign"):
                     await self._resign(keys=[self._leader_key], args=[self._token])
+                self.leading = False
 
     async def _poll_once(self) -> None:
         try:
-            raw_offset = await self._redis.get(self._offset_key)
+            with redis_errors("poller offset"):
+                raw_offset = await self._redis.get(self._offset_key)
             offset = int(raw_offset) if raw_offset else None
-            updates = await self._bot.get_updates(
-                offset=offset,
-                timeout=self._poll_timeout,
-                allowed_updates=self._allowed,
-                request_timeout=self._poll_timeout + 10,
-            )
+            try:
+                parsed = await self._bot.get_updates(
+                    offset=offset,
+                    timeout=self._poll_timeout,
+                    allowed_updates=self._allowed,
+                    request_timeout=self._poll_timeout + 10,
+                )
+                updates = [u.model_dump(mode="json", by_alias=True, exclude_none=True) for u in parsed]
+            except ClientDecodeError as exc:
+                # an update this aiogram cannot parse: queue the raw ones (the worker dead-letters what
+                # it cannot read) rather than asking for the same batch forever
+                raw = _raw_updates(exc.data)
+                if raw is None:
+                    raise
+                updates = raw
+                log.warning("poller: %d update(s) aiogram cannot parse; queued raw", len(updates))
         except TelegramConflictError:
             # another getUpdates is still open (e.g. a dead leader's long poll): wait it out
             self.conflicts += 1
             await self._pause(1.0)
             return
-        except (TelegramAPIError, RedisError, OSError) as exc:
+        except (TelegramAPIError, ClientDecodeError, TransientError, OSError) as exc:
             log.warning("poller: getUpdates failed (%s); retrying", type(exc).__name__)
             await self._pause(1.0)
             return
@@ -175,11 +217,20 @@ class Poller:
             return
         try:
             for update in updates:
-                await queue_update(self._queue, update.model_dump(mode="json", by_alias=True, exclude_none=True))
-            await self._set_offset(
-                keys=[self._leader_key, self._offset_key], args=[self._token, updates[-1].update_id + 1]
-            )
-        except (StoreError, RedisError) as exc:
+                await self._intake.take(update)
+            next_offset = max(int(u["update_id"]) for u in updates) + 1
+            with redis_errors("poller offset"):
+                await self._set_offset(keys=[self._leader_key, self._offset_key], args=[self._token, next_offset])
+        except TransientError as exc:
             # not acknowledged: Telegram sends them again on the next getUpdates
-            log.warning("poller: could not queue updates (%s)", type(exc).__name__)
+            log.warning("poller: could not queue updates (%s)", exc)
             await self._pause(1.0)
+
+
+def _raw_updates(data: Any) -> list[dict[str, Any]] | None:
+    """The raw updates of a getUpdates answer aiogram could not parse (None if there are none)."""
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(result, list):
+        return None
+    updates = [u for u in result if isinstance(u, dict) and isinstance(u.get("update_id"), int)]
+    return updates or None

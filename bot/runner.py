@@ -7,49 +7,62 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Awaitable
 
+from aiogram import Bot
 from aiohttp import web
-from redis.exceptions import RedisError
 
-from bot.app import Settings, build_bot, build_dispatcher, build_engine, redis_client, set_commands
-from bot.intake import Poller, webhook_handler
+from bot.app import Backend, Settings, build_backend, build_bot, build_dispatcher, build_engine, set_commands
+from bot.intake import Intake, Poller, webhook_handler
 from bot.ops import add_health_routes, start_ops_server
 from bot.settings import WorkerSettings
+from bot.startup import StartupError, with_startup_retries
+from bot.supervisor import Supervisor
 from bot.worker import Worker
-from services.metrics import QUEUE_DUE, QUEUE_OLDEST_AGE
+from services.deadletters import DeadLetterStore
+from services.errors import TransientError
+from services.metrics import DEAD_LETTERS_WAITING, QUEUE_DUE, QUEUE_OLDEST_AGE
 from services.queue import ChatWorkQueue, worker_identity
 
 log = logging.getLogger(__name__)
 
 
 async def run_queued(settings: Settings, workers: WorkerSettings) -> None:
-    assert settings.redis.redis_url is not None
-    url = settings.redis.redis_url.get_secret_value()
-    prefix = settings.redis.redis_key_prefix
+    backend = build_backend(settings)
+    bot = build_bot(settings.bot)
+    try:
+        await _run(settings, workers, backend, bot)
+    finally:
+        with contextlib.suppress(Exception):
+            await bot.session.close()
+        with contextlib.suppress(Exception):
+            await backend.close()
+
+
+async def _run(settings: Settings, workers: WorkerSettings, backend: Backend, bot: Bot) -> None:
     identity = worker_identity()
     lease_ms = int(workers.worker_lease_seconds * 1000)
-
-    chat = build_engine(settings)
-    await chat.store.ping()
-    redis = redis_client(url)
-    queue = ChatWorkQueue(
-        redis=redis,
-        key_prefix=prefix,
-        lease_ms=lease_ms,
-        ttl_seconds=max(settings.memory.session_ttl_seconds, 0) or 7 * 24 * 3600,
-    )
-    bot = build_bot(settings.bot)
-    dispatcher = build_dispatcher(chat, settings.bot, erasers=[queue.forget])
+    redis = backend.need_redis()
+    await with_startup_retries("connecting to Redis", backend.ping)
+    await with_startup_retries("connecting to Telegram", bot.get_me)
+    chat = build_engine(settings, backend.store)
+    queue = ChatWorkQueue(redis=redis, keys=backend.keys, lease_ms=lease_ms, ttl_seconds=backend.ttl_seconds)
+    dead_letters = backend.dead_letters()
+    intake = Intake(queue=queue, dead_letters=dead_letters, identity=identity)
+    dispatcher = build_dispatcher(chat, settings.bot, limiter=backend.limiter, erasers=[dead_letters.drop_chat])
     worker = Worker(
         queue=queue,
+        dead_letters=dead_letters,
         dispatcher=dispatcher,
         bot=bot,
         identity=identity,
         concurrency=workers.worker_concurrency,
         idle_wait=workers.worker_idle_wait_seconds,
         grace=workers.shutdown_grace_seconds,
+        max_attempts=workers.worker_max_attempts,
+        give_up_seconds=workers.worker_give_up_seconds,
     )
-    await set_commands(bot)
+    await with_startup_retries("registering the bot commands", lambda: set_commands(bot))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -57,27 +70,27 @@ async def run_queued(settings: Settings, workers: WorkerSettings) -> None:
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
 
-    poller: Poller | None = None
-    runner: web.AppRunner | None = None
-    tasks = [asyncio.create_task(worker.run(), name="worker"), asyncio.create_task(_queue_gauges(queue))]
+    supervisor = Supervisor()
+    supervisor.start("worker", worker.run)
+    supervisor.start("gauges", lambda: _queue_gauges(queue, dead_letters))
 
     async def ready() -> dict[str, bool]:
-        checks = {"worker": worker.alive}
+        checks = {"worker": worker.alive, **supervisor.health()}
         try:
-            await redis.ping()
+            await backend.ping()
             checks["redis"] = True
-        except RedisError:
+        except TransientError:
             checks["redis"] = False
-        if poller is not None:
-            checks["poller"] = not tasks[-1].done()
         return checks
 
     ops = await start_ops_server(host=settings.bot.metrics_host, port=settings.bot.metrics_port, ready=ready)
+    poller: Poller | None = None
+    runner: web.AppRunner | None = None
     if settings.bot.bot_mode == "webhook":
         assert settings.bot.webhook_secret is not None
         app = web.Application()
         app.router.add_post(
-            settings.bot.webhook_path, webhook_handler(queue, settings.bot.webhook_secret.get_secret_value())
+            settings.bot.webhook_path, webhook_handler(intake, settings.bot.webhook_secret.get_secret_value())
         )
         add_health_routes(app, ready)
         runner = web.AppRunner(app, access_log=None)
@@ -94,33 +107,42 @@ async def run_queued(settings: Settings, workers: WorkerSettings) -> None:
         poller = Poller(
             redis=redis,
             bot=bot,
-            queue=queue,
-            key_prefix=prefix,
+            intake=intake,
+            keys=backend.keys,
             identity=identity,
             lease_ms=lease_ms,
             poll_timeout=workers.polling_timeout_seconds,
             allowed_updates=dispatcher.resolve_used_update_types(),
         )
-        tasks.append(asyncio.create_task(poller.run(), name="poller"))
+        supervisor.start("poller", poller.run)
         log.info("starting in polling mode (queued mode, worker %s)", identity)
 
-    await stop.wait()
+    stopped_by = await _first(stop.wait(), supervisor.failed.wait())
+    if stopped_by == 1:
+        log.critical("stopping: %s", supervisor.failure)
     log.info("stopping: no new work is taken")
     if runner is not None:
         await runner.cleanup()  # stop intake first: Telegram retries elsewhere
-    for task in tasks[1:2]:
-        task.cancel()
+    await supervisor.stop("gauges")
     if poller is not None:
         poller.stop()
     worker.stop()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    with contextlib.suppress(Exception):
-        await bot.session.close()
+    await supervisor.wait("worker", *(["poller"] if poller is not None else []))
     await chat.close()
-    await redis.aclose()
     if ops is not None:
         await ops.cleanup()
     log.info("stopped")
+    if stopped_by == 1:
+        raise StartupError(f"a task kept failing: {supervisor.failure}")
+
+
+async def _first(*waits: Awaitable[object]) -> int:
+    """Index of the first of ``waits`` to finish (the others are cancelled)."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    return next(i for i, t in enumerate(tasks) if t in done)
 
 
 def dump_tasks() -> None:
@@ -131,12 +153,13 @@ def dump_tasks() -> None:
         log.warning("task %s: %s", task.get_name(), where)
 
 
-async def _queue_gauges(queue: ChatWorkQueue, every: float = 5.0) -> None:
+async def _queue_gauges(queue: ChatWorkQueue, dead_letters: DeadLetterStore, every: float = 5.0) -> None:
     while True:
         try:
             due, age = await queue.stats()
             QUEUE_DUE.set(due)
             QUEUE_OLDEST_AGE.set(age)
-        except RedisError:
+            DEAD_LETTERS_WAITING.set(await dead_letters.count())
+        except TransientError:
             pass
         await asyncio.sleep(every)

@@ -87,6 +87,10 @@ class WorkerSettings(BaseSettings):
     worker_idle_wait_seconds: float = Field(default=1.0, gt=0)
     shutdown_grace_seconds: float = Field(default=25.0, ge=0)
     polling_timeout_seconds: int = Field(default=10, ge=1, le=50)
+    worker_max_attempts: int = Field(default=3, ge=1, description="failed attempts before an update is dead-lettered")
+    worker_give_up_seconds: float = Field(
+        default=600.0, gt=0, description="how long transient failures (Telegram/Redis down) are retried"
+    )
 
     @model_validator(mode="after")
     def _poll_within_lease(self) -> WorkerSettings:

@@ -30,6 +30,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "rate_limited": "You are sending messages too fast. Please wait {seconds} seconds and try again.",
         "not_allowed": "Sorry, this assistant is not available for you.",
         "forget_done": "Done: everything stored about this chat has been deleted.",
+        "session_lost": "Sorry, I could not load our earlier conversation, so I am starting afresh. "
+        "If it matters, please repeat the key details (e.g. your order number).",
         "llm_unavailable": "The assistant is temporarily unavailable. Please try again in a minute.",
         "reply_truncated": "My answer came out too long and was cut off. Please ask a narrower question.",
         "bad_reply": "I could not produce an answer to that. Please rephrase your question.",
@@ -57,6 +59,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "rate_limited": "Вы отправляете сообщения слишком часто. Подождите {seconds} с и повторите.",
         "not_allowed": "Извините, этот помощник вам недоступен.",
         "forget_done": "Готово: всё, что хранилось об этом чате, удалено.",
+        "session_lost": "Извините, не удалось загрузить наш предыдущий разговор, поэтому начинаю заново. "
+        "Если это важно, повторите, пожалуйста, ключевые данные (например, номер заказа).",
         "llm_unavailable": "Помощник временно недоступен. Попробуйте ещё раз через минуту.",
         "reply_truncated": "Мой ответ получился слишком длинным и оборвался. Задайте, пожалуйста, более узкий вопрос.",
         "bad_reply": "Не удалось подготовить ответ. Пожалуйста, переформулируйте вопрос.",

@@ -1,25 +1,49 @@
-"""Queue worker: claims chats from Redis and feeds their updates, in order, to the aiogram Dispatcher."""
+"""Queue worker: claims chats from Redis and feeds their updates, in order, to the aiogram Dispatcher.
+
+Every update is processed under the chat's lease with a fencing token (``services.fence``): the
+heartbeat renews the lease with a deadline inside what is left of it and cancels the update's handler
+the moment the lease cannot be kept, and every write the handler makes is refused by Redis once another
+worker owns the chat. Failures are classified: transient ones (Redis, the network, Telegram 5xx/429)
+are retried with backoff for up to ``give_up_seconds``; anything else is retried ``max_attempts`` times;
+then the update goes to the dead letters, so no update is retried forever and no chat waits forever.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import itertools
+import json
 import logging
 import time
+from dataclasses import dataclass, field
+from typing import Literal
 
 from aiogram import Bot, Dispatcher
 from aiogram.types import Update
-from redis.exceptions import RedisError
 
-from bot.handlers.errors import TRANSIENT_ERRORS
-from services.errors import StoreError
-from services.metrics import QUEUE_WAIT
-from services.queue import ChatWorkQueue, Claim, QueueItem
+from bot.failures import is_transient
+from services.deadletters import DeadLetterStore
+from services.errors import LeaseLostError, TransientError
+from services.fence import Fence
+from services.metrics import DEAD_LETTERS, LEASES_LOST, QUEUE_WAIT
+from services.queue import ChatWorkQueue, Claim, QueueItem, Step
 
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 30.0
+Outcome = Literal["done", "retry", "transient", "abandon"]
+
+
+@dataclass
+class _Serving:
+    """One chat being served: its fence and the handler task the heartbeat may have to cancel."""
+
+    claim: Claim
+    fence: Fence
+    lost: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    work: asyncio.Task[None] | None = None
 
 
 class Worker:
@@ -29,20 +53,29 @@ class Worker:
         self,
         *,
         queue: ChatWorkQueue,
+        dead_letters: DeadLetterStore,
         dispatcher: Dispatcher,
         bot: Bot,
         identity: str,
         concurrency: int,
         idle_wait: float,
         grace: float,
+        max_attempts: int = 3,
+        give_up_seconds: float = 600.0,
     ) -> None:
         self._queue = queue
+        self._dead = dead_letters
         self._dispatcher = dispatcher
         self._bot = bot
         self.identity = identity
         self._concurrency = concurrency
         self._idle_wait = idle_wait
         self._grace = grace
+        self._max_attempts = max_attempts
+        self._give_up = give_up_seconds
+        self._lease = queue.lease_ms / 1000
+        # nothing is sent in the last part of a lease: room for one request and some clock skew
+        self._margin = min(1.0, self._lease / 5)
         self._stopping = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._tokens = itertools.count()
@@ -63,9 +96,9 @@ class Worker:
                 await slots.acquire()
                 try:
                     claim = await self._queue.claim(f"{self.identity}:{next(self._tokens)}")
-                except (RedisError, StoreError) as exc:
+                except TransientError as exc:
                     slots.release()
-                    log.warning("queue unreachable (%s); retrying in %.1fs", type(exc).__name__, backoff)
+                    log.warning("queue unreachable (%s); retrying in %.1fs", exc, backoff)
                     await self._sleep(backoff)
                     backoff = min(backoff * 2, MAX_BACKOFF)
                     continue
@@ -74,12 +107,14 @@ class Worker:
                     slots.release()
                     await self._wait_for_work()
                     continue
-                task = asyncio.create_task(self._serve(claim))
+                task = asyncio.create_task(self._serve(claim), name=f"chat-{claim.chat_id}")
                 self._tasks.add(task)
 
                 def finished(done: asyncio.Task[None]) -> None:
                     self._tasks.discard(done)
                     slots.release()
+                    if not done.cancelled() and done.exception() is not None:
+                        log.error("chat task failed", exc_info=done.exception())
 
                 task.add_done_callback(finished)
         finally:
@@ -93,7 +128,7 @@ class Worker:
     async def _wait_for_work(self) -> None:
         try:
             await self._queue.wait_for_work(self._idle_wait)
-        except (RedisError, StoreError):
+        except TransientError:
             await self._sleep(self._idle_wait)
 
     async def _drain(self) -> None:
@@ -107,71 +142,155 @@ class Worker:
             await asyncio.gather(*pending, return_exceptions=True)
 
     async def _serve(self, claim: Claim) -> None:
-        lost, done = asyncio.Event(), asyncio.Event()
-        heartbeat = asyncio.create_task(self._heartbeat(claim, lost, done))
-        backoff = 0.2
+        sent = time.monotonic()
         try:
-            while not lost.is_set():
-                if self._stopping.is_set():
-                    await self._queue.hand_back(claim)
-                    return
-                item = await self._queue.head(claim)
-                if item is None:
-                    if await self._queue.release(claim):
-                        return
-                    continue
-                if not await self._process(item):
-                    self.retried += 1
-                    await self._sleep(backoff)
-                    backoff = min(backoff * 2, MAX_BACKOFF)
-                    continue
-                backoff = 0.2
-                self.processed += 1
-                if not await self._queue.ack(claim, item.id):
-                    log.warning("chat %s: lease lost before ack; another worker redoes it", claim.chat_id)
-                    return
+            step = await self._queue.next(claim, acquire=True)
+        except TransientError as exc:
+            log.warning("chat %s: cannot take the lease (%s)", claim.chat_id, exc)
+            return
+        if step.kind not in ("item", "released"):
+            return  # busy: another worker holds it
+        serving = _Serving(claim, Fence(claim.token, valid_until=sent + self._lease, margin=self._margin))
+        heartbeat = asyncio.create_task(self._heartbeat(serving), name=f"heartbeat-{claim.chat_id}")
+        try:
+            await self._serve_items(serving, step)
         except asyncio.CancelledError:
+            if serving.work is not None:
+                serving.work.cancel()
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._queue.hand_back(claim))
             raise
-        except (RedisError, StoreError) as exc:
+        except TransientError as exc:
             # the lease expires by itself and the chat's watchdog brings it back
             log.warning("chat %s: queue unreachable (%s); leaving it to the lease", claim.chat_id, exc)
         finally:
             # The event, not only cancel(): a cancellation that lands inside a Redis call can be
             # swallowed by the client, and a heartbeat that outlives its chat would hold it forever.
-            done.set()
+            serving.done.set()
             heartbeat.cancel()
 
-    async def _heartbeat(self, claim: Claim, lost: asyncio.Event, done: asyncio.Event) -> None:
-        interval = self._queue.lease_ms / 3000
-        while not done.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done.wait(), interval)
-            if done.is_set():
+    async def _serve_items(self, serving: _Serving, step: Step) -> None:
+        claim = serving.claim
+        backoff = 0.2
+        while step.kind == "item":
+            assert step.item is not None
+            item = step.item
+            if self._stopping.is_set() or serving.lost.is_set():
+                await self._queue.hand_back(claim)
                 return
-            try:
-                if not await self._queue.renew(claim):
-                    log.warning("chat %s: lease lost", claim.chat_id)
-                    lost.set()
-                    return
-            except (RedisError, StoreError) as exc:
-                log.warning("chat %s: cannot renew lease (%s)", claim.chat_id, type(exc).__name__)
+            outcome = await self._attempt(serving, item)
+            if outcome == "abandon":
+                LEASES_LOST.inc()
+                log.warning("chat %s: lease lost during update %s; the turn is abandoned", claim.chat_id, item.id)
+                with contextlib.suppress(TransientError):
+                    await self._queue.hand_back(claim)
+                return
+            if outcome == "done":
+                backoff = 0.2
+                self.processed += 1
+                step = await self._queue.next(claim, done=item)
+                continue
+            self.retried += 1
+            if outcome == "transient":
+                await self._queue.note_transient_failure(claim, item)
+            await self._sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF, max(self._give_up, 0.2))
+            step = await self._queue.next(claim)
+        if step.kind == "lost":
+            LEASES_LOST.inc()
+            log.warning("chat %s: lease lost between updates; another worker goes on", claim.chat_id)
 
-    async def _process(self, item: QueueItem) -> bool:
-        """Feed one update to the dispatcher. False means: transient failure, retry it later."""
+    async def _attempt(self, serving: _Serving, item: QueueItem) -> Outcome:
+        """Process one update once. The outcome says what to do with it next."""
+        reason = self._give_up_reason(item)
+        if reason is not None:
+            return await self._dead_letter(serving, item, reason)
         try:
-            update = Update.model_validate_json(item.payload, context={"bot": self._bot})
-        except ValueError:
-            log.error("dropping unreadable queued item %s", item.id)
-            return True
-        if item.enqueued_ms:
+            update = Update.model_validate(_parse(item.payload), context={"bot": self._bot})
+        except ValueError as exc:
+            return await self._dead_letter(serving, item, f"unreadable update: {exc}")
+        if item.enqueued_ms and item.started == 1:
             QUEUE_WAIT.observe(max(0.0, time.time() - item.enqueued_ms / 1000))
+        serving.work = asyncio.create_task(
+            self._dispatcher.feed_update(self._bot, update, queued=True, fence=serving.fence)
+        )
         try:
-            await self._dispatcher.feed_update(self._bot, update, queued=True)
-        except TRANSIENT_ERRORS as exc:
-            log.warning("update %s will be retried: %s: %s", update.update_id, type(exc).__name__, exc)
-            return False
-        except Exception:
-            log.exception("update %s failed; dropped", update.update_id)
-        return True
+            await asyncio.wait({serving.work})
+        finally:
+            if not serving.work.done():  # this chat's task was cancelled (shutdown): so is the handler
+                serving.work.cancel()
+        work, serving.work = serving.work, None
+        if work.cancelled():
+            return "abandon" if serving.lost.is_set() else "retry"
+        failure = work.exception()
+        if failure is None:
+            return "done"
+        if isinstance(failure, LeaseLostError):
+            serving.lost.set()
+            return "abandon"
+        if is_transient(failure):
+            log.warning("update %s will be retried: %s: %s", update.update_id, type(failure).__name__, failure)
+            return "transient"
+        log.error("update %s failed (attempt %d)", update.update_id, item.started, exc_info=failure)
+        return "retry"
+
+    def _give_up_reason(self, item: QueueItem) -> str | None:
+        if item.failed_attempts >= self._max_attempts:
+            return f"failed or stopped its worker {item.failed_attempts} times"
+        if item.transient_failures and item.failing_for > self._give_up:
+            return f"transient failures for {item.failing_for:.0f}s ({item.transient_failures} attempts)"
+        return None
+
+    async def _dead_letter(self, serving: _Serving, item: QueueItem, reason: str) -> Outcome:
+        """Keep the update for an operator and move on (``next`` acknowledges it)."""
+        claim = serving.claim
+        await self._dead.add(
+            chat_id=claim.chat_id,
+            item_id=item.id,
+            order=item.order,
+            payload=item.payload,
+            error=reason,
+            attempts=item.started,
+            worker=self.identity,
+        )
+        DEAD_LETTERS.labels("failed").inc()
+        log.error("chat %s: update %s moved to the dead letters: %s", claim.chat_id, item.id, reason)
+        return "done"
+
+    async def _heartbeat(self, serving: _Serving) -> None:
+        """Renew the lease every third of it; each renewal must land inside what is left of the lease
+        (retried at once on failure). When the lease cannot be kept the handler is cancelled."""
+        claim, fence = serving.claim, serving.fence
+        while not serving.done.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(serving.done.wait(), self._lease / 3)
+            while not serving.done.is_set():
+                remaining = fence.remaining()
+                if remaining <= 0:
+                    self._lose(serving, "could not renew it in time")
+                    return
+                sent = time.monotonic()
+                try:
+                    kept = await asyncio.wait_for(self._queue.renew(claim), timeout=remaining)
+                except (TransientError, TimeoutError) as exc:
+                    log.warning("chat %s: lease renewal failed (%s); retrying", claim.chat_id, type(exc).__name__)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(serving.done.wait(), min(0.05, max(fence.remaining(), 0)))
+                    continue
+                if not kept:
+                    self._lose(serving, "another worker holds it")
+                    return
+                fence.valid_until = sent + self._lease
+                break
+
+    def _lose(self, serving: _Serving, why: str) -> None:
+        log.warning("chat %s: lease lost (%s); cancelling its update", serving.claim.chat_id, why)
+        serving.lost.set()
+        serving.fence.valid_until = 0.0
+        if serving.work is not None:
+            serving.work.cancel()
+
+
+def _parse(payload: str) -> object:
+    # json, not pydantic's parser: the stdlib accepts lone surrogates ("\ud800"), which Telegram sends
+    return json.loads(payload)

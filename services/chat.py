@@ -11,10 +11,13 @@ from services.compaction import CompactionPolicy
 from services.errors import (
     ConcurrentUpdateError,
     ConfigurationError,
+    CorruptHistoryError,
+    CorruptSessionError,
     MessageTooLongError,
     StoreError,
     SummaryError,
 )
+from services.fence import Fence
 from services.llm import LLMClient, OnDelta, Usage
 from services.models import Compaction, NewMessage, PromptPart, Session, StoredMessage
 from services.prompt_format import clean_text, customer_block
@@ -57,6 +60,8 @@ class TurnResult:
     """Tokens of the verbatim history stored after this turn (decides proactive compaction)."""
     redelivered: bool = False
     """The turn was committed earlier but its reply may not have been sent: it was sent (again)."""
+    quarantined: bool = False
+    """The stored session could not be read: it was moved aside and this turn started a fresh one."""
 
     @property
     def summary_updated(self) -> bool:
@@ -120,47 +125,87 @@ class ChatService:
         deliver: Deliver,
         on_delta: OnDelta | None = None,
         turn_id: str | None = None,
+        fence: Fence | None = None,
     ) -> TurnResult:
         """Reply, hand the reply to ``deliver``, then compact memory if it passed the high-water mark,
         so the customer never waits for compaction.
 
         With a ``turn_id`` (the update id) a redelivered message is recognised: a turn already
-        answered is skipped; a turn committed but maybe not answered gets its stored reply again."""
+        answered is skipped; a turn committed but maybe not answered gets its stored reply again.
+        With a ``fence`` (queued mode) every write is fenced by the chat's lease and nothing is
+        delivered once the lease may have expired (LeaseLostError)."""
+        quarantined = False
         if turn_id is not None:
-            status = await self._store.turn_status(chat_id, turn_id)
+            try:
+                status = await self._store.turn_status(chat_id, turn_id)
+            except CorruptSessionError as exc:
+                await self._quarantine(chat_id, exc, fence)
+                status, quarantined = TurnStatus(), True
             if status.replied:
                 return TurnResult(reply="", duplicate=True)
             if status.committed:
-                return await self._redeliver(chat_id, turn_id, status, deliver)
-        result = await self.respond(chat_id, text, on_delta=on_delta, turn_id=turn_id)
+                return await self._redeliver(chat_id, turn_id, status, deliver, fence)
+        result = await self.respond(chat_id, text, on_delta=on_delta, turn_id=turn_id, fence=fence)
+        if quarantined:
+            result = replace(result, quarantined=True)
         if turn_id is not None and result.duplicate:  # another worker committed it meanwhile
             status = await self._store.turn_status(chat_id, turn_id)
-            return result if status.replied else await self._redeliver(chat_id, turn_id, status, deliver)
+            return result if status.replied else await self._redeliver(chat_id, turn_id, status, deliver, fence)
+        if fence is not None:
+            fence.ensure_valid()
         await deliver(result)
         if turn_id is not None:
-            await self._store.mark_replied(chat_id, turn_id)
+            await self._store.mark_replied(chat_id, turn_id, fence=fence)
         if not self._policy.over_high_water(result.history_tokens, self.history_room):
             return result  # the common case: no second round trip to the store
         try:
-            report = await self.compact_if_needed(chat_id)
+            report = await self.compact_if_needed(chat_id, fence=fence)
         except StoreError as exc:
             log.warning("chat %s: proactive compaction skipped: %s", chat_id, exc)
             report = CompactionReport(failed=True)
         return replace(result, proactive_compaction=report)
 
-    async def _redeliver(self, chat_id: int, turn_id: str, status: TurnStatus, deliver: Deliver) -> TurnResult:
+    async def _redeliver(
+        self, chat_id: int, turn_id: str, status: TurnStatus, deliver: Deliver, fence: Fence | None
+    ) -> TurnResult:
         if status.reply is None:
             log.error("chat %s turn %s: committed but its reply is no longer stored; cannot resend", chat_id, turn_id)
-            await self._store.mark_replied(chat_id, turn_id)
+            await self._store.mark_replied(chat_id, turn_id, fence=fence)
             return TurnResult(reply="", duplicate=True)
         log.warning("chat %s turn %s: committed earlier, reply possibly unsent: sending it", chat_id, turn_id)
         result = TurnResult(reply=status.reply, duplicate=True, redelivered=True)
+        if fence is not None:
+            fence.ensure_valid()
         await deliver(result)
-        await self._store.mark_replied(chat_id, turn_id)
+        await self._store.mark_replied(chat_id, turn_id, fence=fence)
         return result
 
+    async def _quarantine(self, chat_id: int, exc: Exception, fence: Fence | None) -> None:
+        log.error(
+            "chat %s: stored session unreadable (%s); moved aside for an operator (python -m bot quarantine "
+            "show %s), the chat starts over",
+            chat_id,
+            exc,
+            chat_id,
+        )
+        await self._store.quarantine(chat_id, reason=f"{type(exc).__name__}: {exc}", fence=fence)
+
+    async def _load(self, chat_id: int, fence: Fence | None) -> tuple[Session, bool]:
+        """The session, or a fresh one after quarantining an unreadable one (True)."""
+        try:
+            return await self._store.load(chat_id), False
+        except CorruptSessionError as exc:
+            await self._quarantine(chat_id, exc, fence)
+        return await self._store.load(chat_id), True
+
     async def respond(
-        self, chat_id: int, text: str, *, on_delta: OnDelta | None = None, turn_id: str | None = None
+        self,
+        chat_id: int,
+        text: str,
+        *,
+        on_delta: OnDelta | None = None,
+        turn_id: str | None = None,
+        fence: Fence | None = None,
     ) -> TurnResult:
         """Produce and store one turn. Nothing is written unless the model replied."""
         if len(text) > self._max_message_chars:  # checked before tokenizing megabytes of text
@@ -168,9 +213,16 @@ class ChatService:
         text = clean_text(text)
         content = customer_block(text)
         new_part = PromptPart("user", content, self._counter.count_message("user", content))
+        quarantined = False
         for attempt in range(1, self._commit_attempts + 1):
-            session = await self._store.load(chat_id)
-            window = self._window(self._summary_part(session), session.messages, new_part)
+            session, fresh = await self._load(chat_id, fence)
+            try:
+                window = self._window(self._summary_part(session), session.messages, new_part)
+            except CorruptHistoryError as exc:
+                await self._quarantine(chat_id, exc, fence)
+                session, fresh = await self._store.load(chat_id), True
+                window = self._window(None, session.messages, new_part)
+            quarantined = quarantined or fresh
             forced: CompactionReport | None = None
             compaction: Compaction | None = None
             if window.removed_history_messages:
@@ -184,6 +236,7 @@ class ChatService:
                     messages=[NewMessage("user", text, new_part.tokens), reply],
                     compaction=compaction,
                     turn_id=turn_id,
+                    fence=fence,
                 )
             except ConcurrentUpdateError:
                 if attempt == self._commit_attempts:
@@ -205,6 +258,7 @@ class ChatService:
                 llm_seconds=completion.seconds,
                 forced_compaction=forced,
                 attempts=attempt,
+                quarantined=quarantined,
             )
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -260,7 +314,7 @@ class ChatService:
             return None, window, replace(report, folded_messages=0, failed=True)
         return compaction, compacted, report
 
-    async def compact_if_needed(self, chat_id: int) -> CompactionReport | None:
+    async def compact_if_needed(self, chat_id: int, *, fence: Fence | None = None) -> CompactionReport | None:
         """Proactive compaction: fold the oldest turns if the stored history passed the high-water mark.
         A failure leaves everything stored; the next turn tries again."""
         session = await self._store.load(chat_id)
@@ -273,17 +327,21 @@ class ChatService:
         if compaction is None:
             return report
         try:
-            await self._store.apply_compaction(chat_id, expected_version=session.version, compaction=compaction)
+            await self._store.apply_compaction(
+                chat_id, expected_version=session.version, compaction=compaction, fence=fence
+            )
         except ConcurrentUpdateError:
             log.info("chat %s changed during compaction; it will be redone on a later turn", chat_id)
             return replace(report, folded_messages=0, failed=True)
         return report
 
-    async def reset(self, chat_id: int) -> None:
-        await self._store.reset(chat_id)
+    async def reset(self, chat_id: int, *, fence: Fence | None = None) -> None:
+        """/new: the conversation starts over; no turn loaded before can be committed after."""
+        await self._store.reset(chat_id, fence=fence)
 
-    async def forget(self, chat_id: int) -> None:
-        await self._store.forget(chat_id)
+    async def forget(self, chat_id: int, *, fence: Fence | None = None) -> None:
+        """/forget: every stored byte of the conversation goes; nothing loaded before comes back."""
+        await self._store.forget(chat_id, fence=fence)
 
     async def close(self) -> None:
         """Close the LLM client and the store connection."""

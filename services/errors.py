@@ -11,6 +11,11 @@ class SupportBotError(Exception):
     """Base class for every error the engine raises on purpose."""
 
 
+class TransientError(SupportBotError):
+    """Something outside the bot is unavailable for now (Redis, the network): the work is retried with
+    backoff, never answered as a failure and never dropped."""
+
+
 class ConfigurationError(SupportBotError):
     """A setting or a bundled file is unusable (bad tokenizer file, unknown encoding...)."""
 
@@ -50,8 +55,22 @@ class SummaryError(SupportBotError):
 
 
 class StoreError(SupportBotError):
-    """The session store is unreachable or answered with something unexpected."""
+    """The session store failed."""
+
+
+class StoreUnavailableError(StoreError, TransientError):
+    """The store (Redis) could not be reached or timed out."""
 
 
 class ConcurrentUpdateError(StoreError):
     """The session changed since it was loaded; the write was refused and nothing was written."""
+
+
+class CorruptSessionError(StoreError):
+    """A stored session cannot be decoded (damaged entry, written by another release): it is
+    quarantined, never retried."""
+
+
+class LeaseLostError(SupportBotError):
+    """This worker no longer holds the chat's lease: the write was refused (fencing) and nothing may be
+    sent; the turn is abandoned to the worker that took the chat over."""

@@ -40,6 +40,11 @@ DUPLICATE_REPLIES = Counter(
 )
 RATE_LIMITED = Counter("sb_rate_limited_total", "Messages refused by the per-chat rate limit")
 LLM_IN_FLIGHT = Gauge("sb_llm_calls_in_flight", "LLM calls running in this process")
+DEAD_LETTERS = Counter("sb_dead_letters_total", "Updates moved to the dead letters, by where it happened", ["stage"])
+DEAD_LETTERS_WAITING = Gauge("sb_dead_letters_waiting", "Dead letters waiting for an operator (whole bot)")
+LEASES_LOST = Counter("sb_leases_lost_total", "Chats whose lease this worker lost while serving them (turn abandoned)")
+QUARANTINED = Counter("sb_quarantined_sessions_total", "Unreadable sessions moved aside; the chat started over")
+TASK_RESTARTS = Counter("sb_task_restarts_total", "Long-running tasks restarted after a crash", ["task"])
 
 
 def record_compaction(kind: str, report: CompactionReport | None) -> None:
@@ -60,6 +65,8 @@ def record_compaction(kind: str, report: CompactionReport | None) -> None:
 
 def record_turn(result: TurnResult, *, drift_warn_ratio: float = 0.15) -> float | None:
     """Count one handled message; returns the prompt-token drift ratio when the provider reported usage."""
+    if result.quarantined:
+        QUARANTINED.inc()
     if result.redelivered:
         TURNS.labels("redelivered").inc()
         DUPLICATE_REPLIES.inc()

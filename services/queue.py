@@ -1,22 +1,21 @@
 """Durable per-chat work queue on Redis: any worker serves any chat, one chat at a time, in order.
 
-Design (documented in the README, "Scaling"):
+Design (documented in the README, "Scaling" and "Failure model"):
 
-* each chat has an inbox (``<prefix>:{chat:<id>}:inbox``, a sorted set ordered by the item's order key,
-  e.g. the Telegram update id, so items taken in by different workers still come out in the sender's
-  order) and a set of item ids already taken in (``…:seen``), so a redelivered item is stored once;
-  ``enqueue`` returns only after both are written;
-* a global sorted set ``<prefix>:ready`` holds the chats that may have work, scored by when they are
-  due (Redis server time, ms);
-* a worker ``claim``s the first due chat: the script pushes its score one lease into the future (a
-  watchdog entry), then the worker takes the chat's lease (``…:lease``, SET NX PX). It processes the
-  inbox head, ``ack``s it (LPOP, only while it still holds the lease) and goes on until the inbox is
-  empty, then ``release``s the lease (atomically with the emptiness check) and drops its watchdog;
-* a heartbeat ``renew``s the lease and the watchdog while a (slow) item is processed; if the worker
-  dies, the lease expires and the watchdog makes the chat due again, so another worker takes over
-  within one lease;
-* every script touches the keys of one chat only (hash tag ``{chat:<id>}``) or global keys only, so
-  the same scripts run on Redis Cluster.
+* each chat has an inbox (a sorted set ordered by the item's order key, the Telegram update id, so
+  items taken in by different workers still come out in the sender's order) and a set of item ids
+  already taken in (``seen``), so a redelivered item is stored once. The inbox has no TTL: an update
+  Telegram was told we have is kept until it is processed or dead-lettered;
+* a global sorted set ``ready`` holds the chats that may have work, scored by when they are due
+  (Redis server time, ms);
+* a worker ``claim``s the first due chat (the script pushes its score one lease into the future: a
+  watchdog entry) and takes the chat's lease (``SET NX PX`` with a token unique to this claim);
+* ``next`` (one script) acknowledges the item just processed, then either returns the inbox head —
+  counting the attempt, so an update that keeps killing workers is noticed — or, when the inbox is
+  empty, releases the lease. Every per-chat step is fenced: it does nothing once the lease is lost;
+* a heartbeat ``renew``s the lease and the watchdog; if the worker dies, the lease expires and the
+  watchdog makes the chat due again, so another worker takes over within one lease;
+* every script touches the keys of one chat only or one global key only (Redis Cluster).
 """
 
 from __future__ import annotations
@@ -27,35 +26,33 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
-from typing import cast
+from typing import Literal, cast
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
-from services.errors import StoreError
+from services.keys import KeySpace
+from services.redisio import LUA_NOW, redis_errors
 
 SEEN_KEPT = 5000
 """How many recent item ids per chat are remembered to recognise redeliveries."""
 
-_NOW = "local t = redis.call('TIME'); local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-
-# KEYS: inbox, seen. ARGV: item_id, item_json, ttl_seconds, order. → 1 new, 0 already seen
+# KEYS: inbox, seen. ARGV: item_id, item_json, seen_ttl, order. → 1 new, 0 already seen
 _ENQUEUE = (
-    _NOW
+    LUA_NOW
     + """
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
 redis.call('ZADD', KEYS[2], now, ARGV[1])
 redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -SEEN_KEPT - 1)
+if tonumber(ARGV[3]) > 0 then redis.call('EXPIRE', KEYS[2], ARGV[3]) end
 redis.call('ZADD', KEYS[1], ARGV[4], ARGV[2])
-local ttl = tonumber(ARGV[3])
-if ttl > 0 then redis.call('EXPIRE', KEYS[1], ttl); redis.call('EXPIRE', KEYS[2], ttl) end
+redis.call('PERSIST', KEYS[1])
 return 1
 """.replace("SEEN_KEPT", str(SEEN_KEPT))
 )
 
 # KEYS: ready. ARGV: chat member. Make the chat due now (never postpones an earlier due time).
 _MARK_READY = (
-    _NOW
+    LUA_NOW
     + """
 redis.call('ZADD', KEYS[1], 'LT', now, ARGV[1])
 return now
@@ -64,7 +61,7 @@ return now
 
 # KEYS: ready. ARGV: lease_ms. → {member, watchdog_score} or nil
 _CLAIM = (
-    _NOW
+    LUA_NOW
     + """
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 1)
 if #due == 0 then return nil end
@@ -74,13 +71,51 @@ return {due[1], watchdog}
 """
 )
 
-# KEYS: lease. ARGV: token, lease_ms.
-_ACQUIRE = """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
-return 0
+# KEYS: lease, inbox, attempts. ARGV: token, lease_ms, acquire (1 = take the lease first), done member
+# ('' = none), done item id.
+# → {-3} lease busy | {-1} lease lost | {0} inbox empty, released
+#   | {1, head, started, transient, age_ms, order}
+_NEXT = (
+    LUA_NOW
+    + """
+if ARGV[3] == '1' then
+  if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {-3} end
+elseif redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return {-1}
+end
+if ARGV[4] ~= '' then
+  redis.call('ZREM', KEYS[2], ARGV[4])
+  redis.call('HDEL', KEYS[3], 'a:' .. ARGV[5], 't:' .. ARGV[5], 'f:' .. ARGV[5])
+end
+local entry = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+local head = entry[1]
+if not head then
+  redis.call('DEL', KEYS[1], KEYS[3])
+  return {0}
+end
+local id = string.match(head, '^{"id":"([^"]*)"') or head
+local started = redis.call('HINCRBY', KEYS[3], 'a:' .. id, 1)
+local transient = tonumber(redis.call('HGET', KEYS[3], 't:' .. id) or '0')
+local first = tonumber(redis.call('HGET', KEYS[3], 'f:' .. id) or '0')
+local age = 0
+if first > 0 then age = now - first end
+return {1, head, started, transient, age, entry[2]}
 """
+)
 
-# KEYS: lease, ready. ARGV: token, lease_ms, member. → new watchdog score, or 0 if the lease is lost
+# KEYS: lease, attempts. ARGV: token, item id. A transient failure of the item (does not count as a
+# failed attempt; the first one's time bounds how long the item is retried).
+_TRANSIENT = (
+    LUA_NOW
+    + """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+redis.call('HINCRBY', KEYS[2], 't:' .. ARGV[2], 1)
+redis.call('HSETNX', KEYS[2], 'f:' .. ARGV[2], now)
+return 1
+"""
+)
+
+# KEYS: lease. ARGV: token, lease_ms.
 _RENEW_LEASE = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -89,32 +124,13 @@ return 1
 
 # KEYS: ready. ARGV: member, lease_ms → push the watchdog (only later, only if present)
 _PUSH_WATCHDOG = (
-    _NOW
+    LUA_NOW
     + """
 local watchdog = now + tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], 'XX', 'GT', watchdog, ARGV[1])
 return watchdog
 """
 )
-
-# KEYS: lease, inbox. ARGV: token, head prefix ('{"id":"<item id>",'). → 1 acked, 0 head is another
-# item, -1 lease lost
-_ACK = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-if not head then return 0 end
-if string.sub(head, 1, #ARGV[2]) ~= ARGV[2] then return 0 end
-redis.call('ZREM', KEYS[2], head)
-return 1
-"""
-
-# KEYS: lease, inbox. ARGV: token. → 1 released (inbox empty), 0 still work, -1 lease lost
-_RELEASE = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-if redis.call('ZCARD', KEYS[2]) > 0 then return 0 end
-redis.call('DEL', KEYS[1])
-return 1
-"""
 
 # KEYS: ready. ARGV: member, watchdog score. Drop the watchdog unless new work moved the score.
 _DROP_WATCHDOG = """
@@ -131,7 +147,7 @@ return 0
 
 # KEYS: ready. → {depth_due, oldest_due_age_ms}
 _STATS = (
-    _NOW
+    LUA_NOW
     + """
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1)
 local count = redis.call('ZCOUNT', KEYS[1], '-inf', now)
@@ -143,125 +159,170 @@ return {count, now - tonumber(due[2])}
 
 @dataclass(frozen=True, slots=True)
 class QueueItem:
+    """One queued item at the head of a chat's inbox, with its delivery history."""
+
     id: str
     payload: str
     enqueued_ms: int
+    member: bytes
+    """The inbox entry exactly as stored (what ``next`` acknowledges)."""
+    order: int = 0
+    started: int = 1
+    """Attempts started on this item, this one included (a worker that died mid-item counts)."""
+    transient_failures: int = 0
+    failing_for: float = 0.0
+    """Seconds since its first transient failure (0: none)."""
+
+    @property
+    def failed_attempts(self) -> int:
+        """Earlier attempts that ended in a non-transient failure or a dead worker."""
+        return self.started - 1 - self.transient_failures
 
 
 @dataclass(slots=True)
 class Claim:
-    """A chat this worker holds the lease of."""
+    """A chat this worker holds (or is about to take) the lease of."""
 
     chat_id: int
     token: str
     watchdog: int
 
 
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What ``next`` found: an item to process, the chat released (inbox empty), or the lease gone."""
+
+    kind: Literal["item", "released", "lost", "busy"]
+    item: QueueItem | None = None
+
+
 def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+def encode_item(item_id: str, payload: str) -> str:
+    """An inbox entry: its id first (scripts read it), the time taken in, the payload."""
+    return json.dumps({"id": item_id, "t": int(time.time() * 1000), "p": payload}, separators=(",", ":"))
+
+
 class ChatWorkQueue:
+    """The per-chat work queue. Redis errors surface as StoreUnavailableError (transient)."""
+
     def __init__(
-        self, *, redis: Redis, key_prefix: str = "sb", lease_ms: int = 30_000, ttl_seconds: int = 7 * 24 * 3600
+        self, *, redis: Redis, keys: KeySpace | None = None, lease_ms: int = 30_000, ttl_seconds: int = 0
     ) -> None:
         self._redis = redis
-        self._prefix = key_prefix
+        self._keys = keys or KeySpace()
         self.lease_ms = lease_ms
-        self._ttl = ttl_seconds
-        self.ready_key = f"{key_prefix}:ready"
-        self.wake_key = f"{key_prefix}:wake"
+        self._seen_ttl = max(ttl_seconds, 0)
         self._enqueue = redis.register_script(_ENQUEUE)
         self._mark_ready = redis.register_script(_MARK_READY)
         self._claim = redis.register_script(_CLAIM)
-        self._acquire = redis.register_script(_ACQUIRE)
+        self._next = redis.register_script(_NEXT)
+        self._transient = redis.register_script(_TRANSIENT)
         self._renew = redis.register_script(_RENEW_LEASE)
         self._push_watchdog = redis.register_script(_PUSH_WATCHDOG)
-        self._ack = redis.register_script(_ACK)
-        self._release = redis.register_script(_RELEASE)
         self._drop_watchdog = redis.register_script(_DROP_WATCHDOG)
         self._drop_lease = redis.register_script(_DROP_LEASE)
         self._stats = redis.register_script(_STATS)
-
-    def _keys(self, chat_id: int) -> dict[str, str]:
-        tag = f"{self._prefix}:{{chat:{chat_id}}}"
-        return {"inbox": f"{tag}:inbox", "seen": f"{tag}:seen", "lease": f"{tag}:lease"}
 
     async def enqueue(self, chat_id: int, item_id: str, payload: str, *, order: int) -> bool:
         """Store an item durably; True if new, False if this id was already taken in. Items of a chat
         come out by ascending ``order``. Either way the chat is marked due, so a crash between the two
         steps heals on the sender's redelivery."""
-        keys = self._keys(chat_id)
-        item = json.dumps(
-            {"id": item_id, "t": int(time.time() * 1000), "p": payload}, ensure_ascii=False, separators=(",", ":")
-        )
-        try:
-            new = await self._enqueue(keys=[keys["inbox"], keys["seen"]], args=[item_id, item, self._ttl, order])
-            await self._mark_ready(keys=[self.ready_key], args=[str(chat_id)])
-            await self._redis.lpush(self.wake_key, "1")
-            await self._redis.ltrim(self.wake_key, 0, 999)
-        except RedisError as exc:
-            raise StoreError(f"cannot enqueue for chat {chat_id}: {type(exc).__name__}") from exc
+        keys = self._keys.chat(chat_id)
+        with redis_errors(f"cannot enqueue for chat {chat_id}"):
+            new = await self._enqueue(
+                keys=[keys.inbox, keys.seen], args=[item_id, encode_item(item_id, payload), self._seen_ttl, order]
+            )
+            await self._make_due(chat_id)
         return bool(new)
 
+    async def _make_due(self, chat_id: int) -> None:
+        await self._mark_ready(keys=[self._keys.ready], args=[str(chat_id)])
+        await self._redis.lpush(self._keys.wake, "1")
+        await self._redis.ltrim(self._keys.wake, 0, 999)
+
     async def claim(self, token: str) -> Claim | None:
-        """Take the first due chat whose lease is free, or None."""
-        result = await self._claim(keys=[self.ready_key], args=[self.lease_ms])
+        """The first due chat (its lease is taken by the first ``next(acquire=True)``), or None."""
+        with redis_errors("cannot claim"):
+            result = await self._claim(keys=[self._keys.ready], args=[self.lease_ms])
         if not result:
             return None
         member, watchdog = result
-        chat_id = int(member)
-        acquired = await self._acquire(keys=[self._keys(chat_id)["lease"]], args=[token, self.lease_ms])
-        if not acquired:
-            return None  # another worker holds it; the watchdog brings it back when its lease could expire
-        return Claim(chat_id, token, int(watchdog))
+        return Claim(int(member), token, int(watchdog))
+
+    async def next(self, claim: Claim, *, done: QueueItem | None = None, acquire: bool = False) -> Step:
+        """Acknowledge ``done`` (processed or dead-lettered), then return the next item; release the chat
+        when its inbox is empty. All of it only while ``claim`` holds the lease."""
+        keys = self._keys.chat(claim.chat_id)
+        done_member: bytes | str = done.member if done else ""
+        args: list[bytes | str | int] = [claim.token, self.lease_ms, "1" if acquire else "0", done_member]
+        args.append(done.id if done else "")
+        with redis_errors(f"chat {claim.chat_id}: queue step failed"):
+            result = await self._next(keys=[keys.lease, keys.inbox, keys.attempts], args=args)
+            status = int(result[0])
+            if status == 0:
+                await self._drop_watchdog(keys=[self._keys.ready], args=[str(claim.chat_id), claim.watchdog])
+                return Step("released")
+            if status == -1:
+                # whoever holds the chat now (or nobody, if the lease expired) must find it due
+                await self._make_due(claim.chat_id)
+                return Step("lost")
+        if status == -3:
+            return Step("busy")  # another worker holds it; the watchdog brings it back in time
+        return Step("item", _decode_item(result))
+
+    async def note_transient_failure(self, claim: Claim, item: QueueItem) -> None:
+        keys = self._keys.chat(claim.chat_id)
+        with redis_errors(f"chat {claim.chat_id}: cannot record a failure"):
+            await self._transient(keys=[keys.lease, keys.attempts], args=[claim.token, item.id])
 
     async def wait_for_work(self, seconds: float) -> None:
         """Block until something was enqueued (or ``seconds`` pass). Needs its own connection."""
-        await self._redis.blpop([self.wake_key], timeout=seconds)
-
-    async def head(self, claim: Claim) -> QueueItem | None:
-        head = await self._redis.zrange(self._keys(claim.chat_id)["inbox"], 0, 0)
-        if not head:
-            return None
-        data = json.loads(cast(bytes, head[0]))
-        return QueueItem(id=data["id"], payload=data["p"], enqueued_ms=int(data.get("t", 0)))
+        with redis_errors("cannot wait for work"):
+            await self._redis.blpop([self._keys.wake], timeout=seconds)
 
     async def renew(self, claim: Claim) -> bool:
         """Extend the lease and the watchdog; False if the lease was lost."""
-        keys = self._keys(claim.chat_id)
-        if not await self._renew(keys=[keys["lease"]], args=[claim.token, self.lease_ms]):
-            return False
-        claim.watchdog = int(await self._push_watchdog(keys=[self.ready_key], args=[str(claim.chat_id), self.lease_ms]))
-        return True
-
-    async def ack(self, claim: Claim, item_id: str) -> bool:
-        """Remove the processed head item; False if the lease was lost (another worker owns the chat)."""
-        keys = self._keys(claim.chat_id)
-        prefix = json.dumps({"id": item_id}, separators=(",", ":"))[:-1] + ","
-        status = int(await self._ack(keys=[keys["lease"], keys["inbox"]], args=[claim.token, prefix]))
-        return status >= 0
-
-    async def release(self, claim: Claim) -> bool:
-        """Give the chat up if its inbox is empty. False means: more work arrived, keep going."""
-        keys = self._keys(claim.chat_id)
-        status = int(await self._release(keys=[keys["lease"], keys["inbox"]], args=[claim.token]))
-        if status == 0:
-            return False
-        await self._drop_watchdog(keys=[self.ready_key], args=[str(claim.chat_id), claim.watchdog])
+        keys = self._keys.chat(claim.chat_id)
+        with redis_errors(f"chat {claim.chat_id}: cannot renew"):
+            if not await self._renew(keys=[keys.lease], args=[claim.token, self.lease_ms]):
+                return False
+            claim.watchdog = int(
+                await self._push_watchdog(keys=[self._keys.ready], args=[str(claim.chat_id), self.lease_ms])
+            )
         return True
 
     async def hand_back(self, claim: Claim) -> None:
-        """Give the chat up with work left (graceful stop): another worker takes it at once."""
-        await self._drop_lease(keys=[self._keys(claim.chat_id)["lease"]], args=[claim.token])
-        await self._mark_ready(keys=[self.ready_key], args=[str(claim.chat_id)])
-        await self._redis.lpush(self.wake_key, "1")
+        """Give the chat up with work possibly left (stopping, or the lease may have lapsed): drop the
+        lease if still ours, and make the chat due so another worker takes it at once."""
+        with redis_errors(f"chat {claim.chat_id}: cannot hand back"):
+            await self._drop_lease(keys=[self._keys.chat(claim.chat_id).lease], args=[claim.token])
+            await self._make_due(claim.chat_id)
 
     async def stats(self) -> tuple[int, float]:
         """(chats due now, age in seconds of the longest-waiting due chat)."""
-        count, age_ms = await self._stats(keys=[self.ready_key])
+        with redis_errors("cannot read queue stats"):
+            count, age_ms = await self._stats(keys=[self._keys.ready])
         return int(count), int(age_ms) / 1000
 
-    async def forget(self, chat_id: int) -> None:
-        """Delete the chat's dedup records (its inbox and lease stay: work in flight must finish)."""
-        await self._redis.delete(self._keys(chat_id)["seen"])
+
+def _decode_item(result: list[object]) -> QueueItem:
+    member = cast(bytes, result[1])
+    started, transient, age_ms = (int(cast(int, value)) for value in result[2:5])
+    try:
+        data = json.loads(member)
+        item_id, payload, enqueued = str(data["id"]), str(data["p"]), int(data.get("t", 0))
+    except (ValueError, KeyError, TypeError):
+        item_id, payload, enqueued = member.decode(errors="replace"), "", 0
+    return QueueItem(
+        id=item_id,
+        payload=payload,
+        enqueued_ms=enqueued,
+        member=member,
+        order=int(float(cast(bytes, result[5]))),
+        started=started,
+        transient_failures=transient,
+        failing_for=age_ms / 1000,
+    )

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
-from services.errors import StoreError
+from services.keys import KeySpace
+from services.redisio import LUA_NOW, redis_errors
 
 WINDOW_SECONDS = 60
 
@@ -24,15 +24,20 @@ class RateDecision:
 
 
 class RateLimiter(Protocol):
-    async def hit(self, chat_id: int) -> RateDecision: ...
+    async def hit(self, chat_id: int, *, key: str | None = None) -> RateDecision:
+        """Count one message of the chat. The same ``key`` (an update id) is counted once: a retried
+        update is never refused because of its own earlier attempt."""
+        ...
 
     async def forget(self, chat_id: int) -> None: ...
 
 
 # KEYS: hits (zset), notice (string). ARGV: limit, window_ms, member, key_ttl_ms.
-_HIT = """
-local t = redis.call('TIME'); local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+_HIT = (
+    LUA_NOW
+    + """
 local window = tonumber(ARGV[2])
+if redis.call('ZSCORE', KEYS[1], ARGV[3]) then return {1, 0, 0} end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 local count = redis.call('ZCARD', KEYS[1])
 if count < tonumber(ARGV[1]) then
@@ -45,6 +50,7 @@ local wait = oldest + window - now
 local first = redis.call('SET', KEYS[2], '1', 'NX', 'PX', math.max(math.min(wait, tonumber(ARGV[4])), 1))
 return {0, first and 1 or 0, wait}
 """
+)
 
 
 class RedisRateLimiter:
@@ -53,7 +59,7 @@ class RedisRateLimiter:
         *,
         redis: Redis,
         per_minute: int,
-        key_prefix: str = "sb",
+        keys: KeySpace | None = None,
         ttl_seconds: int = 0,
         window_seconds: int = WINDOW_SECONDS,
     ) -> None:
@@ -62,37 +68,34 @@ class RedisRateLimiter:
         self._window_ms = window_seconds * 1000
         # records live one window at most, and never longer than the session retention
         self._key_ttl_ms = self._window_ms if ttl_seconds <= 0 else min(window_seconds, ttl_seconds) * 1000
-        self._prefix = key_prefix
+        self._keys = keys or KeySpace()
         self._hit = redis.register_script(_HIT)
         self._counter = 0
 
-    def _keys(self, chat_id: int) -> list[str]:
-        tag = f"{self._prefix}:{{chat:{chat_id}}}"
-        return [f"{tag}:rate", f"{tag}:rate_notice"]
+    def _chat_keys(self, chat_id: int) -> list[str]:
+        keys = self._keys.chat(chat_id)
+        return [keys.rate, keys.rate_notice]
 
-    async def hit(self, chat_id: int) -> RateDecision:
+    async def hit(self, chat_id: int, *, key: str | None = None) -> RateDecision:
         if self._limit <= 0:
             return RateDecision(True)
         self._counter += 1
-        member = f"{time.time_ns()}-{id(self)}-{self._counter}"
-        try:
+        member = key or f"{time.time_ns()}-{id(self)}-{self._counter}"
+        with redis_errors("rate limit unavailable"):
             allowed, notify, wait = await self._hit(
-                keys=self._keys(chat_id), args=[self._limit, self._window_ms, member, self._key_ttl_ms]
+                keys=self._chat_keys(chat_id), args=[self._limit, self._window_ms, member, self._key_ttl_ms]
             )
-        except RedisError as exc:
-            raise StoreError(f"rate limit unavailable: {type(exc).__name__}") from exc
         return RateDecision(bool(allowed), bool(notify), int(wait) / 1000)
 
     async def forget(self, chat_id: int) -> None:
-        try:
-            await self._redis.delete(*self._keys(chat_id))
-        except RedisError as exc:
-            raise StoreError(f"cannot delete chat {chat_id}: {type(exc).__name__}") from exc
+        with redis_errors(f"cannot delete chat {chat_id}"):
+            await self._redis.delete(*self._chat_keys(chat_id))
 
 
 @dataclass
 class _Window:
     hits: deque[float] = field(default_factory=deque)
+    keys: deque[str | None] = field(default_factory=deque)
     notified_until: float = 0.0
 
 
@@ -103,15 +106,19 @@ class InMemoryRateLimiter:
         self._limit = per_minute
         self._chats: dict[int, _Window] = {}
 
-    async def hit(self, chat_id: int) -> RateDecision:
+    async def hit(self, chat_id: int, *, key: str | None = None) -> RateDecision:
         if self._limit <= 0:
             return RateDecision(True)
         now = time.monotonic()
         window = self._chats.setdefault(chat_id, _Window())
         while window.hits and window.hits[0] <= now - WINDOW_SECONDS:
             window.hits.popleft()
+            window.keys.popleft()
+        if key is not None and key in window.keys:
+            return RateDecision(True)
         if len(window.hits) < self._limit:
             window.hits.append(now)
+            window.keys.append(key)
             return RateDecision(True)
         wait = window.hits[0] + WINDOW_SECONDS - now
         notify = now >= window.notified_until

@@ -15,6 +15,7 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
+from services.keys import KeySpace
 from services.llm import LLMClient
 from services.store import InMemorySessionStore, RedisSessionStore
 from services.store.base import SessionStore
@@ -108,7 +109,7 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[SessionStore]:
         server: RedisServer = request.getfixturevalue("redis_server")
         client = Redis.from_url(server.url)
         await client.flushdb()
-    backend = RedisSessionStore(redis=client, ttl_seconds=3600, key_prefix="test")
+    backend = RedisSessionStore(redis=client, ttl_seconds=3600, keys=KeySpace("test", "123456"))
     yield backend
     await backend.close()
 

@@ -9,6 +9,7 @@ from redis.asyncio import Redis
 
 from services.chat import TurnResult
 from services.errors import ConcurrentUpdateError, LLMReplyTruncatedError, LLMUnavailableError, MessageTooLongError
+from services.keys import KeySpace
 from services.llm import LLMClient
 from services.store import InMemorySessionStore, RedisSessionStore
 from services.tokens import TokenCounter
@@ -19,7 +20,7 @@ from tests.stubs.openai_server import StubOpenAI, digit_dropping_summary, previo
 
 @pytest.fixture
 async def redis_store() -> RedisSessionStore:
-    return RedisSessionStore(redis=fakeredis.FakeAsyncRedis(), key_prefix="t")
+    return RedisSessionStore(redis=fakeredis.FakeAsyncRedis(), keys=KeySpace("t", "123456"))
 
 
 async def noop(_result: object) -> None:
@@ -103,7 +104,7 @@ async def test_summarizer_failure_still_replies_loses_nothing_and_retries_later(
 async def test_chat_llm_failure_leaves_redis_byte_for_byte_unchanged(
     stub_llm: StubOpenAI, llm: LLMClient, counter: TokenCounter, real_redis: Redis
 ) -> None:
-    store = RedisSessionStore(redis=real_redis, key_prefix="t")
+    store = RedisSessionStore(redis=real_redis, keys=KeySpace("t", "123456"))
     service = make_service(store=store, llm=llm, counter=counter)
     for n in range(3):
         await service.handle(4, customer_line(n), deliver=noop)
@@ -170,9 +171,11 @@ async def test_two_clients_on_one_chat_lose_no_turn(
     stub_llm: StubOpenAI, llm: LLMClient, counter: TokenCounter, real_redis: Redis, redis_server: RedisServer
 ) -> None:
     stub_llm.latency = 0.05
-    a = make_service(store=RedisSessionStore(redis=real_redis, key_prefix="t"), llm=llm, counter=counter)
+    a = make_service(store=RedisSessionStore(redis=real_redis, keys=KeySpace("t", "123456")), llm=llm, counter=counter)
     other_client = Redis.from_url(redis_server.url)
-    b = make_service(store=RedisSessionStore(redis=other_client, key_prefix="t"), llm=llm, counter=counter)
+    b = make_service(
+        store=RedisSessionStore(redis=other_client, keys=KeySpace("t", "123456")), llm=llm, counter=counter
+    )
     results = await asyncio.gather(
         a.handle(8, "from client A", deliver=noop), b.handle(8, "from client B", deliver=noop)
     )

@@ -9,7 +9,8 @@ import fakeredis
 import pytest
 from redis.asyncio import Redis
 
-from services.queue import ChatWorkQueue
+from services.keys import KeySpace
+from services.queue import ChatWorkQueue, Claim, Step
 
 
 @pytest.fixture(params=["fakeredis", "redis-server"])
@@ -19,21 +20,31 @@ async def queue(request: pytest.FixtureRequest) -> AsyncIterator[ChatWorkQueue]:
     else:
         client = Redis.from_url(request.getfixturevalue("redis_server").url)
         await client.flushdb()
-    yield ChatWorkQueue(redis=client, key_prefix="q", lease_ms=300)
+    yield ChatWorkQueue(redis=client, keys=KEYS, lease_ms=300)
     await client.aclose()
+
+
+KEYS = KeySpace("q", "7")
+
+
+async def take(queue: ChatWorkQueue, token: str) -> tuple[Claim, Step] | None:
+    """Claim the first due chat and take its lease; None if nothing is due or it is held."""
+    claim = await queue.claim(token)
+    if claim is None:
+        return None
+    step = await queue.next(claim, acquire=True)
+    return None if step.kind == "busy" else (claim, step)
 
 
 async def drain(queue: ChatWorkQueue, token: str) -> list[tuple[int, str]]:
     done: list[tuple[int, str]] = []
-    while (claim := await queue.claim(token)) is not None:
-        while True:
-            item = await queue.head(claim)
-            if item is None:
-                if await queue.release(claim):
-                    break
-                continue
-            done.append((claim.chat_id, item.payload))
-            assert await queue.ack(claim, item.id)
+    while (taken := await take(queue, token)) is not None:
+        claim, step = taken
+        while step.kind == "item":
+            assert step.item is not None
+            done.append((claim.chat_id, step.item.payload))
+            step = await queue.next(claim, done=step.item)
+        assert step.kind == "released"
     return done
 
 
@@ -50,67 +61,110 @@ async def test_items_come_out_per_chat_in_order_once(queue: ChatWorkQueue) -> No
 
 async def test_a_held_chat_is_not_served_twice(queue: ChatWorkQueue) -> None:
     await queue.enqueue(1, "u1", "a", order=1)
-    first = await queue.claim("w1")
+    first = await take(queue, "w1")
     assert first is not None
     await queue.enqueue(1, "u2", "b", order=2)  # makes the chat due again while w1 holds it
-    assert await queue.claim("w2") is None
-    assert not await queue.release(first)  # new work arrived: w1 keeps the chat
-    item = await queue.head(first)
-    assert item is not None and item.payload == "a"
+    assert await take(queue, "w2") is None
+    claim, step = first
+    assert step.item is not None and step.item.payload == "a"
+    step = await queue.next(claim, done=step.item)  # new work arrived: w1 keeps the chat
+    assert step.kind == "item" and step.item is not None and step.item.payload == "b"
 
 
-async def test_ack_checks_the_head_id_exactly(queue: ChatWorkQueue) -> None:
+async def test_next_acknowledges_exactly_the_item_processed(queue: ChatWorkQueue) -> None:
     await queue.enqueue(1, "u12", "a", order=12)
-    claim = await queue.claim("w1")
-    assert claim is not None
-    await queue.ack(claim, "u1")  # a prefix of the real id must not match
-    item = await queue.head(claim)
-    assert item is not None and item.id == "u12"
+    taken = await take(queue, "w1")
+    assert taken is not None
+    claim, step = taken
+    assert step.item is not None
+    await queue.enqueue(1, "u5", "late", order=5)  # an older update taken in late becomes the head
+    step = await queue.next(claim, done=step.item)
+    assert step.item is not None and step.item.payload == "late"
+    step = await queue.next(claim, done=step.item)
+    assert step.kind == "released", "u12 was acknowledged although it was no longer the head"
+
+
+async def test_attempts_are_counted_across_workers(queue: ChatWorkQueue) -> None:
+    await queue.enqueue(1, "u1", "a", order=1)
+    taken = await take(queue, "w1")
+    assert taken is not None and taken[1].item is not None
+    assert taken[1].item.started == 1 and taken[1].item.failed_attempts == 0
+    await asyncio.sleep(0.35)  # w1 died mid-item
+    heir = await take(queue, "w2")
+    assert heir is not None and heir[1].item is not None
+    assert heir[1].item.started == 2 and heir[1].item.failed_attempts == 1
+    await queue.note_transient_failure(heir[0], heir[1].item)
+    again = await queue.next(heir[0])
+    assert again.item is not None and again.item.transient_failures == 1 and again.item.failed_attempts == 1
 
 
 async def test_dead_worker_is_taken_over_after_the_lease(queue: ChatWorkQueue) -> None:
     await queue.enqueue(1, "u1", "a", order=1)
-    dead = await queue.claim("w1")
+    dead = await take(queue, "w1")
     assert dead is not None
-    assert await queue.claim("w2") is None
+    assert await take(queue, "w2") is None
     await asyncio.sleep(0.35)
-    heir = await queue.claim("w2")
-    assert heir is not None and heir.chat_id == 1
-    item = await queue.head(heir)
-    assert item is not None and item.payload == "a"
-    assert not await queue.ack(dead, "u1"), "the dead worker's lease is gone"
-    assert await queue.ack(heir, "u1")
+    heir = await take(queue, "w2")
+    assert heir is not None and heir[0].chat_id == 1
+    assert heir[1].item is not None and heir[1].item.payload == "a"
+    assert (await queue.next(dead[0], done=dead[1].item)).kind == "lost", "the dead worker's lease is gone"
+    assert (await queue.next(heir[0], done=heir[1].item)).kind == "released"
+
+
+async def test_lost_lease_leaves_the_chat_due(queue: ChatWorkQueue) -> None:
+    """Regression: a release by a worker whose lease lapsed dropped the chat's watchdog, so a message
+    that arrived meanwhile sat in the inbox with no lease and nothing making the chat due."""
+    await queue.enqueue(1, "u1", "a", order=1)
+    first = await take(queue, "w1")
+    assert first is not None
+    await asyncio.sleep(0.35)  # w1 paused past its lease
+    await queue.enqueue(1, "u2", "b", order=2)
+    step = await queue.next(first[0], done=first[1].item)
+    assert step.kind == "lost"
+    heir = await take(queue, "w2")
+    assert heir is not None, "the chat with work in its inbox must stay due"
+    assert heir[1].item is not None and heir[1].item.payload == "a"
 
 
 async def test_renew_keeps_a_slow_item(queue: ChatWorkQueue) -> None:
     await queue.enqueue(1, "u1", "a", order=1)
-    claim = await queue.claim("w1")
-    assert claim is not None
+    taken = await take(queue, "w1")
+    assert taken is not None
     for _ in range(4):
         await asyncio.sleep(0.12)
-        assert await queue.renew(claim)
-    assert await queue.claim("w2") is None
+        assert await queue.renew(taken[0])
+    assert await take(queue, "w2") is None
 
 
 async def test_hand_back_makes_the_chat_available_at_once(queue: ChatWorkQueue) -> None:
     await queue.enqueue(1, "u1", "a", order=1)
-    claim = await queue.claim("w1")
-    assert claim is not None
-    await queue.hand_back(claim)
-    heir = await queue.claim("w2")
-    assert heir is not None
+    taken = await take(queue, "w1")
+    assert taken is not None
+    await queue.hand_back(taken[0])
+    assert await take(queue, "w2") is not None
 
 
 async def test_release_drops_the_watchdog_but_not_new_work(queue: ChatWorkQueue) -> None:
     await queue.enqueue(1, "u1", "a", order=1)
-    claim = await queue.claim("w1")
-    assert claim is not None
-    assert await queue.ack(claim, "u1")
-    assert await queue.release(claim)
+    taken = await take(queue, "w1")
+    assert taken is not None
+    assert (await queue.next(taken[0], done=taken[1].item)).kind == "released"
     await asyncio.sleep(0.35)
     assert await queue.claim("w2") is None  # nothing due: the watchdog was dropped
     await queue.enqueue(1, "u2", "b", order=2)
-    assert await queue.claim("w2") is not None
+    assert await take(queue, "w2") is not None
+
+
+async def test_the_inbox_never_expires_while_it_holds_work(redis_server: object) -> None:
+    """Regression: the inbox had the session TTL, refreshed only on enqueue, so an update Telegram had
+    been told we have could expire before a worker claimed it."""
+    client = Redis.from_url(redis_server.url)  # type: ignore[attr-defined]
+    await client.flushdb()
+    queue = ChatWorkQueue(redis=client, keys=KEYS, lease_ms=300, ttl_seconds=1)
+    await queue.enqueue(1, "u1", "a", order=1)
+    assert await client.ttl(KEYS.chat(1).inbox) == -1
+    assert await client.ttl(KEYS.chat(1).seen) > 0
+    await client.aclose()
 
 
 async def test_stats_report_depth_and_age(queue: ChatWorkQueue) -> None:

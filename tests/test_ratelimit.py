@@ -7,14 +7,15 @@ import asyncio
 import fakeredis
 from redis.asyncio import Redis
 
+from services.keys import KeySpace
 from services.ratelimit import InMemoryRateLimiter, RedisRateLimiter
 from tests.conftest import RedisServer
 
 
 async def test_two_workers_share_one_limit(redis_server: RedisServer, real_redis: Redis) -> None:
     other = Redis.from_url(redis_server.url)
-    worker_a = RedisRateLimiter(redis=real_redis, per_minute=3, key_prefix="t")
-    worker_b = RedisRateLimiter(redis=other, per_minute=3, key_prefix="t")
+    worker_a = RedisRateLimiter(redis=real_redis, per_minute=3, keys=KeySpace("t", "123456"))
+    worker_b = RedisRateLimiter(redis=other, per_minute=3, keys=KeySpace("t", "123456"))
     decisions = [await (worker_a if n % 2 == 0 else worker_b).hit(5) for n in range(6)]
     assert [d.allowed for d in decisions] == [True, True, True, False, False, False]
     assert [d.notify for d in decisions[3:]] == [True, False, False], "one notice, not one per message"
@@ -26,7 +27,7 @@ async def test_two_workers_share_one_limit(redis_server: RedisServer, real_redis
 
 
 async def test_window_slides(redis_server: RedisServer, real_redis: Redis) -> None:
-    limiter = RedisRateLimiter(redis=real_redis, per_minute=1, key_prefix="t", window_seconds=1)
+    limiter = RedisRateLimiter(redis=real_redis, per_minute=1, keys=KeySpace("t", "123456"), window_seconds=1)
     assert (await limiter.hit(1)).allowed
     assert not (await limiter.hit(1)).allowed
     await asyncio.sleep(1.1)

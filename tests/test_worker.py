@@ -1,58 +1,52 @@
-"""The queue worker's lease handling, with aiogram's real Dispatcher and fakeredis."""
+"""The queue worker's lease handling and failure classification, with aiogram's real Dispatcher."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 
 import fakeredis
+import pytest
 from aiogram import Bot, Dispatcher
+from aiogram.exceptions import TelegramNetworkError
+from aiogram.methods import SendMessage
 from aiogram.types import Message
-from redis.exceptions import ConnectionError as RedisConnectionError
 
 from bot.worker import Worker
-from services.queue import ChatWorkQueue, Claim, QueueItem
+from services.deadletters import DeadLetterStore
+from services.errors import StoreUnavailableError
+from services.fence import Fence
+from services.keys import KeySpace
+from services.queue import ChatWorkQueue, Claim, QueueItem, Step
+
+KEYS = KeySpace("w", "123456")
 
 
 class FlakyQueue(ChatWorkQueue):
-    """Redis goes away once under ``head``; ``renew`` is slow and swallows cancellation, as a client may."""
+    """Redis goes away once under ``next``; ``renew`` is slow and swallows cancellation, as a client may."""
 
-    fail_head_once = True
+    fail_next_once = False
+    slow_renew = 0.0
+    swallow_cancel = False
     renew_calls = 0
 
-    async def head(self, claim: Claim) -> QueueItem | None:
-        if self.fail_head_once:
-            self.fail_head_once = False
+    async def next(self, claim: Claim, *, done: QueueItem | None = None, acquire: bool = False) -> Step:
+        if self.fail_next_once and not acquire:
+            self.fail_next_once = False
             await asyncio.sleep(0.15)  # let a heartbeat run first
-            raise RedisConnectionError("connection lost")
-        return await super().head(claim)
+            raise StoreUnavailableError("connection lost")
+        return await super().next(claim, done=done, acquire=acquire)
 
     async def renew(self, claim: Claim) -> bool:
         self.renew_calls += 1
         try:
-            await asyncio.sleep(0.2)  # a slow round trip: the cancellation lands here
+            await asyncio.sleep(self.slow_renew)  # a slow round trip: the cancellation lands here
             return await super().renew(claim)
         except asyncio.CancelledError:
-            return True
-
-
-def make_worker(queue: ChatWorkQueue, dispatcher: Dispatcher, bot: Bot) -> Worker:
-    return Worker(queue=queue, dispatcher=dispatcher, bot=bot, identity="w1", concurrency=4, idle_wait=0.05, grace=1)
-
-
-async def test_heartbeat_stops_with_its_serve_loop_even_if_cancellation_is_swallowed() -> None:
-    queue = FlakyQueue(redis=fakeredis.FakeAsyncRedis(), key_prefix="w", lease_ms=300)
-    bot = Bot("123456:TEST")
-    worker = make_worker(queue, Dispatcher(), bot)
-    await queue.enqueue(9, "u1", update(1, 9, "first"), order=1)
-    claim = await queue.claim("w1:0")
-    assert claim is not None
-    await worker._serve(claim)  # the Redis error ends it while its heartbeat is inside renew()
-    calls = queue.renew_calls
-    assert calls >= 1
-    await asyncio.sleep(0.6)
-    assert queue.renew_calls == calls, "the heartbeat kept renewing the lease of a chat nobody serves"
-    await bot.session.close()
+            if self.swallow_cancel:
+                return True
+            raise
 
 
 def update(update_id: int, chat_id: int, text: str) -> str:
@@ -64,29 +58,155 @@ def update(update_id: int, chat_id: int, text: str) -> str:
     )
 
 
-async def test_a_dead_serve_loop_never_keeps_its_lease() -> None:
-    redis = fakeredis.FakeAsyncRedis()
-    queue = FlakyQueue(redis=redis, key_prefix="w", lease_ms=300)
-    seen: list[str] = []
-    dispatcher = Dispatcher()
-
-    async def on_message(message: Message) -> None:
-        seen.append(message.text or "")
-
-    dispatcher.message.register(on_message)
+@pytest.fixture
+async def bot() -> AsyncIterator[Bot]:
     bot = Bot("123456:TEST")
-    worker = make_worker(queue, dispatcher, bot)
-    await queue.enqueue(9, "u1", update(1, 9, "first"), order=1)
+    yield bot
+    await bot.session.close()
+
+
+def make_worker(queue: ChatWorkQueue, dispatcher: Dispatcher, bot: Bot, **options: float) -> Worker:
+    dead = DeadLetterStore(redis=queue._redis, keys=KEYS)
+    return Worker(
+        queue=queue,
+        dead_letters=dead,
+        dispatcher=dispatcher,
+        bot=bot,
+        identity="w1",
+        concurrency=4,
+        idle_wait=0.05,
+        grace=1,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+async def run_until(worker: Worker, done: asyncio.Event | None = None, within: float = 5.0) -> None:
     running = asyncio.create_task(worker.run())
     try:
-        for _ in range(100):  # the first serve loop dies on the Redis error; the chat must come back
-            if seen:
-                break
-            await asyncio.sleep(0.05)
-        assert seen == ["first"], "the chat was taken over after its lease expired"
-        await asyncio.sleep(0.5)
-        assert await redis.exists("w:{chat:9}:lease") == 0, "no heartbeat outlived its serve loop"
+        if done is not None:
+            await asyncio.wait_for(done.wait(), within)
     finally:
         worker.stop()
         await running
-        await bot.session.close()
+
+
+async def test_heartbeat_stops_with_its_serve_loop_even_if_cancellation_is_swallowed(bot: Bot) -> None:
+    queue = FlakyQueue(redis=fakeredis.FakeAsyncRedis(), keys=KEYS, lease_ms=300)
+    queue.fail_next_once, queue.slow_renew, queue.swallow_cancel = True, 0.05, True
+    dispatcher = Dispatcher()
+    dispatcher.message.register(lambda message: None)
+    worker = make_worker(queue, dispatcher, bot)
+    await queue.enqueue(9, "u1", update(1, 9, "first"), order=1)
+    claim = await queue.claim("w1:0")
+    assert claim is not None
+    await worker._serve(claim)  # the Redis error ends it while its heartbeat may be inside renew()
+    calls = queue.renew_calls
+    await asyncio.sleep(0.6)
+    assert queue.renew_calls == calls, "the heartbeat kept renewing the lease of a chat nobody serves"
+
+
+async def test_a_dead_serve_loop_never_keeps_its_lease(bot: Bot) -> None:
+    redis = fakeredis.FakeAsyncRedis()
+    queue = FlakyQueue(redis=redis, keys=KEYS, lease_ms=300)
+    queue.fail_next_once = True
+    seen: list[str] = []
+    dispatcher = Dispatcher()
+    answered = asyncio.Event()
+
+    async def on_message(message: Message) -> None:
+        seen.append(message.text or "")
+        answered.set()
+
+    dispatcher.message.register(on_message)
+    worker = make_worker(queue, dispatcher, bot)
+    await queue.enqueue(9, "u1", update(1, 9, "first"), order=1)
+    await queue.enqueue(9, "u2", update(2, 9, "second"), order=2)
+    running = asyncio.create_task(worker.run())
+    try:
+        for _ in range(100):  # the first serve loop dies on the Redis error; the chat must come back
+            if len(seen) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        assert seen[-1] == "second" and seen.count("second") == 1
+        await asyncio.sleep(0.5)
+        assert await redis.exists(KEYS.chat(9).lease) == 0, "no heartbeat outlived its serve loop"
+    finally:
+        worker.stop()
+        await running
+
+
+async def test_a_renewal_that_hangs_past_the_lease_cancels_the_handler(bot: Bot) -> None:
+    """Regression: a heartbeat renewal that hung until the socket timeout let the lease lapse while the
+    handler kept running, so two workers answered the same update. Now the renewal has a deadline inside
+    the lease, and the handler is cancelled when the lease cannot be kept: it never reaches its send."""
+    queue = FlakyQueue(redis=fakeredis.FakeAsyncRedis(), keys=KEYS, lease_ms=600)
+    queue.slow_renew = 5.0  # every renewal hangs
+    dispatcher = Dispatcher()
+    sent: list[str] = []
+    cancelled = asyncio.Event()
+
+    async def on_message(message: Message, fence: Fence) -> None:
+        try:
+            await asyncio.sleep(2.0)  # a slow model call
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        fence.ensure_valid()
+        sent.append("reply")
+
+    dispatcher.message.register(on_message)
+    worker = make_worker(queue, dispatcher, bot)
+    await queue.enqueue(9, "u1", update(1, 9, "first"), order=1)
+    await run_until(worker, cancelled, within=3)
+    assert sent == []
+
+
+async def test_a_poison_update_goes_to_the_dead_letters_and_the_chat_goes_on(bot: Bot) -> None:
+    """Regression: an update whose handling always fails was retried forever, holding the chat."""
+    redis = fakeredis.FakeAsyncRedis()
+    queue = ChatWorkQueue(redis=redis, keys=KEYS, lease_ms=1000)
+    dispatcher = Dispatcher()
+    handled: list[str] = []
+    after = asyncio.Event()
+
+    async def on_message(message: Message) -> None:
+        if message.text == "poison":
+            raise RuntimeError("a bug this update triggers")
+        handled.append(message.text or "")
+        after.set()
+
+    dispatcher.message.register(on_message)
+    worker = make_worker(queue, dispatcher, bot, max_attempts=2)
+    await queue.enqueue(9, "u1", update(1, 9, "poison"), order=1)
+    await queue.enqueue(9, "u2", "{not json", order=2)
+    await queue.enqueue(9, "u3", update(3, 9, "after"), order=3)
+    await run_until(worker, after)
+    assert handled == ["after"]
+    letters = await DeadLetterStore(redis=redis, keys=KEYS).list()
+    assert {letter.item_id for letter in letters} == {"u1", "u2"}
+    poison = next(letter for letter in letters if letter.item_id == "u1")
+    assert poison.attempts == 3 and poison.chat_id == 9 and json.loads(poison.payload)["update_id"] == 1
+    assert await redis.exists(KEYS.chat(9).inbox) == 0
+
+
+async def test_transient_failures_are_retried_then_given_up(bot: Bot) -> None:
+    redis = fakeredis.FakeAsyncRedis()
+    queue = ChatWorkQueue(redis=redis, keys=KEYS, lease_ms=1000)
+    dispatcher = Dispatcher()
+    tries: list[float] = []
+    after = asyncio.Event()
+
+    async def on_message(message: Message) -> None:
+        if message.text == "telegram down":
+            tries.append(asyncio.get_running_loop().time())
+            raise TelegramNetworkError(method=SendMessage(chat_id=9, text="x"), message="unreachable")
+        after.set()
+
+    dispatcher.message.register(on_message)
+    worker = make_worker(queue, dispatcher, bot, max_attempts=1, give_up_seconds=0.5)
+    await queue.enqueue(9, "u1", update(1, 9, "telegram down"), order=1)
+    await queue.enqueue(9, "u2", update(2, 9, "after"), order=2)
+    await run_until(worker, after)
+    assert len(tries) >= 2, "transient failures do not count against WORKER_MAX_ATTEMPTS"
+    letters = await DeadLetterStore(redis=redis, keys=KEYS).list()
+    assert [letter.item_id for letter in letters] == ["u1"] and "transient" in letters[0].error

@@ -17,6 +17,7 @@ from bot.render import send_reply
 from bot.settings import BotSettings
 from bot.texts import language_of, text
 from services.chat import ChatService, TurnResult
+from services.fence import Fence
 from services.metrics import RATE_LIMITED, record_turn
 from services.ratelimit import RateLimiter
 
@@ -24,12 +25,19 @@ log = logging.getLogger(__name__)
 
 
 async def on_text(
-    message: Message, bot: Bot, chat: ChatService, settings: BotSettings, limiter: RateLimiter, event_update: Update
+    message: Message,
+    bot: Bot,
+    chat: ChatService,
+    settings: BotSettings,
+    limiter: RateLimiter,
+    event_update: Update,
+    fence: Fence | None = None,
 ) -> None:
     assert message.text is not None  # guaranteed by the F.text filter
     started = time.perf_counter()
     chat_id = message.chat.id
-    decision = await limiter.hit(chat_id)
+    turn_id = f"u{event_update.update_id}"
+    decision = await limiter.hit(chat_id, key=turn_id)
     if not decision.allowed:
         RATE_LIMITED.inc()
         if decision.notify:
@@ -51,6 +59,9 @@ async def on_text(
 
         async def deliver(result: TurnResult) -> None:
             await typing.aclose()  # stop "typing…" before the answer appears
+            if result.quarantined:
+                note = text(language_of(message.from_user, settings), "session_lost")
+                await bot.send_message(chat_id, note, parse_mode=None)
             await send_reply(bot, chat_id, result.reply)
 
         result = await chat.handle(
@@ -58,7 +69,8 @@ async def on_text(
             customer_text,
             deliver=deliver,
             on_delta=drafts.on_delta if drafts else None,
-            turn_id=f"u{event_update.update_id}",
+            turn_id=turn_id,
+            fence=fence,
         )
     record_turn(result, drift_warn_ratio=settings.token_drift_warn_ratio)
     log.info(

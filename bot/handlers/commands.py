@@ -11,6 +11,7 @@ from aiogram.types import Message
 from bot.settings import BotSettings
 from bot.texts import language_of, text
 from services.chat import ChatService
+from services.fence import Fence
 
 Erasers = Sequence[Callable[[int], Awaitable[None]]]
 
@@ -23,16 +24,22 @@ async def on_help(message: Message, settings: BotSettings) -> None:
     await message.answer(text(language_of(message.from_user, settings), "help"), parse_mode=None)
 
 
-async def on_new(message: Message, chat: ChatService, settings: BotSettings) -> None:
-    await chat.reset(message.chat.id)
+async def on_new(message: Message, chat: ChatService, settings: BotSettings, fence: Fence | None = None) -> None:
+    await chat.reset(message.chat.id, fence=fence)
+    if fence is not None:
+        fence.ensure_valid()
     await message.answer(text(language_of(message.from_user, settings), "new_done"), parse_mode=None)
 
 
-async def on_forget(message: Message, chat: ChatService, settings: BotSettings, erasers: Erasers) -> None:
-    """Delete every record of the chat: session, dedup records, rate-limit window."""
-    await chat.forget(message.chat.id)
+async def on_forget(
+    message: Message, chat: ChatService, settings: BotSettings, erasers: Erasers, fence: Fence | None = None
+) -> None:
+    """Delete every record of the chat's conversation: session, rate-limit window, dead letters."""
+    await chat.forget(message.chat.id, fence=fence)
     for erase in erasers:
         await erase(message.chat.id)
+    if fence is not None:
+        fence.ensure_valid()
     await message.answer(text(language_of(message.from_user, settings), "forget_done"), parse_mode=None)
 
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 import logging
 
 from aiogram import Bot, Router
-from aiogram.exceptions import TelegramAPIError, TelegramNetworkError, TelegramRetryAfter, TelegramServerError
+from aiogram.exceptions import TelegramAPIError
 from aiogram.types import ErrorEvent
-from redis.exceptions import RedisError
 
+from bot.failures import is_transient
 from bot.settings import BotSettings
 from bot.texts import language_of, text
 from services.errors import (
     ConcurrentUpdateError,
+    LeaseLostError,
     LLMBadReplyError,
     LLMReplyTruncatedError,
     LLMUnavailableError,
@@ -22,9 +23,6 @@ from services.errors import (
 from services.metrics import ERRORS
 
 log = logging.getLogger(__name__)
-
-TRANSIENT_ERRORS = (TelegramNetworkError, TelegramServerError, TelegramRetryAfter, StoreError, RedisError, OSError)
-"""Failures after which a queued update is retried instead of answered: the outside world comes back."""
 
 
 def user_text_for(exc: BaseException, language: str) -> str:
@@ -48,8 +46,8 @@ def user_text_for(exc: BaseException, language: str) -> str:
 async def on_error(event: ErrorEvent, bot: Bot, settings: BotSettings, queued: bool = False) -> bool:
     exc = event.exception
     ERRORS.labels(type(exc).__name__).inc()
-    if queued and isinstance(exc, TRANSIENT_ERRORS):
-        raise exc  # the worker keeps the update queued and retries it
+    if queued and (is_transient(exc) or isinstance(exc, LeaseLostError)):
+        raise exc  # the worker retries the update later, or abandons it to the chat's new owner
     update = event.update
     message = update.message
     expected = isinstance(

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from services.fence import Fence
 from services.models import Compaction, NewMessage, Session
 
 
@@ -29,7 +30,12 @@ class SessionStore(Protocol):
     """Per-chat memory: running summary + verbatim recent messages + a version used as a write fence.
 
     Every write is atomic and fenced by ``expected_version``: if the session changed since it was
-    loaded, the write raises ConcurrentUpdateError and changes nothing.
+    loaded, the write raises ConcurrentUpdateError and changes nothing. The version only grows (``reset``
+    and ``forget`` move it on too), so a turn loaded before them can never be committed after them.
+
+    Writes made on behalf of a queue worker carry its ``fence``; a store shared by several processes
+    refuses them with LeaseLostError once the worker no longer holds the chat's lease. ``load`` raises
+    CorruptSessionError for a session it cannot decode (``quarantine`` moves it aside).
     """
 
     async def load(self, chat_id: int) -> Session:
@@ -44,12 +50,15 @@ class SessionStore(Protocol):
         messages: Sequence[NewMessage],
         compaction: Compaction | None = None,
         turn_id: str | None = None,
+        fence: Fence | None = None,
     ) -> CommitResult:
         """Append ``messages`` (and apply ``compaction``) atomically. A ``turn_id`` that was already
         committed is recognised and nothing is written (``duplicate=True``)."""
         ...
 
-    async def apply_compaction(self, chat_id: int, *, expected_version: int, compaction: Compaction) -> int:
+    async def apply_compaction(
+        self, chat_id: int, *, expected_version: int, compaction: Compaction, fence: Fence | None = None
+    ) -> int:
         """Replace the summary and drop the folded oldest messages; returns the new version."""
         ...
 
@@ -57,20 +66,24 @@ class SessionStore(Protocol):
         """Whether a turn with this id was committed and its reply sent (recent ids only)."""
         ...
 
-    async def mark_replied(self, chat_id: int, turn_id: str) -> None:
+    async def mark_replied(self, chat_id: int, turn_id: str, *, fence: Fence | None = None) -> None:
         """Record that the reply of this turn reached the customer."""
         ...
 
-    async def reset(self, chat_id: int) -> None:
+    async def reset(self, chat_id: int, *, fence: Fence | None = None) -> None:
         """Delete summary and messages together (the chat starts over; the version keeps counting)."""
         ...
 
-    async def forget(self, chat_id: int) -> None:
-        """Delete every record of the chat."""
+    async def forget(self, chat_id: int, *, fence: Fence | None = None) -> None:
+        """Delete every record of the conversation; only the version counter stays."""
+        ...
+
+    async def quarantine(self, chat_id: int, *, reason: str, fence: Fence | None = None) -> None:
+        """Move an unreadable session aside for an operator; the chat starts over at a higher version."""
         ...
 
     async def ping(self) -> None:
-        """Raise StoreError if the store cannot be reached."""
+        """Raise StoreUnavailableError if the store cannot be reached."""
         ...
 
     async def close(self) -> None: ...

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from services.errors import ConcurrentUpdateError
+from services.fence import Fence
 from services.models import Compaction, NewMessage, Session, StoredMessage
 from services.store.base import TURN_IDS_KEPT, CommitResult, TurnStatus
 from services.summary_state import SummaryState
@@ -25,7 +26,9 @@ class _Chat:
 
 
 class InMemorySessionStore:
-    """Same contract as the Redis store, for one process. Nothing survives a restart."""
+    """Same contract as the Redis store, for one process. Nothing survives a restart.
+
+    One process has no leases to lose: ``fence`` arguments are accepted and need no check here."""
 
     def __init__(self, *, ttl_seconds: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
         self._chats: dict[int, _Chat] = {}
@@ -77,6 +80,7 @@ class InMemorySessionStore:
         messages: Sequence[NewMessage],
         compaction: Compaction | None = None,
         turn_id: str | None = None,
+        fence: Fence | None = None,
     ) -> CommitResult:
         existing = self._get(chat_id)
         if turn_id is not None and existing is not None and turn_id in existing.turn_ids:
@@ -95,7 +99,9 @@ class InMemorySessionStore:
         self._touch(chat)
         return CommitResult(version=chat.version)
 
-    async def apply_compaction(self, chat_id: int, *, expected_version: int, compaction: Compaction) -> int:
+    async def apply_compaction(
+        self, chat_id: int, *, expected_version: int, compaction: Compaction, fence: Fence | None = None
+    ) -> int:
         chat = self._fenced(chat_id, expected_version)
         self._compact(chat, compaction)
         chat.version += 1
@@ -113,13 +119,13 @@ class InMemorySessionStore:
         reply = next((m.content for m in chat.messages if m.seq == reply_seq and m.role == "assistant"), None)
         return TurnStatus(committed=True, replied=replied, reply=reply)
 
-    async def mark_replied(self, chat_id: int, turn_id: str) -> None:
+    async def mark_replied(self, chat_id: int, turn_id: str, *, fence: Fence | None = None) -> None:
         chat = self._get(chat_id) or self._chats.setdefault(chat_id, _Chat())
         chat.replied[turn_id] = None
         while len(chat.replied) > TURN_IDS_KEPT:
             chat.replied.pop(next(iter(chat.replied)))
 
-    async def reset(self, chat_id: int) -> None:
+    async def reset(self, chat_id: int, *, fence: Fence | None = None) -> None:
         chat = self._get(chat_id)
         if chat is None:
             return
@@ -129,8 +135,16 @@ class InMemorySessionStore:
         chat.version += 1
         self._touch(chat)
 
-    async def forget(self, chat_id: int) -> None:
-        self._chats.pop(chat_id, None)
+    async def forget(self, chat_id: int, *, fence: Fence | None = None) -> None:
+        chat = self._chats.pop(chat_id, None)
+        if chat is not None:  # only the version counter stays
+            self._chats[chat_id] = _Chat(version=chat.version + 1)
+            self._touch(self._chats[chat_id])
+
+    async def quarantine(self, chat_id: int, *, reason: str, fence: Fence | None = None) -> None:
+        """Objects in memory cannot be unreadable; kept for the contract (starts the chat over)."""
+        chat = self._chats.pop(chat_id, None)
+        self._chats[chat_id] = _Chat(version=(chat.version if chat else 0) + 1)
 
     async def ping(self) -> None:
         return None

@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 from bot.app import Settings, build_bot, build_dispatcher, build_engine
 from bot.settings import BotSettings
 from services.chat import ChatService
+from services.keys import KeySpace
 from services.settings import LLMSettings, MemorySettings, RedisSettings
 from services.store import InMemorySessionStore, RedisSessionStore
 from services.store.base import SessionStore
@@ -73,7 +74,7 @@ async def start_bot(settings: Settings, store: SessionStore | None = None) -> Ru
 
 
 def redis_store_for(url: str) -> RedisSessionStore:
-    return RedisSessionStore(redis=Redis.from_url(url), key_prefix="sb")
+    return RedisSessionStore(redis=Redis.from_url(url), keys=KeySpace("sb", "123456"))
 
 
 def memory_store() -> InMemorySessionStore:

@@ -53,7 +53,12 @@ async def test_metrics_health_and_clean_json_logs(
     telegram.send_text(61, SECRET_TEXT)
     await telegram.wait_messages(61, 1, within=20)
     status, ready = await get(f"http://127.0.0.1:{port}/readyz")
-    assert status == 200 and json.loads(ready)["checks"] == {"worker": True, "redis": True, "poller": True}
+    assert status == 200 and json.loads(ready)["checks"] == {
+        "worker": True,
+        "gauges": True,
+        "poller": True,
+        "redis": True,
+    }
     await asyncio.sleep(0.3)
     status, metrics = await get(f"http://127.0.0.1:{port}/metrics")
     assert status == 200
@@ -103,6 +108,20 @@ async def test_readyz_reports_redis_down(
         redis.stop()
 
 
+async def every_value(redis: Redis, key: bytes) -> bytes:
+    """Every byte stored under ``key`` (members, fields and values), whatever its type."""
+    kind = (await redis.type(key)).decode()
+    if kind == "string":
+        return bytes(await redis.get(key) or b"")
+    if kind == "hash":
+        return b"".join(k + v for k, v in (await redis.hgetall(key)).items())
+    if kind == "list":
+        return b"".join(await redis.lrange(key, 0, -1))
+    if kind == "zset":
+        return b"".join(await redis.zrange(key, 0, -1))
+    return b"".join(await redis.smembers(key))
+
+
 async def test_forget_leaves_no_key_and_ttl_expires_everything(
     telegram: StubTelegram,
     stub_llm: StubOpenAI,
@@ -124,13 +143,27 @@ async def test_forget_leaves_no_key_and_ttl_expires_everything(
     await telegram.wait_messages(71, 3, within=20)
     assert telegram.texts_to(71)[-1] == TEXTS["en"]["forget_done"]
     for _ in range(50):
-        if not await chat_keys(real_redis, 71):
+        if {k.decode().rsplit(":", 1)[1] for k in await chat_keys(real_redis, 71)} <= {"meta", "seen"}:
             break
         await asyncio.sleep(0.1)
-    assert await chat_keys(real_redis, 71) == []
+    # what stays: the version counter (so nothing loaded before /forget can be written back) and the
+    # ids of recent updates (so a redelivery is not stored again); no byte of the conversation
+    left = {k.decode().rsplit(":", 1)[1]: k for k in await chat_keys(real_redis, 71)}
+    assert set(left) <= {"meta", "seen"}
+    assert set(await real_redis.hkeys(left["meta"])) == {b"version"}
+    assert all(member.startswith(b"u") for member in await real_redis.zrange(left["seen"], 0, -1))
+    everything = b"".join([await every_value(real_redis, key) async for key in real_redis.scan_iter()])
+    assert b"7718" not in everything and b"hello" not in everything
+    await asyncio.sleep(3.2)
+    assert await chat_keys(real_redis, 71) == [], "what /forget keeps still expires with the session TTL"
 
     telegram.send_text(72, "remember me for three seconds")
     await telegram.wait_messages(72, 1, within=20)
+    for _ in range(50):  # the reply is marked as sent and the chat released just after sending
+        names = {k.decode().rsplit(":", 1)[1] for k in await chat_keys(real_redis, 72)}
+        if "replied" in names and "lease" not in names:
+            break
+        await asyncio.sleep(0.05)
     keys = await chat_keys(real_redis, 72)
     assert {k.decode().rsplit(":", 1)[1] for k in keys} >= {"meta", "msgs", "turns", "replied", "seen", "rate"}
     ttls = {key: await real_redis.pttl(key) for key in keys}

@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
+from services.keys import KeySpace
 from services.store import RedisSessionStore
 from tests.conftest import RedisServer, free_port
 from tests.e2e.harness import TOKEN
@@ -20,7 +21,7 @@ from tests.e2e.scenario import WebhookSender, check, customer_text, random_chats
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
 
-POLLER_KEY = f"sb:poller:{TOKEN.split(':')[0]}"
+POLLER_KEY = KeySpace("sb", TOKEN.split(":")[0]).poller_leader
 CHATS = 50
 MESSAGES = 4
 WORKER_ENV = {
@@ -73,7 +74,7 @@ async def test_webhook_workers_survive_a_sigkill(
         assert victim.process is not None
         deadline = time.monotonic() + 20
         while not held_by_victim and time.monotonic() < deadline:
-            async for key in real_redis.scan_iter(match="sb:{chat:*}:lease"):
+            async for key in real_redis.scan_iter(match=KeySpace("sb", "123456").chat_pattern("lease")):
                 holder = await real_redis.get(key)
                 if holder and f":{victim.process.pid}:" in holder.decode():
                     held_by_victim.append(key)
@@ -84,7 +85,9 @@ async def test_webhook_workers_survive_a_sigkill(
     async with aiohttp.ClientSession() as http:
         await asyncio.gather(kill_one(), *(sender.send_chat(http, chat, MESSAGES) for chat in chats))
     await wait_all_answered(telegram, chats, MESSAGES, within=60)
-    report = await check(telegram, RedisSessionStore(redis=real_redis, key_prefix="sb"), chats, MESSAGES, started)
+    report = await check(
+        telegram, RedisSessionStore(redis=real_redis, keys=KeySpace("sb", "123456")), chats, MESSAGES, started
+    )
     with capsys.disabled():  # the counts are part of what this test shows, pass or fail
         print(
             f"\nwebhook scale-out: {report.line()} intake_retries={sender.retries} "
@@ -134,7 +137,9 @@ async def test_polling_leader_killed(
         await asyncio.sleep(0.2)
     await wait_all_answered(telegram, chats, MESSAGES, within=60)
     new_leader = await _leader_pid(real_redis)
-    report = await check(telegram, RedisSessionStore(redis=real_redis, key_prefix="sb"), chats, MESSAGES, started)
+    report = await check(
+        telegram, RedisSessionStore(redis=real_redis, keys=KeySpace("sb", "123456")), chats, MESSAGES, started
+    )
     with capsys.disabled():
         print(f"\npolling scale-out: {report.line()} getUpdates_conflicts={telegram.conflicts}")
     assert new_leader != leader_pid

@@ -1,0 +1,89 @@
+"""Operator commands on the shared Redis: dead letters and quarantined sessions.
+
+python -m bot dead-letters list | show ID | replay ID | drop ID
+python -m bot quarantine list | show CHAT_ID | drop CHAT_ID
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from bot.app import Backend
+from services.queue import ChatWorkQueue
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _when(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+async def dead_letters(backend: Backend, action: str, letter_id: str | None, out: TextIO = sys.stdout) -> int:
+    """Returns the exit status."""
+    store = backend.dead_letters()
+    if action == "list":
+        letters = await store.list(limit=200)
+        for letter in letters:
+            out.write(f"{letter.id}\t{_when(letter.at)}\tattempts={letter.attempts}\t{letter.error[:100]}\n")
+        out.write(f"{len(letters)} dead letter(s)\n")
+        return 0
+    if letter_id is None:
+        out.write(f"dead-letters {action} needs an ID (see dead-letters list)\n")
+        return 2
+    found = await store.get(letter_id)
+    if found is None:
+        out.write(f"no dead letter {letter_id}\n")
+        return 1
+    letter = found
+    if action == "show":
+        record = {**letter.__dict__, "at": _when(letter.at), "payload": json.loads(letter.payload or "null")}
+        out.write(json.dumps(record, ensure_ascii=False, indent=2) + "\n")
+    elif action == "replay":
+        queue = ChatWorkQueue(redis=backend.need_redis(), keys=backend.keys, ttl_seconds=backend.ttl_seconds)
+        item_id = f"{letter.item_id}:replay:{int(letter.at * 1000)}"
+        await queue.enqueue(letter.chat_id, item_id, letter.payload, order=letter.order)
+        await store.drop(letter.id)
+        out.write(f"queued again for chat {letter.chat_id} as {item_id}\n")
+    elif action == "drop":
+        await store.drop(letter.id)
+        out.write(f"dropped {letter.id}\n")
+    return 0
+
+
+async def quarantine(backend: Backend, action: str, chat_id: int | None, out: TextIO = sys.stdout) -> int:
+    redis = backend.need_redis()
+    if action == "list":
+        count = 0
+        async for key in redis.scan_iter(match=backend.keys.chat_pattern("q_info"), count=1000):
+            name = _text(key)
+            info = {_text(k): _text(v) for k, v in (await redis.hgetall(name)).items()}
+            out.write(f"{backend.keys.chat_id_of(name)}\t{_when(float(info.get('at', 0)))}\t{info.get('reason', '')}\n")
+            count += 1
+        out.write(f"{count} quarantined session(s)\n")
+        return 0
+    if chat_id is None:
+        out.write(f"quarantine {action} needs a CHAT_ID (see quarantine list)\n")
+        return 2
+    keys = backend.keys.chat(chat_id)
+    if action == "drop":
+        removed = await redis.delete(keys.q_meta, keys.q_msgs, keys.q_info)
+        out.write(f"dropped {removed} key(s) of chat {chat_id}\n")
+        return 0
+    found = await redis.hgetall(keys.q_info)
+    if not found:
+        out.write(f"chat {chat_id} has no quarantined session\n")
+        return 1
+    meta = await redis.hgetall(keys.q_meta)
+    messages = await redis.lrange(keys.q_msgs, 0, -1)
+    record = {
+        "info": {_text(k): _text(v) for k, v in found.items()},
+        "meta": {_text(k): _text(v) for k, v in meta.items()},
+        "messages": [_text(m) for m in messages],
+    }
+    out.write(json.dumps(record, ensure_ascii=False, indent=2) + "\n")
+    return 0

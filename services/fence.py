@@ -1,0 +1,37 @@
+"""The fencing token a queue worker carries while it serves a chat."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from services.errors import LeaseLostError
+
+
+@dataclass(slots=True)
+class Fence:
+    """Proof that a worker holds a chat's lease.
+
+    ``token`` goes into every per-chat write, where Redis checks it inside the same script (the write is
+    refused once another worker took the chat). ``valid_until`` (``time.monotonic()``) is the latest
+    moment the lease is known to last, kept by the heartbeat from the time each renewal was *sent*;
+    nothing is sent to the customer after it (minus ``margin``), so a worker paused past its lease
+    cannot answer twice.
+    """
+
+    token: str
+    valid_until: float
+    margin: float = 0.0
+
+    def remaining(self) -> float:
+        return self.valid_until - self.margin - time.monotonic()
+
+    def ensure_valid(self) -> None:
+        """Raise LeaseLostError if the lease may have expired."""
+        if self.remaining() <= 0:
+            raise LeaseLostError(f"lease {self.token} may have expired; nothing is sent")
+
+
+def token_of(fence: Fence | None) -> str:
+    """The token scripts check ('' = unfenced, single-process mode)."""
+    return fence.token if fence is not None else ""

@@ -1,0 +1,115 @@
+"""The one owner of every Redis key the bot uses.
+
+Every key lives in the namespace ``<prefix>:<bot id>`` so that two bots (two tokens) on one Redis never
+read each other's sessions or queues: a private chat's id is the user's id in every bot.
+
+Keys are grouped by Redis Cluster hash slot, because every Lua script and transaction touches the keys
+of one slot only:
+
+* a chat's keys share the hash tag ``{chat:<id>}`` (one slot per chat, so chats spread over the
+  cluster);
+* the polling leader's lease and offset share the tag ``{<prefix>:<bot id>:poller}``;
+* the dead-letter records and their index share ``{<prefix>:<bot id>:dead}``;
+* the ready set and the wake-up list are single keys (each script touching them touches nothing else).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CHAT_KEY_NAMES = (
+    "meta",  # hash: version (the write fence), next_seq, summary, summary_tokens
+    "msgs",  # list: verbatim messages, oldest first
+    "turns",  # sorted set: committed turn id -> seq of its reply
+    "replied",  # sorted set: turn ids whose reply was delivered
+    "inbox",  # sorted set: queued updates by update id
+    "seen",  # sorted set: item ids taken in (redelivery dedup)
+    "lease",  # string: token of the worker serving the chat
+    "attempts",  # hash: per queued item, attempts started / transient failures / first failure time
+    "rate",  # sorted set: rate-limit window
+    "rate_notice",  # string: "customer was told" marker
+    "q_meta",  # quarantined (unreadable) session: its meta hash as it was
+    "q_msgs",  # ... its message list as it was
+    "q_info",  # ... when and why it was quarantined
+)
+
+CONTENT_KEY_NAMES = ("msgs", "turns", "replied", "rate", "rate_notice", "q_meta", "q_msgs", "q_info")
+"""Per-chat keys /forget deletes outright (``meta`` is cut down to its version counter; the queue's
+``inbox``/``seen``/``lease``/``attempts`` stay: they hold only ids and work still to do)."""
+
+
+def bot_id_of(token: str) -> str:
+    """The numeric id at the start of a Telegram bot token (``123456:ABC…`` → ``123456``)."""
+    head = token.split(":", 1)[0].strip()
+    return head if head.isdigit() else "0"
+
+
+@dataclass(frozen=True, slots=True)
+class ChatKeys:
+    """Every key of one chat; all in the same hash slot."""
+
+    meta: str
+    msgs: str
+    turns: str
+    replied: str
+    inbox: str
+    seen: str
+    lease: str
+    attempts: str
+    rate: str
+    rate_notice: str
+    q_meta: str
+    q_msgs: str
+    q_info: str
+
+    def content(self) -> list[str]:
+        return [getattr(self, name) for name in CONTENT_KEY_NAMES]
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpace:
+    """Builds every key of one bot (``bot_id``) under ``prefix``."""
+
+    prefix: str = "sb"
+    bot_id: str = "0"
+
+    @property
+    def namespace(self) -> str:
+        return f"{self.prefix}:{self.bot_id}"
+
+    def chat(self, chat_id: int) -> ChatKeys:
+        tag = f"{self.namespace}:{{chat:{chat_id}}}"
+        return ChatKeys(*(f"{tag}:{name}" for name in CHAT_KEY_NAMES))
+
+    def chat_pattern(self, name: str) -> str:
+        """A SCAN pattern matching key ``name`` of every chat."""
+        return f"{self.namespace}:{{chat:*}}:{name}"
+
+    @staticmethod
+    def chat_id_of(key: str) -> int:
+        """The chat id inside a chat key."""
+        return int(key.split("{chat:", 1)[1].split("}", 1)[0])
+
+    @property
+    def ready(self) -> str:
+        return f"{self.namespace}:ready"
+
+    @property
+    def wake(self) -> str:
+        return f"{self.namespace}:wake"
+
+    @property
+    def poller_leader(self) -> str:
+        return f"{{{self.namespace}:poller}}:leader"
+
+    @property
+    def poller_offset(self) -> str:
+        return f"{{{self.namespace}:poller}}:offset"
+
+    @property
+    def dead_items(self) -> str:
+        return f"{{{self.namespace}:dead}}:items"
+
+    @property
+    def dead_index(self) -> str:
+        return f"{{{self.namespace}:dead}}:index"

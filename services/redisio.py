@@ -1,0 +1,33 @@
+"""What every Redis-backed component shares: Lua snippets and the translation of redis-py's errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from redis.exceptions import RedisError
+
+from services.errors import StoreUnavailableError
+
+LUA_NOW = "local t = redis.call('TIME'); local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+"""Defines ``now``: the Redis server's clock in milliseconds (one clock for every worker)."""
+
+LUA_FENCE = """
+local function holds(lease_key, token)
+  return token == '' or redis.call('GET', lease_key) == token
+end
+"""
+"""Defines ``holds(lease_key, token)``: the fencing check every per-chat write of a worker starts with
+(an empty token means: not written on behalf of a lease, e.g. the single-process mode)."""
+
+FENCE_LOST = -2
+"""What a fenced script returns when the caller no longer holds the chat's lease."""
+
+
+@contextmanager
+def redis_errors(action: str) -> Iterator[None]:
+    """Translate redis-py's errors into the engine's transient store error."""
+    try:
+        yield
+    except RedisError as exc:
+        raise StoreUnavailableError(f"{action}: {type(exc).__name__}: {exc}") from exc
