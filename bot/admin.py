@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -41,7 +42,7 @@ async def dead_letters(backend: Backend, action: str, letter_id: str | None, out
         return 1
     letter = found
     if action == "show":
-        record = {**letter.__dict__, "at": _when(letter.at), "payload": json.loads(letter.payload or "null")}
+        record = {**asdict(letter), "at": _when(letter.at), "payload": json.loads(letter.payload or "null")}
         out.write(json.dumps(record, ensure_ascii=False, indent=2) + "\n")
     elif action == "replay":
         queue = ChatWorkQueue(redis=backend.need_redis(), keys=backend.keys, ttl_seconds=backend.ttl_seconds)

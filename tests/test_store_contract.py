@@ -100,6 +100,25 @@ async def test_forget_deletes_the_chat(store: SessionStore) -> None:
     assert not (await store.turn_status(1, "u1")).committed
 
 
+async def test_forget_fences_every_turn_loaded_before_it(store: SessionStore) -> None:
+    """Regression: /forget deleted the version with the data, so a turn loaded before it (version 0 of a
+    new chat) could still be committed afterwards and bring the forgotten text back."""
+    before = await store.load(1)
+    await store.forget(1)
+    with pytest.raises(ConcurrentUpdateError):
+        await store.commit_turn(1, expected_version=before.version, messages=turn(0), turn_id="u1")
+    assert (await store.load(1)).messages == ()
+
+
+async def test_reset_and_forget_keep_the_version_growing(store: SessionStore) -> None:
+    await store.commit_turn(1, expected_version=0, messages=turn(0))
+    await store.reset(1)
+    await store.forget(1)
+    session = await store.load(1)
+    assert session.version == 3 and session.messages == () and session.summary is None
+    await store.commit_turn(1, expected_version=3, messages=turn(1))
+
+
 async def test_chats_are_independent(store: SessionStore) -> None:
     await store.commit_turn(1, expected_version=0, messages=turn(0))
     await store.commit_turn(2, expected_version=0, messages=turn(5))

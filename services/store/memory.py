@@ -136,14 +136,13 @@ class InMemorySessionStore:
         self._touch(chat)
 
     async def forget(self, chat_id: int, *, fence: Fence | None = None) -> None:
-        chat = self._chats.pop(chat_id, None)
-        if chat is not None:  # only the version counter stays
-            self._chats[chat_id] = _Chat(version=chat.version + 1)
-            self._touch(self._chats[chat_id])
+        chat = self._get(chat_id)
+        self._chats[chat_id] = _Chat(version=(chat.version if chat else 0) + 1)  # only the version stays
+        self._touch(self._chats[chat_id])
 
     async def quarantine(self, chat_id: int, *, reason: str, fence: Fence | None = None) -> None:
         """Objects in memory cannot be unreadable; kept for the contract (starts the chat over)."""
-        chat = self._chats.pop(chat_id, None)
+        chat = self._get(chat_id)
         self._chats[chat_id] = _Chat(version=(chat.version if chat else 0) + 1)
 
     async def ping(self) -> None:

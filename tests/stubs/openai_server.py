@@ -75,6 +75,8 @@ class StubOpenAI:
     chat_reply: ReplyFn = echo_reply
     summary_reply: ReplyFn = faithful_summary
     latency: float = 0.0
+    delays: deque[float] = field(default_factory=deque)
+    """Extra latency of the next requests, one value per request (then ``latency`` again)."""
     stream_chunk_chars: int = 40
     chat_replies: deque[Reply] = field(default_factory=deque)
     summary_replies: deque[Reply] = field(default_factory=deque)
@@ -109,8 +111,9 @@ class StubOpenAI:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
-        if self.latency:
-            await asyncio.sleep(self.latency)
+        delay = self.delays.popleft() if self.delays else self.latency
+        if delay:
+            await asyncio.sleep(delay)
         if self.down:
             return web.json_response({"error": {"message": "down", "type": "server_error"}}, status=503)
         is_summary = "response_format" in body

@@ -1,0 +1,95 @@
+"""Fencing and quarantine on the Redis store (fakeredis and a real redis-server): a worker that lost a
+chat's lease cannot write, whatever it loaded; an unreadable session is moved aside, byte for byte."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import fakeredis
+import pytest
+from redis.asyncio import Redis
+
+from services.errors import CorruptSessionError, LeaseLostError
+from services.fence import Fence
+from services.keys import KeySpace
+from services.models import NewMessage
+from services.store import RedisSessionStore
+
+KEYS = KeySpace("f", "123456")
+
+
+def turn(n: int) -> list[NewMessage]:
+    return [NewMessage("user", f"question {n}", 10), NewMessage("assistant", f"answer {n}", 20)]
+
+
+@pytest.fixture(params=["fakeredis", "redis-server"])
+async def client(request: pytest.FixtureRequest) -> AsyncIterator[Redis]:
+    if request.param == "fakeredis":
+        redis: Redis = fakeredis.FakeAsyncRedis()
+    else:
+        redis = Redis.from_url(request.getfixturevalue("redis_server").url)
+        await redis.flushdb()
+    yield redis
+    await redis.aclose()
+
+
+def fence(token: str) -> Fence:
+    return Fence(token, valid_until=time.monotonic() + 30)
+
+
+async def test_every_write_is_refused_without_the_lease(client: Redis) -> None:
+    store = RedisSessionStore(redis=client, keys=KEYS)
+    await client.set(KEYS.chat(1).lease, "worker-b")
+    stale = fence("worker-a")
+    with pytest.raises(LeaseLostError):
+        await store.commit_turn(1, expected_version=0, messages=turn(0), turn_id="u1", fence=stale)
+    with pytest.raises(LeaseLostError):
+        await store.mark_replied(1, "u1", fence=stale)
+    with pytest.raises(LeaseLostError):
+        await store.reset(1, fence=stale)
+    with pytest.raises(LeaseLostError):
+        await store.forget(1, fence=stale)
+    assert await client.keys(f"{KEYS.namespace}:*") == [KEYS.chat(1).lease.encode()], "nothing written"
+    await store.commit_turn(1, expected_version=0, messages=turn(0), turn_id="u1", fence=fence("worker-b"))
+    assert len((await store.load(1)).messages) == 2
+
+
+async def test_an_expired_lease_refuses_writes_too(client: Redis) -> None:
+    store = RedisSessionStore(redis=client, keys=KEYS)
+    with pytest.raises(LeaseLostError):  # nobody holds the chat (the lease expired): still not ours
+        await store.commit_turn(1, expected_version=0, messages=turn(0), fence=fence("worker-a"))
+
+
+async def test_two_bots_on_one_redis_never_share_a_session(client: Redis) -> None:
+    """Regression: keys carried no bot id, and a private chat's id is the user's id in every bot."""
+    first = RedisSessionStore(redis=client, keys=KeySpace("sb", "111"))
+    second = RedisSessionStore(redis=client, keys=KeySpace("sb", "222"))
+    await first.commit_turn(42, expected_version=0, messages=turn(0))
+    assert (await second.load(42)).messages == ()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"meta": {"summary": '{"topic": "x", "field_from_a_newer_release": 1}'}},
+        {"msgs": [b'{"s":0,"r":"user","c":"hi","t":3}', b"\xff not json"]},
+        {"meta": {"version": "seven"}},
+    ],
+)
+async def test_an_unreadable_session_is_quarantined_byte_for_byte(client: Redis, damage: dict[str, object]) -> None:
+    store = RedisSessionStore(redis=client, keys=KEYS)
+    keys = KEYS.chat(5)
+    await client.hset(keys.meta, mapping={"version": "3", **damage.get("meta", {})})  # type: ignore[dict-item]
+    for raw in damage.get("msgs", []):  # type: ignore[attr-defined]
+        await client.rpush(keys.msgs, raw)
+    meta_before, msgs_before = await client.hgetall(keys.meta), await client.lrange(keys.msgs, 0, -1)
+    with pytest.raises(CorruptSessionError):
+        await store.load(5)
+    await store.quarantine(5, reason="test")
+    assert await client.hgetall(keys.q_meta) == meta_before
+    assert await client.lrange(keys.q_msgs, 0, -1) == msgs_before
+    session = await store.load(5)
+    assert session.messages == () and session.summary is None and session.version >= 1
+    await store.forget(5)
+    assert not await client.exists(keys.q_meta, keys.q_msgs, keys.q_info), "/forget deletes quarantined data"
