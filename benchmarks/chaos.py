@@ -1,6 +1,14 @@
-"""Chaos/load check of the scale-out guarantees: many chats sending in waves, a webhook worker killed
-with SIGKILL (and replaced) after every other wave while the wave is in flight, Redis restarted once
-mid-run; then every invariant is checked and the figures printed.
+"""Chaos/load check of the scale-out guarantees: many chats sending in waves; after every other wave,
+while it is in flight, one fault in turn — a webhook worker killed with SIGKILL (and replaced), a worker
+frozen with SIGSTOP for two leases and resumed, Redis paused (CLIENT PAUSE) for longer than a lease —
+and Redis restarted once mid-run. A few chats also send a secret and then /forget while the faults go
+on. Then every invariant is checked and the figures printed:
+
+* lost / doubled / out of order turns, chats stuck with work and no progress, forgotten secrets still
+  in Redis (all must be 0);
+* duplicate replies split by cause: "crash window" (a worker sent, then died or stalled before marking
+  the reply as sent, and the chat's next worker re-sent the stored reply: inherent, counted) and "lease
+  lost" (a worker sent after another took the chat over: must be 0).
 
     .venv/bin/python -m benchmarks.chaos --chats 1000 --messages 10 --workers 3
 """
@@ -23,8 +31,10 @@ from benchmarks.common import machine, percentile
 from services.keys import KeySpace
 from services.store import RedisSessionStore
 from tests.conftest import RedisServer
+from tests.e2e.harness import TOKEN
 from tests.e2e.processes import SECRET, BotProcess, base_env, start_webhook_worker
 from tests.e2e.scenario import Report, WebhookSender, check, expected_reply, random_chats, wait_all_answered
+from tests.e2e.test_operations import every_value
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
 
@@ -51,7 +61,8 @@ async def run(args: argparse.Namespace) -> Report:
     }
     workers: list[BotProcess] = []
     sender = WebhookSender(telegram, [], SECRET)
-    kills = restarts = 0
+    kills = restarts = pauses = stalls = 0
+    admin = Redis.from_url(redis.url)
 
     async def start_worker() -> None:
         sender.urls.append(await start_webhook_worker(env, workdir, workers))
@@ -66,6 +77,23 @@ async def run(args: argparse.Namespace) -> Report:
         sender.dead.add(victim)
         kills += 1
         await start_worker()
+
+    async def pause_one() -> None:
+        nonlocal pauses
+        alive = [w for i, w in enumerate(workers) if i not in sender.dead and w.process is not None]
+        process = rng.choice(alive).process
+        assert process is not None
+        process.send_signal(signal.SIGSTOP)
+        pauses += 1
+        await asyncio.sleep(2 * args.lease)  # past its lease: its chats are taken over meanwhile
+        process.send_signal(signal.SIGCONT)
+
+    async def stall_redis() -> None:
+        nonlocal stalls
+        await admin.execute_command("CLIENT", "PAUSE", int(1500 * args.lease), "ALL")
+        stalls += 1
+
+    faults = [kill_one, pause_one, stall_redis]
 
     async def restart_redis() -> None:
         nonlocal restarts
@@ -85,25 +113,33 @@ async def run(args: argparse.Namespace) -> Report:
             async with limit:
                 await sender.send_chat_message(http, chat, n)
 
+        forgetting = ForgetProbe(telegram, sender, first_chat=100_000, count=max(1, args.chats // 20))
+
         # Waves: message n of every chat, then a chaos step while that wave is being processed.
+        step = 0
         async with aiohttp.ClientSession() as http:
             for n in range(args.messages):
-                await asyncio.gather(*(send(http, chat, n) for chat in chats))
+                await asyncio.gather(*(send(http, chat, n) for chat in chats), forgetting.wave(http, n, args.messages))
                 if args.redis_restart and n == args.messages // 2:
                     await restart_redis()
                 elif n % args.kill_every_waves == 0:
-                    await kill_one()
+                    await faults[step % len(faults)]()
+                    step += 1
         try:
             await wait_all_answered(telegram, chats, args.messages, within=args.timeout)
+            await forgetting.wait_done(within=args.timeout)
         except AssertionError:
             await dump_workers(workers, sender.dead)
             raise
         elapsed = time.monotonic() - started
-        client = Redis.from_url(redis.url)
-        report = await check(
-            telegram, RedisSessionStore(redis=client, keys=KeySpace("sb", "123456")), chats, args.messages, started
-        )
-        await client.aclose()
+        keys = KeySpace("sb", TOKEN.split(":")[0])
+        report = await check(telegram, RedisSessionStore(redis=admin, keys=keys), chats, args.messages, started)
+        stuck = await stuck_chats(admin, keys, settle=2 * args.lease)
+        resurrected = await forgetting.resurrected(admin)
+        redelivered = sum(w.log.decode(errors="replace").count("reply possibly unsent") for w in workers)
+        crash_window = min(report.duplicate_replies, redelivered)
+        lease_lost = report.duplicate_replies - crash_window
+        await admin.aclose()
         first_reply: dict[str, float] = {}
         for call in telegram.of("sendMessage"):
             first_reply.setdefault(str(call.params.get("text")), call.at)
@@ -116,18 +152,24 @@ async def run(args: argparse.Namespace) -> Report:
         print(f"machine: {machine()}")
         print(
             f"workers={args.workers} llm_latency={args.llm_latency * 1000:.0f}ms lease={args.lease}s "
-            f"kills={kills} redis_restarts={restarts} intake_retries={sender.retries}"
+            f"kills={kills} pauses={pauses} redis_stalls={stalls} redis_restarts={restarts} "
+            f"intake_retries={sender.retries}"
         )
         print(
             f"messages sent={report.sent} answered={report.answered} stored_turns={report.stored_turns} "
             f"lost={report.lost} doubled={report.doubled} out_of_order={report.out_of_order} "
-            f"duplicate_replies={report.duplicate_replies}"
+            f"stuck_chats={stuck} resurrected_after_forget={resurrected} forget_chats={forgetting.count}"
+        )
+        print(
+            f"duplicate_replies={report.duplicate_replies} crash_window={crash_window} lease_lost={lease_lost} "
+            f"(stored replies re-sent by the chat's next worker: {redelivered})"
         )
         print(
             f"throughput={report.sent / elapsed:.1f} msg/s over {elapsed:.1f}s; reply latency "
             f"p50={percentile(latencies, 50) * 1000:.0f}ms p95={percentile(latencies, 95) * 1000:.0f}ms "
             f"p99={percentile(latencies, 99) * 1000:.0f}ms max={max(latencies) * 1000:.0f}ms"
         )
+        report.stuck, report.resurrected, report.lease_lost_duplicates = stuck, resurrected, lease_lost
         return report
     finally:
         for worker in workers:
@@ -137,6 +179,46 @@ async def run(args: argparse.Namespace) -> Report:
         await telegram.stop()
         await llm.stop()
         redis.stop()
+
+
+class ForgetProbe:
+    """Chats that send a secret in the first wave and /forget in the middle one, under the same faults;
+    afterwards no byte of the secret may be left in Redis."""
+
+    def __init__(self, telegram: StubTelegram, sender: WebhookSender, *, first_chat: int, count: int) -> None:
+        self._telegram = telegram
+        self._sender = sender
+        self.chats = list(range(first_chat, first_chat + count))
+        self.count = count
+
+    @staticmethod
+    def secret(chat: int) -> str:
+        return f"secret-{chat}-4111"
+
+    async def wave(self, http: aiohttp.ClientSession, n: int, waves: int) -> None:
+        text = self.secret if n == 0 else (lambda _chat: "/forget") if n == waves // 2 else None
+        if text is not None:
+            await asyncio.gather(
+                *(self._sender.post(http, self._telegram.message_update(c, text(c))) for c in self.chats)
+            )
+
+    async def wait_done(self, within: float) -> None:
+        for chat in self.chats:
+            await self._telegram.wait_messages(chat, 2, within=within)
+
+    async def resurrected(self, redis: Redis) -> int:
+        everything = b"".join([await every_value(redis, key) async for key in redis.scan_iter(count=1000)])
+        return sum(1 for chat in self.chats if self.secret(chat).encode() in everything)
+
+
+async def stuck_chats(redis: Redis, keys: KeySpace, settle: float) -> int:
+    """Chats with queued work that no worker finishes (after letting in-flight work settle)."""
+    await asyncio.sleep(settle)
+    stuck = 0
+    async for key in redis.scan_iter(match=keys.chat_pattern("inbox"), count=1000):
+        if await redis.zcard(key):
+            stuck += 1
+    return stuck
 
 
 async def dump_workers(workers: list[BotProcess], dead: set[int]) -> None:
@@ -168,7 +250,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=240)
     parser.add_argument("--seed", type=int, default=1)
     report = asyncio.run(run(parser.parse_args(argv)))
-    ok = report.lost == 0 and report.doubled == 0 and report.out_of_order == 0 and report.answered == report.sent
+    ok = (
+        report.lost == 0
+        and report.doubled == 0
+        and report.out_of_order == 0
+        and report.answered == report.sent
+        and report.stuck == 0
+        and report.resurrected == 0
+        and report.lease_lost_duplicates == 0
+    )
     print("RESULT:", "OK" if ok else "INVARIANT BROKEN")
     return 0 if ok else 1
 

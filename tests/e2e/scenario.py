@@ -47,6 +47,10 @@ class WebhookSender:
         self.sent_at[(chat_id, n)] = time.monotonic()
         await self._post(http, update)
 
+    async def post(self, http: aiohttp.ClientSession, update: dict[str, object]) -> None:
+        """Post one update until a worker answers 200 (as Telegram retries)."""
+        await self._post(http, update)
+
     async def _post(self, http: aiohttp.ClientSession, update: dict[str, object]) -> None:
         headers = {"X-Telegram-Bot-Api-Secret-Token": self.secret}
         while True:
@@ -77,6 +81,9 @@ class Report:
     duplicate_replies: int
     seconds: float
     latencies: list[float] = field(default_factory=list)
+    stuck: int = 0
+    resurrected: int = 0
+    lease_lost_duplicates: int = 0
 
     def line(self) -> str:
         return (
