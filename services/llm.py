@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import openai
 from openai import AsyncOpenAI
+from openai.types import CompletionUsage
 
 from services.errors import LLMBadReplyError, LLMError, LLMReplyTruncatedError, LLMUnavailableError
 from services.models import PromptPart
@@ -30,6 +31,15 @@ TokenLimitParam = Literal["max_completion_tokens", "max_tokens"]
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
+    """Prompt tokens the provider served from its prompt cache (``prompt_tokens_details.cached_tokens``;
+    0 when the provider does not report it)."""
+
+    @classmethod
+    def from_openai(cls, usage: CompletionUsage) -> Usage:
+        details = usage.prompt_tokens_details
+        cached = details.cached_tokens if details is not None else None
+        return cls(usage.prompt_tokens, usage.completion_tokens, cached or 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +146,7 @@ class LLMClient:
         choice = response.choices[0]
         usage = None
         if response.usage is not None:
-            usage = Usage(response.usage.prompt_tokens, response.usage.completion_tokens)
+            usage = Usage.from_openai(response.usage)
         text = choice.message.content or ""
         return self._checked(text, choice.finish_reason or "", usage, model, started)
 
@@ -157,7 +167,7 @@ class LLMClient:
             )
             async for chunk in stream:
                 if chunk.usage is not None:
-                    usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
+                    usage = Usage.from_openai(chunk.usage)
                 if not chunk.choices:
                     continue
                 choice = chunk.choices[0]
