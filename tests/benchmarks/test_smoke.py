@@ -46,6 +46,7 @@ def test_tokens_benchmark_smoke(tmp_path: Path) -> None:
     out = run_script("benchmarks.tokens", "--turns", "60", "--budget", "3000", "--plot", str(plot))
     assert "(d) this project" in out and "goal: every prompt within budget: met" in out
     assert "goal: 100% control identifiers kept: met" in out
+    assert "with prompt caching" in out and "cached_tokens reported by the stub server" in out
     assert plot.stat().st_size > 10_000
 
 
