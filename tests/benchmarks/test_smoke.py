@@ -66,4 +66,5 @@ def test_load_benchmark_smoke() -> None:
     )
     row = out.strip().splitlines()[-1].split()
     assert row[0] == "1" and float(row[1]) > 0
-    assert int(row[-3]) > 0, "compaction turns were measured"
+    assert int(row[-4]) > 0, "compaction turns were measured"
+    assert float(row[-5]) > 0, "worker CPU per turn was measured"
