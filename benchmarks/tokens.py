@@ -54,6 +54,7 @@ SWEEP = [
     (0.45, 0.15),
     (0.4, 0.1),
     (0.35, 0.1),
+    (0.3, 0.15),
     (0.3, 0.05),
 ]
 DEFAULT_HIGH: float = MemorySettings.model_fields["history_high_water"].default
