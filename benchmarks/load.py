@@ -5,7 +5,16 @@ message only after the reply, plus a think time).
     .venv/bin/python -m benchmarks.load --workers 1 2 4 --chats 200 --messages 8 --llm-latency 0.2
 
 Prints per worker count: throughput (turns/s), reply latency p50/p95/p99, the bot's own overhead
-(latency − LLM latency) and the latency of turns after which a compaction ran vs ordinary turns."""
+(latency − LLM latency), the workers' CPU milliseconds per turn (process CPU time of the worker
+processes during the load / turns; stubs, Redis and the load generator run in other processes) and
+the latency of turns after which a compaction ran vs ordinary turns. ``--budget 6000`` keeps every
+turn ordinary (no compaction in 8 messages), for the CPU cost of an ordinary turn.
+
+``--profile`` samples every worker with py-spy and prints where their CPU went, by component.
+``--variant LABEL:KEY=VALUE,...`` (repeatable) runs the same load once per variant with extra
+environment for the workers, e.g. ``--variant main:PYTHONPATH=/tmp/main-src`` to run another
+checkout's code side by side, or ``--variant asyncio:EVENT_LOOP=asyncio``; ``--repeat`` alternates
+the variants that many times (A B A B...), so that a busy machine hurts them alike."""
 
 from __future__ import annotations
 
@@ -14,6 +23,7 @@ import asyncio
 import json
 import logging
 import re
+import statistics
 import sys
 import tempfile
 import time
@@ -24,6 +34,7 @@ from typing import Any
 import aiohttp
 
 from benchmarks.common import machine, percentile
+from benchmarks.profile import Breakdown, Sampler, cpu_seconds
 from tests.conftest import RedisServer
 from tests.e2e.processes import SECRET, BotProcess, base_env, start_webhook_worker
 from tests.stubs.openai_server import StubOpenAI, customer_texts
@@ -48,6 +59,9 @@ class RunFigures:
     """Turns that waited for a compaction before their reply (the prompt could not fit otherwise)."""
     ordinary_latencies: list[float] = field(default_factory=list)
     summary_calls: int = 0
+    cpu_seconds: float = 0.0
+    """CPU time (user + system) of all worker processes while the load ran."""
+    profile: Breakdown | None = None
 
 
 class ReplyWatcher:
@@ -78,7 +92,15 @@ class ReplyWatcher:
         await asyncio.wait_for(self.events.setdefault(key, asyncio.Event()).wait(), within)
 
 
-async def one_run(args: argparse.Namespace, workers_count: int, workdir: Path) -> RunFigures:
+def parse_variant(text: str) -> tuple[str, dict[str, str]]:
+    label, _, pairs = text.partition(":")
+    env = dict(pair.split("=", 1) for pair in pairs.split(",") if pair)
+    return label, env
+
+
+async def one_run(
+    args: argparse.Namespace, workers_count: int, workdir: Path, extra_env: dict[str, str] | None = None
+) -> RunFigures:
     redis = RedisServer()
     redis.start()
     llm, telegram = StubOpenAI(latency=args.llm_latency), StubTelegram()
@@ -92,18 +114,22 @@ async def one_run(args: argparse.Namespace, workers_count: int, workdir: Path) -
     llm.summary_reply = summary_reply
     await llm.start()
     await telegram.start()
-    env = base_env(telegram, llm) | {
-        "BOT_MODE": "webhook",
-        "WEBHOOK_HOST": "127.0.0.1",
-        "WEBHOOK_PATH": "/hook",
-        "WEBHOOK_SECRET": SECRET,
-        "REDIS_URL": redis.url,
-        "LOG_LEVEL": args.log_level,
-        "WORKER_CONCURRENCY": str(args.chats),
-        "CHAT_INPUT_TOKEN_BUDGET": str(args.budget),
-        "SUMMARY_MAX_TOKENS": "300",
-        "DRAFTS_ENABLED": "true" if args.drafts else "false",
-    }
+    env = (
+        base_env(telegram, llm)
+        | {
+            "BOT_MODE": "webhook",
+            "WEBHOOK_HOST": "127.0.0.1",
+            "WEBHOOK_PATH": "/hook",
+            "WEBHOOK_SECRET": SECRET,
+            "REDIS_URL": redis.url,
+            "LOG_LEVEL": args.log_level,
+            "WORKER_CONCURRENCY": str(args.chats),
+            "CHAT_INPUT_TOKEN_BUDGET": str(args.budget),
+            "SUMMARY_MAX_TOKENS": "300",
+            "DRAFTS_ENABLED": "true" if args.drafts else "false",
+        }
+        | (extra_env or {})
+    )
     workers: list[BotProcess] = []
     urls: list[str] = []
     try:
@@ -126,13 +152,26 @@ async def one_run(args: argparse.Namespace, workers_count: int, workdir: Path) -
                 await watcher.wait((chat, n), within=120)
                 await asyncio.sleep(args.think)
 
+        pids = [worker.process.pid for worker in workers if worker.process is not None]
+        samplers = [Sampler(pid, workdir / f"profile-{pid}.txt") for pid in pids] if args.profile else []
+        for sampler in samplers:
+            await sampler.start()
+        cpu_before = sum(cpu_seconds(pid) for pid in pids)
         started = time.monotonic()
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as http:
             await asyncio.gather(*(customer(http, chat) for chat in chats))
         seconds = time.monotonic() - started
+        cpu = sum(cpu_seconds(pid) for pid in pids) - cpu_before
         watching.cancel()
-        figures = RunFigures(workers_count, len(sent_at), seconds, summary_calls=len(summary_times))
+        figures = RunFigures(workers_count, len(sent_at), seconds, summary_calls=len(summary_times), cpu_seconds=cpu)
+        if samplers:
+            figures.profile = Breakdown()
+            for sampler in samplers:
+                raw = await sampler.stop()
+                figures.profile.add_raw(raw)
+                if args.profile_dir:
+                    await asyncio.to_thread(Path(args.profile_dir, sampler.output.name).write_text, raw)
         compacted_after: set[tuple[int, int]] = set()
         waited: set[tuple[int, int]] = set()
         for at, texts in summary_times:
@@ -187,6 +226,37 @@ def plot(rows: list[dict[str, Any]], path: str, args: argparse.Namespace) -> Non
     fig.savefig(path, dpi=110)
 
 
+def summarize(fig: RunFigures, label: str, args: argparse.Namespace) -> dict[str, Any]:
+    lat = fig.latencies
+    ratio = (
+        percentile(fig.compaction_latencies, 50) / percentile(fig.ordinary_latencies, 50)
+        if fig.compaction_latencies
+        else float("nan")
+    )
+    row = {
+        "workers": fig.workers,
+        "variant": label,
+        "turns_per_s": fig.turns / fig.seconds,
+        "p50_ms": percentile(lat, 50) * 1000,
+        "p95_ms": percentile(lat, 95) * 1000,
+        "p99_ms": percentile(lat, 99) * 1000,
+        "overhead_p50_ms": (percentile(lat, 50) - args.llm_latency) * 1000,
+        "overhead_p99_ms": (percentile(lat, 99) - args.llm_latency) * 1000,
+        "cpu_ms_per_turn": fig.cpu_seconds * 1000 / fig.turns,
+        "compaction_turns": len(fig.compaction_latencies),
+        "compaction_ratio_p50": ratio,
+        "forced_compaction_turns": len(fig.forced_latencies),
+    }
+    print(
+        f"{fig.workers:>7} {row['turns_per_s']:>8.1f} {row['p50_ms']:>7.0f} {row['p95_ms']:>7.0f} "
+        f"{row['p99_ms']:>7.0f} {row['overhead_p50_ms']:>11.1f}ms {row['overhead_p99_ms']:>11.1f}ms "
+        f"{row['cpu_ms_per_turn']:>11.2f} {row['compaction_turns']:>16} {ratio:>23.2f} "
+        f"{row['forced_compaction_turns']:>6} {label}",
+        flush=True,
+    )
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
@@ -199,6 +269,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="WARNING")
     parser.add_argument("--json", default="", help="write the figures as JSON here")
     parser.add_argument("--plot", default="", help="write a PNG of latency percentiles per worker count here")
+    parser.add_argument("--profile", action="store_true", help="sample the workers with py-spy, print a breakdown")
+    parser.add_argument("--profile-dir", default="", help="keep py-spy's raw stacks here")
+    parser.add_argument(
+        "--variant", action="append", default=[], help="LABEL:KEY=VALUE,... extra worker environment (repeatable)"
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="alternate the variants this many times")
     args = parser.parse_args(argv)
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     print(
@@ -207,36 +283,31 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"{'workers':>7} {'turns/s':>8} {'p50_ms':>7} {'p95_ms':>7} {'p99_ms':>7} {'overhead_p50':>12} "
-        f"{'overhead_p99':>12} {'compaction_turns':>16} {'compaction/ordinary_p50':>23} {'forced':>6}"
+        f"{'overhead_p99':>12} {'cpu_ms/turn':>11} {'compaction_turns':>16} {'compaction/ordinary_p50':>23} "
+        f"{'forced':>6} variant"
     )
+    variants = [parse_variant(v) for v in args.variant] or [("this", {})]
     rows = []
     with tempfile.TemporaryDirectory(prefix="sb-load-") as workdir:
         for count in args.workers:
-            fig = asyncio.run(one_run(args, count, Path(workdir)))
-            lat = fig.latencies
-            ratio = (
-                percentile(fig.compaction_latencies, 50) / percentile(fig.ordinary_latencies, 50)
-                if fig.compaction_latencies
-                else float("nan")
-            )
-            row = {
-                "workers": count,
-                "turns_per_s": fig.turns / fig.seconds,
-                "p50_ms": percentile(lat, 50) * 1000,
-                "p95_ms": percentile(lat, 95) * 1000,
-                "p99_ms": percentile(lat, 99) * 1000,
-                "overhead_p50_ms": (percentile(lat, 50) - args.llm_latency) * 1000,
-                "overhead_p99_ms": (percentile(lat, 99) - args.llm_latency) * 1000,
-                "compaction_turns": len(fig.compaction_latencies),
-                "compaction_ratio_p50": ratio,
-                "forced_compaction_turns": len(fig.forced_latencies),
-            }
-            rows.append(row)
-            print(
-                f"{count:>7} {row['turns_per_s']:>8.1f} {row['p50_ms']:>7.0f} {row['p95_ms']:>7.0f} "
-                f"{row['p99_ms']:>7.0f} {row['overhead_p50_ms']:>11.1f}ms {row['overhead_p99_ms']:>11.1f}ms "
-                f"{row['compaction_turns']:>16} {ratio:>23.2f} {row['forced_compaction_turns']:>6}"
-            )
+            for _ in range(args.repeat):
+                for label, extra_env in variants:
+                    fig = asyncio.run(one_run(args, count, Path(workdir), extra_env))
+                    rows.append(summarize(fig, label, args))
+                    if fig.profile is not None:
+                        print("\n".join(fig.profile.report(rows[-1]["cpu_ms_per_turn"])), flush=True)
+    if len(rows) > len(args.workers):
+        print("median per worker count and variant:")
+        for count in args.workers:
+            for label, _ in variants:
+                mine = [r for r in rows if r["workers"] == count and r["variant"] == label]
+                print(
+                    f"  workers={count} {label}: cpu_ms/turn="
+                    f"{statistics.median(r['cpu_ms_per_turn'] for r in mine):.2f} turns/s="
+                    f"{statistics.median(r['turns_per_s'] for r in mine):.1f} overhead_p50="
+                    f"{statistics.median(r['overhead_p50_ms'] for r in mine):.1f}ms overhead_p99="
+                    f"{statistics.median(r['overhead_p99_ms'] for r in mine):.1f}ms"
+                )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     if args.plot:

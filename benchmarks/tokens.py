@@ -4,8 +4,14 @@
 
 (a) full history; (b) sliding window only; (c) the textbook hybrid: on overflow summarize everything
 and restart from the current turn; (d) this project: the real ChatService (budgeted window, proactive
-and forced incremental compaction, identifier guarantee) against the stub OpenAI server. The summarizer
-is a stub with a fixed-size output that keeps no identifiers, the same for (c) and (d)."""
+and forced incremental compaction, identifier guarantee) against the stub OpenAI server, with the
+default settings (MemorySettings) unless --sweep. The summarizer is a stub with a fixed-size output
+that keeps no identifiers, the same for (c) and (d).
+
+With provider prompt caching (benchmarks.prompt_cost): per policy the share of prompt tokens that are a
+cacheable prefix of the previous prompt (>= 1024 tokens, OpenAI's 128-token granularity) and the
+effective input cost = uncached + cached × price ratio, for ratios 0.5 and 0.1; "+summ" adds the
+summarizer calls' input tokens (metered the same way) to the chat prompts."""
 
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import asyncio
 import json
 import statistics
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +28,7 @@ from openai import AsyncOpenAI
 
 from benchmarks.common import machine
 from benchmarks.conversation import CONTROL_FACTS, Turn, generate
+from benchmarks.prompt_cost import RATIOS, CacheMeter
 from prompts import default_registry
 from services.chat import ChatService
 from services.engine import build_chat_service
@@ -34,8 +42,23 @@ from services.summary_state import SummaryState, render_summary
 from services.tokens import TokenCounter
 from services.window import build_window
 from tests.stubs.openai_server import StubOpenAI
+from tests.stubs.prompt_cache import PromptTokens
 
-SWEEP = [(0.85, 0.5), (0.99, 0.15), (0.6, 0.3), (0.45, 0.15)]
+SWEEP = [
+    (0.85, 0.5),
+    (0.99, 0.15),
+    (0.6, 0.3),
+    (0.6, 0.1),
+    (0.5, 0.2),
+    (0.5, 0.1),
+    (0.45, 0.15),
+    (0.4, 0.1),
+    (0.35, 0.1),
+    (0.3, 0.15),
+    (0.3, 0.05),
+]
+DEFAULT_HIGH: float = MemorySettings.model_fields["history_high_water"].default
+DEFAULT_LOW: float = MemorySettings.model_fields["history_low_water"].default
 
 FIXED_SUMMARY = SummaryState(
     topic="Customer support conversation about deliveries, defects and returns of several products",
@@ -50,15 +73,32 @@ FIXED_SUMMARY = SummaryState(
 @dataclass
 class PolicyResult:
     name: str
+    tokens: PromptTokens
     prompt_tokens: list[int] = field(default_factory=list)
     summary_calls: int = 0
     summary_tokens: int = 0
     verbatim_after_compaction: list[int] = field(default_factory=list)
     final_prompt: str = ""
+    chat: CacheMeter = field(init=False)
+    """Chat prompts with their cacheable prefixes."""
+    summaries: CacheMeter = field(init=False)
+    """Summarizer prompts (input only) with their cacheable prefixes."""
+    reported_cached: int | None = None
+    """(d): cached_tokens the stub model server reported through the real client, summed."""
+
+    def __post_init__(self) -> None:
+        self.chat = CacheMeter(self.tokens)
+        self.summaries = CacheMeter(self.tokens)
+
+    def meter(self, prompt: Sequence[PromptPart]) -> None:
+        self.chat.add((p.role, p.content) for p in prompt)
 
     @property
     def facts_kept(self) -> float:
         return sum(fact in self.final_prompt for fact in CONTROL_FACTS) / len(CONTROL_FACTS)
+
+    def effective(self, ratio: float, *, summaries: bool = False) -> float:
+        return self.chat.effective(ratio) + (self.summaries.effective(ratio) if summaries else 0.0)
 
 
 def parts(counter: TokenCounter, turns: list[Turn]) -> list[PromptPart]:
@@ -74,17 +114,22 @@ def total(instruction: PromptPart, prompt: list[PromptPart]) -> int:
     return sum(p.tokens for p in prompt) + 3
 
 
-def full_history(counter: TokenCounter, instruction: PromptPart, turns: list[Turn]) -> PolicyResult:
-    result, history = PolicyResult("(a) full history"), parts(counter, turns)
+def full_history(
+    counter: TokenCounter, tokens: PromptTokens, instruction: PromptPart, turns: list[Turn]
+) -> PolicyResult:
+    result, history = PolicyResult("(a) full history", tokens), parts(counter, turns)
     for index in range(len(turns)):
         prompt = [instruction, *history[: 2 * index], history[2 * index]]
         result.prompt_tokens.append(total(instruction, prompt))
+        result.meter(prompt)
     result.final_prompt = "\n".join(p.content for p in prompt)
     return result
 
 
-def sliding_window(counter: TokenCounter, instruction: PromptPart, turns: list[Turn], budget: int) -> PolicyResult:
-    result, history = PolicyResult("(b) sliding window"), parts(counter, turns)
+def sliding_window(
+    counter: TokenCounter, tokens: PromptTokens, instruction: PromptPart, turns: list[Turn], budget: int
+) -> PolicyResult:
+    result, history = PolicyResult("(b) sliding window", tokens), parts(counter, turns)
     for index in range(len(turns)):
         window = build_window(
             instruction=instruction,
@@ -94,14 +139,20 @@ def sliding_window(counter: TokenCounter, instruction: PromptPart, turns: list[T
             budget=budget,
         )
         result.prompt_tokens.append(window.estimated_tokens)
+        result.meter(window.messages)
     result.final_prompt = "\n".join(p.content for p in window.messages)
     return result
 
 
 def textbook_hybrid(
-    counter: TokenCounter, instruction: PromptPart, summarizer: Summarizer, turns: list[Turn], budget: int
+    counter: TokenCounter,
+    tokens: PromptTokens,
+    instruction: PromptPart,
+    summarizer: Summarizer,
+    turns: list[Turn],
+    budget: int,
 ) -> PolicyResult:
-    result, history = PolicyResult("(c) summarize all + restart"), parts(counter, turns)
+    result, history = PolicyResult("(c) summarize all + restart", tokens), parts(counter, turns)
     block = summary_block(render_summary(FIXED_SUMMARY))
     summary_part = PromptPart("user", block, counter.count_message("user", block))
     output_tokens = counter.count_text(FIXED_SUMMARY.to_json())
@@ -122,25 +173,29 @@ def textbook_hybrid(
             request = summarizer.request_messages(FIXED_SUMMARY if summary else None, folded, False)
             result.summary_calls += 1
             result.summary_tokens += counter.count_messages([(p.role, p.content) for p in request]) + output_tokens
+            result.summaries.add((p.role, p.content) for p in request)
             summary, start, just_compacted = summary_part, index, True
             prompt = [instruction, summary, history[2 * index]]
         if just_compacted:
             result.verbatim_after_compaction.append((len(prompt) - 3) // 2)
             just_compacted = False
         result.prompt_tokens.append(total(instruction, prompt))
+        result.meter(prompt)
     result.final_prompt = "\n".join(p.content for p in prompt)
     return result
 
 
 async def project_policy(
     counter: TokenCounter,
+    tokens: PromptTokens,
     turns: list[Turn],
     budget: int,
-    high: float = 0.85,
-    low: float = 0.5,
+    high: float = DEFAULT_HIGH,
+    low: float = DEFAULT_LOW,
     name: str = "(d) this project",
 ) -> PolicyResult:
-    result = PolicyResult(name)
+    result = PolicyResult(name, tokens)
+    reported = 0
     stub = StubOpenAI(summary_reply=lambda _body: FIXED_SUMMARY.to_json())
     await stub.start()
     llm = LLMClient(
@@ -170,6 +225,7 @@ async def project_policy(
             stub.chat_replies.append(turn.assistant)
             outcome = await chat.handle(1, turn.user, deliver=deliver)
             result.prompt_tokens.append(outcome.estimated_tokens)
+            reported += outcome.usage.cached_tokens if outcome.usage else 0
             if pending_verbatim_check or (outcome.forced_compaction and outcome.forced_compaction.folded_messages):
                 result.verbatim_after_compaction.append(outcome.context_history_messages // 2)
             proactive = outcome.proactive_compaction
@@ -179,6 +235,10 @@ async def project_policy(
             result.summary_tokens += (
                 counter.count_messages([(m["role"], m["content"]) for m in request["messages"]]) + output_tokens
             )
+            result.summaries.add((m["role"], m["content"]) for m in request["messages"])
+        for request in stub.chat_requests:
+            result.chat.add((m["role"], m["content"]) for m in request["messages"])
+        result.reported_cached = reported
         result.final_prompt = "\n".join(m["content"] for m in stub.chat_requests[-1]["messages"])
     finally:
         await chat.close()
@@ -222,14 +282,51 @@ def report(results: list[PolicyResult], budget: int) -> dict[str, Any]:
             "verbatim_min": min(verbatim) if verbatim else None,
             "verbatim_mean": round(statistics.mean(verbatim), 1) if verbatim else None,
             "facts_kept": res.facts_kept,
+            "cached": res.chat.total_cached,
+            "cached_share": res.chat.cached_share,
+            "summary_input": res.summaries.total,
+            "reported_cached": res.reported_cached,
         }
+        for ratio in RATIOS:
+            row[f"effective_{ratio}"] = res.effective(ratio)
+            row[f"effective_{ratio}_with_summaries"] = res.effective(ratio, summaries=True)
         figures[res.name] = row
         print(
             f"{res.name:<30} {row['total']:>10} {row['max']:>7} {row['over_budget']:>11} {row['summary_calls']:>9} "
             f"{row['summary_tokens']:>10} {row['verbatim_min']!s:>12} {row['verbatim_mean']!s:>13} "
             f"{row['facts_kept']:>10.0%}"
         )
+    full = figures["(a) full history"]
+    print("\nwith prompt caching (cached = common prefix with the previous prompt, >= 1024 tokens, 128-token blocks):")
+    print(
+        f"{'policy':<30} {'total':>10} {'cached':>7} {'eff@0.5':>10} {'eff@0.1':>10} {'vs(a)@0.5':>9} "
+        f"{'vs(a)@0.1':>9} {'summ_input':>10} {'+summ@0.5':>10} {'+summ vs(a)@0.5':>15}"
+    )
+    for name, row in figures.items():
+        print(
+            f"{name:<30} {row['total']:>10} {row['cached_share']:>7.1%} {row['effective_0.5']:>10.0f} "
+            f"{row['effective_0.1']:>10.0f} {row['effective_0.5'] / full['effective_0.5']:>9.3f} "
+            f"{row['effective_0.1'] / full['effective_0.1']:>9.3f} {row['summary_input']:>10} "
+            f"{row['effective_0.5_with_summaries']:>10.0f} "
+            f"{row['effective_0.5_with_summaries'] / full['effective_0.5']:>15.3f}"
+        )
     return figures
+
+
+def sweep_line(res: PolicyResult, full: PolicyResult, high: float, low: float) -> str:
+    verbatim = min(res.verbatim_after_compaction or [0])
+    spent = sum(res.prompt_tokens)
+    costs = " ".join(
+        f"eff@{ratio}={res.effective(ratio) / full.effective(ratio):.3f}"
+        f"(+summ {res.effective(ratio, summaries=True) / full.effective(ratio):.3f})"
+        for ratio in RATIOS
+    )
+    return (
+        f"  {high:.2f}/{low:.2f}: total={spent} ({spent / sum(full.prompt_tokens):.3f} of a) "
+        f"cached={res.chat.cached_share:.1%} {costs} max={max(res.prompt_tokens)} "
+        f"summary_calls={res.summary_calls} summary_input={res.summaries.total} "
+        f"verbatim_min={verbatim} facts_kept={res.facts_kept:.0%}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,13 +351,17 @@ def main(argv: list[str] | None = None) -> int:
         instruction_role="developer",
     )
     turns = generate(args.turns)
+    tokens = PromptTokens(counter)
     results = [
-        full_history(counter, instruction, turns),
-        sliding_window(counter, instruction, turns, args.budget),
-        textbook_hybrid(counter, instruction, summarizer, turns, args.budget),
-        asyncio.run(project_policy(counter, turns, args.budget)),
+        full_history(counter, tokens, instruction, turns),
+        sliding_window(counter, tokens, instruction, turns, args.budget),
+        textbook_hybrid(counter, tokens, instruction, summarizer, turns, args.budget),
+        asyncio.run(project_policy(counter, tokens, turns, args.budget)),
     ]
-    print(f"machine: {machine()}; turns={args.turns} budget={args.budget}")
+    print(
+        f"machine: {machine()}; turns={args.turns} budget={args.budget} "
+        f"(d) water marks {DEFAULT_HIGH}/{DEFAULT_LOW} (the defaults)"
+    )
     figures = report(results, args.budget)
     ours, full, textbook = (
         figures["(d) this project"],
@@ -269,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     goals = {
         "every prompt within budget": ours["over_budget"] == 0,
+        "effective input cost (ratio 0.5) <= 1/10 of full history": ours["effective_0.5"] * 10 <= full["effective_0.5"],
         "total <= 1/10 of full history": ours["total"] * 10 <= full["total"],
         "fewer summary calls than (c)": ours["summary_calls"] < textbook["summary_calls"],
         ">= 4 verbatim turns after every compaction": (ours["verbatim_min"] or 0) >= 4,
@@ -276,21 +378,21 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(
         f"(d) total / (a) total = {ours['total'] / full['total']:.3f}; "
-        f"(d) summary calls / (c) = {ours['summary_calls']}/{textbook['summary_calls']}"
+        f"(d) effective cost / (a) at ratio 0.5 = {ours['effective_0.5'] / full['effective_0.5']:.3f} "
+        f"(with summarizer input {ours['effective_0.5_with_summaries'] / full['effective_0.5']:.3f}); "
+        f"(d) summary calls / (c) = {ours['summary_calls']}/{textbook['summary_calls']}; "
+        f"(d) cached_tokens reported by the stub server = {ours['reported_cached']} (metered: {ours['cached']})"
     )
     for goal, met in goals.items():
         print(f"goal: {goal}: {'met' if met else 'NOT met'}")
     if args.sweep:
-        print("water-mark sweep of (d): high/low → total vs (a), summary calls, min verbatim turns, facts kept")
+        print(
+            "water-mark sweep of (d): high/low → total and effective cost vs (a) (chat prompts, and with the "
+            "summarizer's input), max prompt, summary calls, min verbatim turns, facts kept"
+        )
         for high, low in SWEEP:
-            res = asyncio.run(project_policy(counter, turns, args.budget, high, low, f"(d) {high}/{low}"))
-            verbatim = min(res.verbatim_after_compaction or [0])
-            spent = sum(res.prompt_tokens)
-            print(
-                f"  {high:.2f}/{low:.2f}: total={spent} ({spent / full['total']:.3f} of a) "
-                f"max={max(res.prompt_tokens)} summary_calls={res.summary_calls} "
-                f"summary_tokens={res.summary_tokens} verbatim_min={verbatim} facts_kept={res.facts_kept:.0%}"
-            )
+            res = asyncio.run(project_policy(counter, tokens, turns, args.budget, high, low, f"(d) {high}/{low}"))
+            print(sweep_line(res, results[0], high, low), flush=True)
     if args.plot:
         plot(results, args.plot, args.budget)
         print(f"plot: {args.plot}")

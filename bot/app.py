@@ -15,6 +15,7 @@ from aiogram.types import BotCommand
 from redis.asyncio import Redis
 
 from bot.access import AccessMiddleware
+from bot.fastpath import install_event_loop, json_codec, running_as_bot
 from bot.flood import RetryAfterMiddleware
 from bot.handlers import all_routers
 from bot.settings import BotSettings
@@ -29,6 +30,10 @@ from services.store import InMemorySessionStore, RedisSessionStore
 from services.store.base import SessionStore
 
 log = logging.getLogger(__name__)
+
+# bot/__main__ imports this module before it starts its event loop: the place to choose the loop
+# (uvloop when installed) without touching the entry point. Only in the bot's own process.
+EVENT_LOOP = install_event_loop() if running_as_bot() else "asyncio"
 
 COMMANDS = {
     "en": [
@@ -137,10 +142,13 @@ def build_engine(settings: Settings, store: SessionStore | None = None) -> ChatS
 
 
 def build_bot(settings: BotSettings) -> Bot:
+    loads, dumps, codec = json_codec()
+    log.info("event loop: %s; Bot API JSON codec: %s", EVENT_LOOP, codec)
     if settings.telegram_api_url:
-        session = AiohttpSession(api=TelegramAPIServer.from_base(settings.telegram_api_url.rstrip("/")))
+        api = TelegramAPIServer.from_base(settings.telegram_api_url.rstrip("/"))
+        session = AiohttpSession(api=api, json_loads=loads, json_dumps=dumps)
     else:
-        session = AiohttpSession()
+        session = AiohttpSession(json_loads=loads, json_dumps=dumps)
     session.middleware(RetryAfterMiddleware(retries=settings.flood_retries))
     return Bot(settings.require_token(), session=session, default=DefaultBotProperties(parse_mode=None))
 

@@ -17,6 +17,7 @@ HELP = "Type a message. /new resets the chat, /quit leaves."
 
 def describe(result: TurnResult) -> str:
     actual = result.usage.prompt_tokens if result.usage else "n/a"
+    cached = result.usage.cached_tokens if result.usage else "n/a"
     compaction = result.forced_compaction or result.proactive_compaction
     summary = "updated" if result.summary_updated else ("present" if result.summary_present else "none")
     if compaction is not None and compaction.failed:
@@ -24,7 +25,7 @@ def describe(result: TurnResult) -> str:
     return (
         f"[stored={result.stored_messages} sent_history={result.context_history_messages} "
         f"removed={result.removed_history_messages} tokens est={result.estimated_tokens} actual={actual} "
-        f"summary={summary}]"
+        f"cached={cached} summary={summary}]"
     )
 
 

@@ -156,7 +156,7 @@ class ChatService:
         await deliver(result)
         if turn_id is not None:
             await self._store.mark_replied(chat_id, turn_id, fence=fence)
-        if not self._policy.over_high_water(result.history_tokens, self.history_room):
+        if not self._policy.should_compact(result.history_tokens, result.stored_messages, self.history_room):
             return result  # the common case: no second round trip to the store
         try:
             report = await self.compact_if_needed(chat_id, fence=fence)
@@ -318,7 +318,7 @@ class ChatService:
         """Proactive compaction: fold the oldest turns if the stored history passed the high-water mark.
         A failure leaves everything stored; the next turn tries again."""
         session = await self._store.load(chat_id)
-        if not self._policy.over_high_water(session.history_tokens, self.history_room):
+        if not self._policy.should_compact(session.history_tokens, len(session.messages), self.history_room):
             return None
         fold = self._policy.plan_fold(session.messages, room=self.history_room)
         if fold == 0:

@@ -10,20 +10,33 @@ from services.models import StoredMessage
 
 @dataclass(frozen=True, slots=True)
 class CompactionPolicy:
-    """Water marks are fractions of the history room (budget minus instruction and summary cap)."""
+    """Water marks are fractions of the history room (budget minus instruction and summary cap).
 
-    high_water: float = 0.85
-    low_water: float = 0.5
+    Defaults match MemorySettings (chosen with benchmarks/tokens.py: see benchmarks/RESULTS.md)."""
+
+    high_water: float = 0.3
+    low_water: float = 0.15
     min_verbatim_turns: int = 4
+    min_fold_turns: int = 2
+    """A proactive compaction waits until it can fold at least this many turns: a summary call has a
+    fixed cost (instruction + previous summary), so folding one short turn per reply is waste."""
 
     def __post_init__(self) -> None:
         if not 0 < self.low_water < self.high_water <= 1:
             raise ValueError("need 0 < HISTORY_LOW_WATER < HISTORY_HIGH_WATER <= 1")
         if self.min_verbatim_turns < 0:
             raise ValueError("HISTORY_MIN_VERBATIM_TURNS must be >= 0")
+        if self.min_fold_turns < 1:
+            raise ValueError("min_fold_turns must be >= 1")
 
     def over_high_water(self, history_tokens: int, room: int) -> bool:
         return history_tokens > self.high_water * room
+
+    def should_compact(self, history_tokens: int, stored_messages: int, room: int) -> bool:
+        """Proactive compaction: over the high-water mark, with enough turns stored that it can fold
+        ``min_fold_turns`` and still keep ``min_verbatim_turns`` verbatim."""
+        enough_turns = stored_messages // 2 >= self.min_verbatim_turns + self.min_fold_turns
+        return enough_turns and self.over_high_water(history_tokens, room)
 
     def plan_fold(self, history: Sequence[StoredMessage], *, room: int, must_fit: int | None = None) -> int:
         """How many of the oldest messages (whole turns) to fold.

@@ -17,6 +17,11 @@ ERRORS = Counter("sb_errors_total", "Failed updates, by error kind", ["kind"])
 LLM_SECONDS = Histogram("sb_llm_call_seconds", "LLM call latency", ["call"], buckets=_LATENCY_BUCKETS)
 PROMPT_TOKENS_ESTIMATED = Counter("sb_prompt_tokens_estimated_total", "Prompt tokens estimated by the window")
 PROMPT_TOKENS_ACTUAL = Counter("sb_prompt_tokens_actual_total", "Prompt tokens reported by the provider", ["call"])
+PROMPT_TOKENS_CACHED = Counter(
+    "sb_prompt_tokens_cached_total",
+    "Prompt tokens the provider served from its prompt cache (billed at a discount)",
+    ["call"],
+)
 COMPLETION_TOKENS = Counter("sb_completion_tokens_total", "Completion tokens reported by the provider", ["call"])
 TOKEN_DRIFT = Histogram(
     "sb_prompt_token_drift_ratio",
@@ -53,6 +58,7 @@ def record_compaction(kind: str, report: CompactionReport | None) -> None:
     SUMMARY_CALLS.inc(len(report.usage))
     for usage in report.usage:
         PROMPT_TOKENS_ACTUAL.labels("summary").inc(usage.prompt_tokens)
+        PROMPT_TOKENS_CACHED.labels("summary").inc(usage.cached_tokens)
         COMPLETION_TOKENS.labels("summary").inc(usage.completion_tokens)
     if report.usage:
         LLM_SECONDS.labels("summary").observe(report.seconds)
@@ -83,6 +89,7 @@ def record_turn(result: TurnResult, *, drift_warn_ratio: float = 0.15) -> float 
     if result.usage is None:
         return None
     PROMPT_TOKENS_ACTUAL.labels("chat").inc(result.usage.prompt_tokens)
+    PROMPT_TOKENS_CACHED.labels("chat").inc(result.usage.cached_tokens)
     COMPLETION_TOKENS.labels("chat").inc(result.usage.completion_tokens)
     if not result.estimated_tokens:
         return None

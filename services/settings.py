@@ -37,8 +37,8 @@ class MemorySettings(BaseSettings):
 
     chat_input_token_budget: PositiveInt = 6000
     summary_max_tokens: PositiveInt = 800
-    history_high_water: float = Field(default=0.85, gt=0, le=1)
-    history_low_water: float = Field(default=0.5, gt=0, lt=1)
+    history_high_water: float = Field(default=0.3, gt=0, le=1)
+    history_low_water: float = Field(default=0.15, gt=0, lt=1)
     history_min_verbatim_turns: int = Field(default=4, ge=0)
     session_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=0, description="0 keeps sessions forever")
     tokenizer_encoding: str = "o200k_base"

@@ -106,9 +106,12 @@ class TokenCounter:
     def encoding_name(self) -> str:
         return self._encoding.name
 
-    def count_text(self, text: str) -> int:
+    def encode(self, text: str) -> list[int]:
         # disallowed_special=() : customer text like "<|endoftext|>" is counted as plain text, not refused.
-        return len(self._encoding.encode(text, disallowed_special=()))
+        return self._encoding.encode(text, disallowed_special=())
+
+    def count_text(self, text: str) -> int:
+        return len(self.encode(text))
 
     def count_message(self, role: str, content: str) -> int:
         """Tokens one message adds to a prompt (framing + role + content), without the reply primer."""

@@ -2,6 +2,7 @@ import pytest
 
 from services.compaction import CompactionPolicy
 from services.models import StoredMessage
+from services.settings import MemorySettings
 
 
 def history(turns: int, cost: int = 50) -> list[StoredMessage]:
@@ -44,3 +45,20 @@ def test_nothing_to_fold_below_target() -> None:
 def test_invalid_water_marks(low: float, high: float) -> None:
     with pytest.raises(ValueError):
         CompactionPolicy(low_water=low, high_water=high)
+
+
+def test_defaults_match_settings() -> None:
+    fields = MemorySettings.model_fields
+    policy = CompactionPolicy()
+    assert (policy.high_water, policy.low_water, policy.min_verbatim_turns) == (
+        fields["history_high_water"].default,
+        fields["history_low_water"].default,
+        fields["history_min_verbatim_turns"].default,
+    )
+
+
+def test_proactive_compaction_waits_until_it_can_fold_two_turns() -> None:
+    policy = CompactionPolicy(high_water=0.3, low_water=0.15, min_verbatim_turns=4)
+    assert not policy.should_compact(900, stored_messages=10, room=1000)  # 5 turns: would fold only one
+    assert policy.should_compact(900, stored_messages=12, room=1000)
+    assert not policy.should_compact(300, stored_messages=40, room=1000)  # under the high-water mark

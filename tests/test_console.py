@@ -18,7 +18,7 @@ async def test_console_prints_reply_and_memory_figures(
     text = out.getvalue()
     assert "bot> Support answer to: order 7718 is late" in text
     assert "[stored=2 sent_history=0 removed=0 tokens est=" in text
-    assert "summary=updated" in text
+    assert "summary=updated" in text and " cached=0 " in text
     assert "(conversation reset)" in text
     last = text.strip().splitlines()[-2]
     assert last.startswith("[stored=2 ") and "summary=none" in last

@@ -17,7 +17,7 @@ def test_defaults_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     memory = MemorySettings(_env_file=None)
     llm = LLMSettings(_env_file=None)
-    assert memory.chat_input_token_budget == 9000 and memory.history_low_water == 0.5
+    assert memory.chat_input_token_budget == 9000 and memory.history_low_water == 0.15
     assert llm.effective_summary_model == "gpt-4.1-mini"
     assert "sk-secret" not in repr(llm)
     monkeypatch.setenv("SUMMARY_MODEL", "cheap")

@@ -75,7 +75,7 @@ async def on_text(
     record_turn(result, drift_warn_ratio=settings.token_drift_warn_ratio)
     log.info(
         "turn chat=%s update=%s stored=%s sent_history=%s removed=%s est_tokens=%s prompt_tokens=%s "
-        "completion_tokens=%s llm_s=%.3f total_s=%.3f summary_updated=%s drafts=%s duplicate=%s",
+        "cached_tokens=%s completion_tokens=%s llm_s=%.3f total_s=%.3f summary_updated=%s drafts=%s duplicate=%s",
         chat_id,
         event_update.update_id,
         result.stored_messages,
@@ -83,6 +83,7 @@ async def on_text(
         result.removed_history_messages,
         result.estimated_tokens,
         result.usage.prompt_tokens if result.usage else None,
+        result.usage.cached_tokens if result.usage else None,
         result.usage.completion_tokens if result.usage else None,
         result.llm_seconds,
         time.perf_counter() - started,

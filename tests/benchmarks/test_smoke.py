@@ -47,6 +47,7 @@ def test_tokens_benchmark_smoke(tmp_path: Path) -> None:
     out = run_script("benchmarks.tokens", "--turns", "60", "--budget", "3000", "--plot", str(plot))
     assert "(d) this project" in out and "goal: every prompt within budget: met" in out
     assert "goal: 100% control identifiers kept: met" in out
+    assert "with prompt caching" in out and "cached_tokens reported by the stub server" in out
     assert plot.stat().st_size > 10_000
 
 
@@ -66,4 +67,5 @@ def test_load_benchmark_smoke() -> None:
     )
     row = out.strip().splitlines()[-1].split()
     assert row[0] == "1" and float(row[1]) > 0
-    assert int(row[-3]) > 0, "compaction turns were measured"
+    assert int(row[-4]) > 0, "compaction turns were measured"
+    assert float(row[-5]) > 0, "worker CPU per turn was measured"

@@ -70,6 +70,7 @@ async def test_metrics_health_and_clean_json_logs(
         "sb_queue_wait_seconds_count 1.0",
         "sb_queue_due_chats",
         "sb_prompt_token_drift_ratio_count 1.0",
+        'sb_prompt_tokens_cached_total{call="chat"} 0.0',
     ):
         assert line in metrics, line
     assert await worker.stop() == 0
@@ -77,6 +78,7 @@ async def test_metrics_health_and_clean_json_logs(
     lines = [json.loads(line) for line in log.splitlines() if line.strip()]
     turn = [entry for entry in lines if entry["message"].startswith("turn chat=61 ")]
     assert len(turn) == 1 and "est_tokens=" in turn[0]["message"] and turn[0]["level"] == "INFO"
+    assert "cached_tokens=0 " in turn[0]["message"]
     for secret in (TOKEN, TOKEN.split(":")[1], API_KEY, SECRET_TEXT, "5512"):
         assert secret not in log, secret
 

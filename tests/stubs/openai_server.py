@@ -3,6 +3,12 @@
 Replies come from queues (``chat_replies``, ``summary_replies``) or, when a queue is empty, from the
 reply functions. Every request body is recorded. Summary calls are told apart from chat calls by
 their ``response_format``.
+
+Usage is reported like OpenAI's: ``prompt_tokens`` counted with o200k_base the way the chat API bills
+messages, and ``prompt_tokens_details.cached_tokens``: the longest prefix of this prompt seen in an
+earlier request to the same model, in OpenAI's granularity (0, or 1024 + k·128 tokens; see
+``tests.stubs.prompt_cache``). ``usage_details=False`` leaves the details out, as some
+OpenAI-compatible servers do.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from tests.stubs.prompt_cache import PrefixCache, PromptTokens
 
 Reply = str | int  # an int is an HTTP error status to answer with
 ReplyFn = Callable[[dict[str, Any]], str]
@@ -82,6 +90,11 @@ class StubOpenAI:
     summary_replies: deque[Reply] = field(default_factory=deque)
     requests: list[dict[str, Any]] = field(default_factory=list)
     down: bool = False
+    usage_details: bool = True
+    cached_tokens: list[int] = field(default_factory=list)
+    """``cached_tokens`` reported for each request, in the order of ``requests``."""
+    _tokens: PromptTokens = field(default_factory=PromptTokens)
+    _cache: PrefixCache = field(default_factory=PrefixCache)
     _runner: web.AppRunner | None = None
     base_url: str = ""
 
@@ -111,6 +124,9 @@ class StubOpenAI:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        prompt = self._tokens.prompt((m["role"], m.get("content") or "") for m in body["messages"])
+        cached = self._cache.lookup_and_store(str(body.get("model")), prompt)
+        self.cached_tokens.append(cached)
         delay = self.delays.popleft() if self.delays else self.latency
         if delay:
             await asyncio.sleep(delay)
@@ -124,8 +140,14 @@ class StubOpenAI:
         finish = "stop"
         if reply.startswith("<<length>>"):
             reply, finish = reply.removeprefix("<<length>>"), "length"
-        usage = {"prompt_tokens": _rough_tokens(body), "completion_tokens": max(1, len(reply) // 4)}
-        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        prompt_tokens, completion_tokens = self._tokens.billed(prompt), max(1, len(reply) // 4)
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        if self.usage_details:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached, "audio_tokens": 0}
         if body.get("stream"):
             return await self._stream(request, body, reply, finish, usage)
         return web.json_response(
@@ -140,7 +162,7 @@ class StubOpenAI:
         )
 
     async def _stream(
-        self, request: web.Request, body: dict[str, Any], reply: str, finish: str, usage: dict[str, int]
+        self, request: web.Request, body: dict[str, Any], reply: str, finish: str, usage: dict[str, Any]
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
@@ -164,7 +186,3 @@ class StubOpenAI:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
-
-
-def _rough_tokens(body: dict[str, Any]) -> int:
-    return sum(len(m.get("content") or "") // 4 + 4 for m in body["messages"]) + 3

@@ -1,0 +1,40 @@
+"""The optional speed-ups: chosen when installed, each can be turned off by an environment variable."""
+
+import asyncio
+import importlib.util
+import json
+
+import pytest
+
+from bot.app import build_bot
+from bot.fastpath import install_event_loop, json_codec, running_as_bot
+from bot.settings import BotSettings
+
+
+def test_not_installed_in_tests() -> None:
+    assert not running_as_bot()
+
+
+def test_event_loop_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVENT_LOOP", "asyncio")
+    before = asyncio.get_event_loop_policy()
+    assert install_event_loop() == "asyncio"
+    assert asyncio.get_event_loop_policy() is before
+
+
+def test_json_codec_round_trips_and_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    loads, dumps, name = json_codec()
+    assert name == ("orjson" if importlib.util.find_spec("orjson") else "json")
+    value = {"text": "Привет <b>", "n": [1, 2.5, None, True]}
+    assert loads(dumps(value)) == value and isinstance(dumps(value), str)
+    monkeypatch.setenv("JSON_CODEC", "json")
+    assert json_codec() == (json.loads, json.dumps, "json")
+
+
+async def test_bot_session_uses_the_codec(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BOT_TOKEN", "123456:" + "A" * 35)
+    bot = build_bot(BotSettings(_env_file=None))  # type: ignore[call-arg]
+    try:
+        assert bot.session.json_loads is json_codec()[0]
+    finally:
+        await bot.session.close()
