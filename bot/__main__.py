@@ -14,6 +14,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from bot.app import Backend, Settings, build_backend, build_bot, build_dispatcher, build_engine, set_commands
+from bot.fastpath import install_event_loop
 from bot.logs import setup_logging
 from bot.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.settings import WorkerSettings
@@ -124,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValidationError as exc:
         raise SystemExit(f"invalid settings (see .env.example):\n{exc}") from None
     setup_logging(settings.bot.log_level, settings.bot.log_format)
+    log.info("event loop: %s", install_event_loop())  # before any loop starts (uvloop when installed)
     try:
         _run(args, settings, workers)
     except (ConfigurationError, SupportBotError) as exc:

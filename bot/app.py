@@ -15,7 +15,7 @@ from aiogram.types import BotCommand
 from redis.asyncio import Redis
 
 from bot.access import AccessMiddleware
-from bot.fastpath import install_event_loop, json_codec, running_as_bot
+from bot.fastpath import json_codec
 from bot.flood import RetryAfterMiddleware
 from bot.handlers import all_routers
 from bot.settings import BotSettings
@@ -30,10 +30,6 @@ from services.store import InMemorySessionStore, RedisSessionStore
 from services.store.base import SessionStore
 
 log = logging.getLogger(__name__)
-
-# bot/__main__ imports this module before it starts its event loop: the place to choose the loop
-# (uvloop when installed) without touching the entry point. Only in the bot's own process.
-EVENT_LOOP = install_event_loop() if running_as_bot() else "asyncio"
 
 COMMANDS = {
     "en": [
@@ -143,7 +139,7 @@ def build_engine(settings: Settings, store: SessionStore | None = None) -> ChatS
 
 def build_bot(settings: BotSettings) -> Bot:
     loads, dumps, codec = json_codec()
-    log.info("event loop: %s; Bot API JSON codec: %s", EVENT_LOOP, codec)
+    log.info("Bot API JSON codec: %s", codec)
     if settings.telegram_api_url:
         api = TelegramAPIServer.from_base(settings.telegram_api_url.rstrip("/"))
         session = AiohttpSession(api=api, json_loads=loads, json_dumps=dumps)

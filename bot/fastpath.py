@@ -9,7 +9,6 @@ import asyncio
 import json
 import logging
 import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -17,12 +16,6 @@ log = logging.getLogger(__name__)
 
 JsonLoads = Callable[..., Any]
 JsonDumps = Callable[..., str]
-
-
-def running_as_bot() -> bool:
-    """True in a ``python -m bot`` process (not in tests or tools that import the package)."""
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return spec is not None and spec.name == "bot.__main__"
 
 
 def install_event_loop() -> str:
@@ -48,7 +41,18 @@ def json_codec() -> tuple[JsonLoads, JsonDumps, str]:
         else:
 
             def dumps(value: Any) -> str:
-                return orjson.dumps(value).decode()
+                try:
+                    return orjson.dumps(value).decode()
+                except orjson.JSONEncodeError:  # e.g. a lone surrogate in a string
+                    return json.dumps(value)
 
-            return orjson.loads, dumps, "orjson"
+            def loads(raw: str | bytes) -> Any:
+                try:
+                    return orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    # orjson refuses lone UTF-16 surrogates ("\ud800"), which are valid JSON and which
+                    # Telegram sends; the standard parser reads them (see bot/intake.py)
+                    return json.loads(raw)
+
+            return loads, dumps, "orjson"
     return json.loads, json.dumps, "json"

@@ -229,6 +229,11 @@ class Poller:
 
 def _raw_updates(data: Any) -> list[dict[str, Any]] | None:
     """The raw updates of a getUpdates answer aiogram could not parse (None if there are none)."""
+    if isinstance(data, str | bytes):  # the codec itself failed: the standard parser is the lenient one
+        try:
+            data = json.loads(data)
+        except ValueError:
+            return None
     result = data.get("result") if isinstance(data, dict) else None
     if not isinstance(result, list):
         return None

@@ -30,6 +30,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "rate_limited": "You are sending messages too fast. Please wait {seconds} seconds and try again.",
         "not_allowed": "Sorry, this assistant is not available for you.",
         "forget_done": "Done: everything stored about this chat has been deleted.",
+        "llm_retrying": "The assistant is temporarily unavailable. Your message is saved and I will answer "
+        "it as soon as the assistant is back.",
         "session_lost": "Sorry, I could not load our earlier conversation, so I am starting afresh. "
         "If it matters, please repeat the key details (e.g. your order number).",
         "llm_unavailable": "The assistant is temporarily unavailable. Please try again in a minute.",
@@ -59,6 +61,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "rate_limited": "Вы отправляете сообщения слишком часто. Подождите {seconds} с и повторите.",
         "not_allowed": "Извините, этот помощник вам недоступен.",
         "forget_done": "Готово: всё, что хранилось об этом чате, удалено.",
+        "llm_retrying": "Ассистент временно недоступен. Ваше сообщение сохранено, я отвечу, как только он "
+        "снова заработает.",
         "session_lost": "Извините, не удалось загрузить наш предыдущий разговор, поэтому начинаю заново. "
         "Если это важно, повторите, пожалуйста, ключевые данные (например, номер заказа).",
         "llm_unavailable": "Помощник временно недоступен. Попробуйте ещё раз через минуту.",

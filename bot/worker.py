@@ -32,6 +32,9 @@ from services.queue import ChatWorkQueue, Claim, QueueItem, Step
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 30.0
+VANISHED_ALLOWANCE = 2
+"""Attempts that vanish (worker killed, or paused past its lease) are also what an ordinary crash or
+failover looks like, so they are allowed a little more often than outright failures."""
 Outcome = Literal["done", "retry", "transient", "abandon"]
 
 
@@ -44,6 +47,8 @@ class _Serving:
     lost: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     work: asyncio.Task[None] | None = None
+    item: QueueItem | None = None
+    """The item taken from the inbox and not yet finished."""
 
 
 class Worker:
@@ -158,7 +163,7 @@ class Worker:
             if serving.work is not None:
                 serving.work.cancel()
             with contextlib.suppress(Exception):
-                await asyncio.shield(self._queue.hand_back(claim))
+                await asyncio.shield(self._set_aside(serving))
             raise
         except TransientError as exc:
             # the lease expires by itself and the chat's watchdog brings it back
@@ -174,9 +179,9 @@ class Worker:
         backoff = 0.2
         while step.kind == "item":
             assert step.item is not None
-            item = step.item
+            item = serving.item = step.item
             if self._stopping.is_set() or serving.lost.is_set():
-                await self._queue.hand_back(claim)
+                await self._set_aside(serving)
                 return
             outcome = await self._attempt(serving, item)
             if outcome == "abandon":
@@ -186,13 +191,13 @@ class Worker:
                     await self._queue.hand_back(claim)
                 return
             if outcome == "done":
+                serving.item = None
                 backoff = 0.2
                 self.processed += 1
                 step = await self._queue.next(claim, done=item)
                 continue
             self.retried += 1
-            if outcome == "transient":
-                await self._queue.note_transient_failure(claim, item)
+            await self._queue.note(claim, item, "transient" if outcome == "transient" else "failed")
             await self._sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF, max(self._give_up, 0.2))
             step = await self._queue.next(claim)
@@ -212,7 +217,14 @@ class Worker:
         if item.enqueued_ms and item.started == 1:
             QUEUE_WAIT.observe(max(0.0, time.time() - item.enqueued_ms / 1000))
         serving.work = asyncio.create_task(
-            self._dispatcher.feed_update(self._bot, update, queued=True, fence=serving.fence)
+            self._dispatcher.feed_update(
+                self._bot,
+                update,
+                queued=True,
+                fence=serving.fence,
+                transient_failures=item.transient_failures,
+                final_attempt=item.failures + 1 >= self._max_attempts,
+            )
         )
         try:
             await asyncio.wait({serving.work})
@@ -234,9 +246,18 @@ class Worker:
         log.error("update %s failed (attempt %d)", update.update_id, item.started, exc_info=failure)
         return "retry"
 
+    async def _set_aside(self, serving: _Serving) -> None:
+        """Give the chat back with its current item unfinished (stopping): not counted as a failure."""
+        if serving.item is not None and not serving.lost.is_set():
+            with contextlib.suppress(TransientError):
+                await self._queue.note(serving.claim, serving.item, "set_aside")
+        await self._queue.hand_back(serving.claim)
+
     def _give_up_reason(self, item: QueueItem) -> str | None:
-        if item.failed_attempts >= self._max_attempts:
-            return f"failed or stopped its worker {item.failed_attempts} times"
+        if item.failures >= self._max_attempts:
+            return f"failed {item.failures} times"
+        if item.vanished_attempts >= self._max_attempts + VANISHED_ALLOWANCE:
+            return f"{item.vanished_attempts} attempts ended with their worker dead or cut off"
         if item.transient_failures and item.failing_for > self._give_up:
             return f"transient failures for {item.failing_for:.0f}s ({item.transient_failures} attempts)"
         return None

@@ -38,7 +38,7 @@ class LLMError(SupportBotError):
     """Base class for failures of a language-model call."""
 
 
-class LLMUnavailableError(LLMError):
+class LLMUnavailableError(LLMError, TransientError):
     """The provider could not be reached, timed out, or kept answering 429/5xx."""
 
 

@@ -74,7 +74,7 @@ return {due[1], watchdog}
 # KEYS: lease, inbox, attempts. ARGV: token, lease_ms, acquire (1 = take the lease first), done member
 # ('' = none), done item id.
 # → {-3} lease busy | {-1} lease lost | {0} inbox empty, released
-#   | {1, head, started, transient, age_ms, order}
+#   | {1, head, started, transient, age_ms, order, failed}
 _NEXT = (
     LUA_NOW
     + """
@@ -85,7 +85,7 @@ elseif redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[4])
-  redis.call('HDEL', KEYS[3], 'a:' .. ARGV[5], 't:' .. ARGV[5], 'f:' .. ARGV[5])
+  redis.call('HDEL', KEYS[3], 'a:' .. ARGV[5], 't:' .. ARGV[5], 'x:' .. ARGV[5], 'f:' .. ARGV[5])
 end
 local entry = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 local head = entry[1]
@@ -96,21 +96,26 @@ end
 local id = string.match(head, '^{"id":"([^"]*)"') or head
 local started = redis.call('HINCRBY', KEYS[3], 'a:' .. id, 1)
 local transient = tonumber(redis.call('HGET', KEYS[3], 't:' .. id) or '0')
+local failed = tonumber(redis.call('HGET', KEYS[3], 'x:' .. id) or '0')
 local first = tonumber(redis.call('HGET', KEYS[3], 'f:' .. id) or '0')
 local age = 0
 if first > 0 then age = now - first end
-return {1, head, started, transient, age, entry[2]}
+return {1, head, started, transient, age, entry[2], failed}
 """
 )
 
-# KEYS: lease, attempts. ARGV: token, item id. A transient failure of the item (does not count as a
-# failed attempt; the first one's time bounds how long the item is retried).
-_TRANSIENT = (
+# KEYS: lease, attempts. ARGV: token, item id, kind ('t' transient: does not count as a failed attempt,
+# the first one's time bounds how long the item is retried; 'x' failed; 's' set aside unfinished, e.g.
+# on shutdown: counts as nothing).
+_NOTE = (
     LUA_NOW
     + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-redis.call('HINCRBY', KEYS[2], 't:' .. ARGV[2], 1)
-redis.call('HSETNX', KEYS[2], 'f:' .. ARGV[2], now)
+local kind = ARGV[3]
+if kind == 's' then kind = 't' else
+  if kind == 't' then redis.call('HSETNX', KEYS[2], 'f:' .. ARGV[2], now) end
+end
+redis.call('HINCRBY', KEYS[2], kind .. ':' .. ARGV[2], 1)
 return 1
 """
 )
@@ -132,12 +137,20 @@ return watchdog
 """
 )
 
-# KEYS: ready. ARGV: member, watchdog score. Drop the watchdog unless new work moved the score.
-_DROP_WATCHDOG = """
+# KEYS: ready. ARGV: member, watchdog score. Drop the watchdog unless new work moved the score — or the
+# watchdog already passed: then new work may have been marked due without moving it (ZADD LT keeps an
+# earlier score), and leaving it costs at most one empty claim.
+_DROP_WATCHDOG = (
+    LUA_NOW
+    + """
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if score and tonumber(score) == tonumber(ARGV[2]) then redis.call('ZREM', KEYS[1], ARGV[1]); return 1 end
+if score and tonumber(score) == tonumber(ARGV[2]) and tonumber(score) > now then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  return 1
+end
 return 0
 """
+)
 
 # KEYS: lease. ARGV: token.
 _DROP_LEASE = """
@@ -168,15 +181,17 @@ class QueueItem:
     """The inbox entry exactly as stored (what ``next`` acknowledges)."""
     order: int = 0
     started: int = 1
-    """Attempts started on this item, this one included (a worker that died mid-item counts)."""
+    """Attempts started on this item, this one included."""
     transient_failures: int = 0
+    failures: int = 0
+    """Earlier attempts that failed for a reason that will not pass by itself."""
     failing_for: float = 0.0
     """Seconds since its first transient failure (0: none)."""
 
     @property
-    def failed_attempts(self) -> int:
-        """Earlier attempts that ended in a non-transient failure or a dead worker."""
-        return self.started - 1 - self.transient_failures
+    def vanished_attempts(self) -> int:
+        """Earlier attempts that left no outcome: the worker died, or lost the chat's lease mid-item."""
+        return self.started - 1 - self.transient_failures - self.failures
 
 
 @dataclass(slots=True)
@@ -219,7 +234,7 @@ class ChatWorkQueue:
         self._mark_ready = redis.register_script(_MARK_READY)
         self._claim = redis.register_script(_CLAIM)
         self._next = redis.register_script(_NEXT)
-        self._transient = redis.register_script(_TRANSIENT)
+        self._note = redis.register_script(_NOTE)
         self._renew = redis.register_script(_RENEW_LEASE)
         self._push_watchdog = redis.register_script(_PUSH_WATCHDOG)
         self._drop_watchdog = redis.register_script(_DROP_WATCHDOG)
@@ -273,10 +288,12 @@ class ChatWorkQueue:
             return Step("busy")  # another worker holds it; the watchdog brings it back in time
         return Step("item", _decode_item(result))
 
-    async def note_transient_failure(self, claim: Claim, item: QueueItem) -> None:
+    async def note(self, claim: Claim, item: QueueItem, outcome: Literal["transient", "failed", "set_aside"]) -> None:
+        """Record how an attempt at ``item`` ended (only while holding the lease)."""
         keys = self._keys.chat(claim.chat_id)
-        with redis_errors(f"chat {claim.chat_id}: cannot record a failure"):
-            await self._transient(keys=[keys.lease, keys.attempts], args=[claim.token, item.id])
+        kind = {"transient": "t", "failed": "x", "set_aside": "s"}[outcome]
+        with redis_errors(f"chat {claim.chat_id}: cannot record an attempt"):
+            await self._note(keys=[keys.lease, keys.attempts], args=[claim.token, item.id, kind])
 
     async def wait_for_work(self, seconds: float) -> None:
         """Block until something was enqueued (or ``seconds`` pass). Needs its own connection."""
@@ -324,5 +341,6 @@ def _decode_item(result: list[object]) -> QueueItem:
         order=int(float(cast(bytes, result[5]))),
         started=started,
         transient_failures=transient,
+        failures=int(cast(int, result[6])),
         failing_for=age_ms / 1000,
     )

@@ -7,12 +7,8 @@ import json
 import pytest
 
 from bot.app import build_bot
-from bot.fastpath import install_event_loop, json_codec, running_as_bot
+from bot.fastpath import install_event_loop, json_codec
 from bot.settings import BotSettings
-
-
-def test_not_installed_in_tests() -> None:
-    assert not running_as_bot()
 
 
 def test_event_loop_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -27,6 +23,7 @@ def test_json_codec_round_trips_and_can_be_turned_off(monkeypatch: pytest.Monkey
     assert name == ("orjson" if importlib.util.find_spec("orjson") else "json")
     value = {"text": "Привет <b>", "n": [1, 2.5, None, True]}
     assert loads(dumps(value)) == value and isinstance(dumps(value), str)
+    assert loads('{"text": "a\\ud800b"}') == {"text": "a\ud800b"}, "lone surrogates are valid JSON"
     monkeypatch.setenv("JSON_CODEC", "json")
     assert json_codec() == (json.loads, json.dumps, "json")
 
@@ -35,6 +32,7 @@ async def test_bot_session_uses_the_codec(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("BOT_TOKEN", "123456:" + "A" * 35)
     bot = build_bot(BotSettings(_env_file=None))  # type: ignore[call-arg]
     try:
-        assert bot.session.json_loads is json_codec()[0]
+        assert bot.session.json_loads('{"text": "a\\ud800b"}') == {"text": "a\ud800b"}
+        assert bot.session.json_dumps({"n": 1}).replace(" ", "") == '{"n":1}'
     finally:
         await bot.session.close()

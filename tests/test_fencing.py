@@ -75,6 +75,7 @@ async def test_two_bots_on_one_redis_never_share_a_session(client: Redis) -> Non
         {"meta": {"summary": '{"topic": "x", "field_from_a_newer_release": 1}'}},
         {"msgs": [b'{"s":0,"r":"user","c":"hi","t":3}', b"\xff not json"]},
         {"meta": {"version": "seven"}},
+        {"msgs_as_string": b"not a list"},
     ],
 )
 async def test_an_unreadable_session_is_quarantined_byte_for_byte(client: Redis, damage: dict[str, object]) -> None:
@@ -83,12 +84,15 @@ async def test_an_unreadable_session_is_quarantined_byte_for_byte(client: Redis,
     await client.hset(keys.meta, mapping={"version": "3", **damage.get("meta", {})})  # type: ignore[dict-item]
     for raw in damage.get("msgs", []):  # type: ignore[attr-defined]
         await client.rpush(keys.msgs, raw)
-    meta_before, msgs_before = await client.hgetall(keys.meta), await client.lrange(keys.msgs, 0, -1)
+    if "msgs_as_string" in damage:  # a key of the wrong type (WRONGTYPE on every read)
+        await client.set(keys.msgs, damage["msgs_as_string"])  # type: ignore[arg-type]
+    meta_before = await client.hgetall(keys.meta)
+    msgs_before = await client.dump(keys.msgs)
     with pytest.raises(CorruptSessionError):
         await store.load(5)
     await store.quarantine(5, reason="test")
     assert await client.hgetall(keys.q_meta) == meta_before
-    assert await client.lrange(keys.q_msgs, 0, -1) == msgs_before
+    assert await client.dump(keys.q_msgs) == msgs_before
     session = await store.load(5)
     assert session.messages == () and session.summary is None and session.version >= 1
     await store.forget(5)

@@ -88,14 +88,21 @@ async def test_attempts_are_counted_across_workers(queue: ChatWorkQueue) -> None
     await queue.enqueue(1, "u1", "a", order=1)
     taken = await take(queue, "w1")
     assert taken is not None and taken[1].item is not None
-    assert taken[1].item.started == 1 and taken[1].item.failed_attempts == 0
+    assert taken[1].item.started == 1 and taken[1].item.vanished_attempts == 0
     await asyncio.sleep(0.35)  # w1 died mid-item
     heir = await take(queue, "w2")
     assert heir is not None and heir[1].item is not None
-    assert heir[1].item.started == 2 and heir[1].item.failed_attempts == 1
-    await queue.note_transient_failure(heir[0], heir[1].item)
+    assert heir[1].item.started == 2 and heir[1].item.vanished_attempts == 1
+    await queue.note(heir[0], heir[1].item, "transient")
     again = await queue.next(heir[0])
-    assert again.item is not None and again.item.transient_failures == 1 and again.item.failed_attempts == 1
+    assert again.item is not None and again.item.transient_failures == 1 and again.item.vanished_attempts == 1
+    await queue.note(heir[0], again.item, "failed")
+    third = await queue.next(heir[0])
+    assert third.item is not None
+    await queue.note(heir[0], third.item, "set_aside")  # handed back unfinished on shutdown: no failure
+    last = await queue.next(heir[0])
+    assert last.item is not None and last.item.started == 5
+    assert last.item.failures == 1 and last.item.vanished_attempts == 1
 
 
 async def test_dead_worker_is_taken_over_after_the_lease(queue: ChatWorkQueue) -> None:
@@ -174,3 +181,22 @@ async def test_stats_report_depth_and_age(queue: ChatWorkQueue) -> None:
     await asyncio.sleep(0.05)
     depth, age = await queue.stats()
     assert depth == 2 and age >= 0.04
+
+
+async def test_a_release_delayed_past_its_watchdog_leaves_new_work_due(queue: ChatWorkQueue) -> None:
+    """A worker paused between releasing a chat and dropping its watchdog must not drop the ready entry
+    a message arriving meanwhile relies on (its ZADD LT cannot move an earlier score)."""
+    await queue.enqueue(1, "u1", "a", order=1)
+    taken = await take(queue, "w1")
+    assert taken is not None
+    claim = taken[0]
+    await queue._redis.zadd(KEYS.ready, {"1": 1})  # the watchdog passed long ago (paused worker) ...
+    claim.watchdog = 1
+    await queue.enqueue(1, "u2", "b", order=2)  # ... and new work came in meanwhile
+    released = await queue._next(
+        keys=[KEYS.chat(1).lease, KEYS.chat(1).inbox, KEYS.chat(1).attempts],
+        args=[claim.token, queue.lease_ms, "0", "", ""],
+    )
+    assert released[0] == 1  # (u1 still there: w1 did not get to release before the pause)
+    await queue._drop_watchdog(keys=[KEYS.ready], args=["1", claim.watchdog])
+    assert await queue._redis.zscore(KEYS.ready, "1") is not None, "the chat with new work must stay due"

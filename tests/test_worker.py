@@ -13,14 +13,19 @@ from aiogram.exceptions import TelegramNetworkError
 from aiogram.methods import SendMessage
 from aiogram.types import Message
 
+from bot.app import build_bot, build_dispatcher
+from bot.settings import BotSettings
+from bot.texts import TEXTS
 from bot.worker import Worker
-from services.deadletters import DeadLetterStore
-from services.errors import StoreUnavailableError
+from services.deadletters import DeadLetter, DeadLetterStore
+from services.errors import LLMUnavailableError, StoreUnavailableError
 from services.fence import Fence
 from services.keys import KeySpace
 from services.queue import ChatWorkQueue, Claim, QueueItem, Step
+from tests.stubs.telegram_server import StubTelegram
 
 KEYS = KeySpace("w", "123456")
+TOKEN = "123456:TEST-token"
 
 
 class FlakyQueue(ChatWorkQueue):
@@ -210,3 +215,71 @@ async def test_transient_failures_are_retried_then_given_up(bot: Bot) -> None:
     assert len(tries) >= 2, "transient failures do not count against WORKER_MAX_ATTEMPTS"
     letters = await DeadLetterStore(redis=redis, keys=KEYS).list()
     assert [letter.item_id for letter in letters] == ["u1"] and "transient" in letters[0].error
+
+
+@pytest.fixture
+async def telegram() -> AsyncIterator[StubTelegram]:
+    stub = StubTelegram()
+    await stub.start()
+    yield stub
+    await stub.stop()
+
+
+class FailingChat:
+    """Stands in for the chat service: raises what the test wants (the error router is real)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.calls = 0
+
+    async def handle(self, *_args: object, **_kwargs: object) -> object:
+        self.calls += 1
+        raise self.error
+
+    async def close(self) -> None:
+        return None
+
+
+async def run_with_error_router(
+    telegram: StubTelegram, error: Exception, **options: float
+) -> tuple[FailingChat, list[DeadLetter]]:
+    """One update through the real dispatcher (error router included) until it is dead-lettered."""
+    redis = fakeredis.FakeAsyncRedis()
+    queue = ChatWorkQueue(redis=redis, keys=KEYS, lease_ms=1000)
+    chat = FailingChat(error)
+    settings = BotSettings(_env_file=None, bot_token=TOKEN, telegram_api_url=telegram.base_url)  # type: ignore[call-arg]
+    bot = build_bot(settings)
+    dispatcher = build_dispatcher(chat, settings)  # type: ignore[arg-type]
+    worker = make_worker(queue, dispatcher, bot, **options)
+    dead = DeadLetterStore(redis=redis, keys=KEYS)
+    await queue.enqueue(9, "u1", update(1, 9, "help"), order=1)
+    running = asyncio.create_task(worker.run())
+    try:
+        for _ in range(200):
+            if letters := await dead.list():
+                return chat, letters
+            await asyncio.sleep(0.05)
+        raise AssertionError("never dead-lettered")
+    finally:
+        worker.stop()
+        await running
+        await bot.session.close()
+
+
+async def test_an_unexpected_error_is_retried_then_dead_lettered_and_the_customer_told(
+    telegram: StubTelegram,
+) -> None:
+    """Regression: the error router answered every unexpected error and the update counted as done
+    after one attempt: no retry, nothing for an operator to replay."""
+    chat, letters = await run_with_error_router(telegram, KeyError("a bug"), max_attempts=2)
+    assert chat.calls == 2 and letters[0].item_id == "u1" and "failed 2 times" in letters[0].error
+    assert telegram.texts_to(9) == [TEXTS["en"]["internal_error"]], "told once, when it is given up"
+
+
+async def test_an_unavailable_model_is_retried_and_the_customer_told_once(telegram: StubTelegram) -> None:
+    chat, letters = await run_with_error_router(
+        telegram, LLMUnavailableError("provider down"), max_attempts=1, give_up_seconds=0.6
+    )
+    assert chat.calls >= 2, "an LLM outage is transient: the question waits"
+    assert "transient" in letters[0].error
+    assert telegram.texts_to(9) == [TEXTS["en"]["llm_retrying"]]

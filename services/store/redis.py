@@ -130,7 +130,8 @@ _QUARANTINE = (
     + LUA_FENCE
     + """
 if not holds(KEYS[6], ARGV[2]) then return {FENCE_LOST, 0} end
-local raw = redis.call('HGET', KEYS[1], 'version')
+local raw = nil
+if redis.call('TYPE', KEYS[1]).ok == 'hash' then raw = redis.call('HGET', KEYS[1], 'version') end
 local version = (tonumber(raw or '0') or 0) + 1
 redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('RENAME', KEYS[1], KEYS[3]) end
