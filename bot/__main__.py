@@ -18,7 +18,7 @@ from bot.fastpath import install_event_loop
 from bot.logs import setup_logging
 from bot.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.settings import WorkerSettings
-from bot.startup import with_startup_retries
+from bot.startup import StartupError, with_startup_retries
 from bot.webhook import build_webhook_app
 from services.errors import ConfigurationError, StoreError, SupportBotError
 
@@ -52,9 +52,13 @@ async def run_polling(settings: Settings) -> None:
     polling = asyncio.Event()
     dispatcher.startup.register(polling.set)
     dispatcher.shutdown.register(polling.clear)
-    ops = await start_ops_server(
-        host=settings.bot.metrics_host, port=settings.bot.metrics_port, ready=readiness(backend, polling.is_set)
-    )
+    try:
+        ops = await start_ops_server(
+            host=settings.bot.metrics_host, port=settings.bot.metrics_port, ready=readiness(backend, polling.is_set)
+        )
+    except OSError as exc:
+        await bot.session.close()
+        raise StartupError(f"cannot listen on METRICS_PORT={settings.bot.metrics_port}: {exc}") from None
     log.info("starting in polling mode")
     try:
         await dispatcher.start_polling(bot, allowed_updates=dispatcher.resolve_used_update_types())
@@ -70,7 +74,11 @@ def run_webhook(settings: Settings) -> None:
     dispatcher = build_dispatcher(chat, settings.bot, limiter=backend.limiter)
 
     async def on_startup() -> None:
-        await with_startup_retries("connecting to Telegram", bot.get_me)
+        try:
+            await with_startup_retries("connecting to Telegram", bot.get_me)
+        except SupportBotError:
+            await bot.session.close()
+            raise
         await set_commands(bot)
         log.info(
             "webhook server on %s:%s%s", settings.bot.webhook_host, settings.bot.webhook_port, settings.bot.webhook_path
@@ -92,7 +100,10 @@ def run_webhook(settings: Settings) -> None:
 
     app.on_startup.append(start_ops)
     app.on_cleanup.append(stop_ops)
-    web.run_app(app, host=settings.bot.webhook_host, port=settings.bot.webhook_port, print=None)
+    try:
+        web.run_app(app, host=settings.bot.webhook_host, port=settings.bot.webhook_port, print=None)
+    except OSError as exc:  # the port is taken (at start: run_app binds before serving)
+        raise StartupError(f"cannot listen on {settings.bot.webhook_host}:{settings.bot.webhook_port}: {exc}") from None
 
 
 async def set_webhook(settings: Settings) -> None:

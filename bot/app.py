@@ -165,7 +165,7 @@ def build_dispatcher(
         chat=chat,
         settings=settings,
         limiter=limiter,
-        erasers=[limiter.forget, *erasers],
+        erasers=list(erasers),
     )
     dispatcher.message.outer_middleware(AccessMiddleware())
     dispatcher.include_routers(*all_routers())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import telegramify_markdown
 from aiogram import Bot
@@ -24,12 +25,22 @@ def render_chunks(markdown: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[tuple
     ]
 
 
-async def send_reply(bot: Bot, chat_id: int, markdown: str, *, reply_to: int | None = None) -> int:
+async def send_reply(
+    bot: Bot,
+    chat_id: int,
+    markdown: str,
+    *,
+    reply_to: int | None = None,
+    before_each: Callable[[], None] | None = None,
+) -> int:
     """Send a model reply as one or more formatted messages; returns how many were sent.
 
+    ``before_each`` runs before every message (a queue worker checks it still holds the chat's lease).
     If Telegram rejects the entities of a chunk, that chunk is sent again as plain text."""
     chunks = render_chunks(markdown) or [(markdown[:TELEGRAM_TEXT_LIMIT], [])]
     for index, (chunk, entities) in enumerate(chunks):
+        if before_each is not None:
+            before_each()
         reply = reply_to if index == 0 else None
         try:
             await bot.send_message(

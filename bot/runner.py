@@ -14,7 +14,7 @@ from aiohttp import web
 
 from bot.app import Backend, Settings, build_backend, build_bot, build_dispatcher, build_engine, set_commands
 from bot.intake import Intake, Poller, webhook_handler
-from bot.ops import add_health_routes, start_ops_server
+from bot.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.settings import WorkerSettings
 from bot.startup import StartupError, with_startup_retries
 from bot.supervisor import Supervisor
@@ -71,8 +71,6 @@ async def _run(settings: Settings, workers: WorkerSettings, backend: Backend, bo
     loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
 
     supervisor = Supervisor()
-    supervisor.start("worker", worker.run)
-    supervisor.start("gauges", lambda: _queue_gauges(queue, dead_letters))
 
     async def ready() -> dict[str, bool]:
         checks = {"worker": worker.alive, **supervisor.health()}
@@ -83,19 +81,21 @@ async def _run(settings: Settings, workers: WorkerSettings, backend: Backend, bo
             checks["redis"] = False
         return checks
 
-    ops = await start_ops_server(host=settings.bot.metrics_host, port=settings.bot.metrics_port, ready=ready)
-    poller: Poller | None = None
+    ops: web.AppRunner | None = None
     runner: web.AppRunner | None = None
-    if settings.bot.bot_mode == "webhook":
-        assert settings.bot.webhook_secret is not None
-        app = web.Application()
-        app.router.add_post(
-            settings.bot.webhook_path, webhook_handler(intake, settings.bot.webhook_secret.get_secret_value())
-        )
-        add_health_routes(app, ready)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, settings.bot.webhook_host, settings.bot.webhook_port).start()
+    try:  # listen first: a port in use is a start-up error, before any work is taken
+        ops = await start_ops_server(host=settings.bot.metrics_host, port=settings.bot.metrics_port, ready=ready)
+        if settings.bot.bot_mode == "webhook":
+            runner = await _start_webhook(settings, intake, ready)
+    except OSError as exc:
+        for started in (runner, ops):
+            if started is not None:
+                await started.cleanup()
+        raise StartupError(f"cannot listen: {exc}") from None
+    supervisor.start("worker", worker.run)
+    supervisor.start("gauges", lambda: _queue_gauges(queue, dead_letters))
+    poller: Poller | None = None
+    if runner is not None:
         log.info(
             "webhook server on %s:%s%s (queued mode, worker %s)",
             settings.bot.webhook_host,
@@ -134,6 +134,23 @@ async def _run(settings: Settings, workers: WorkerSettings, backend: Backend, bo
     log.info("stopped")
     if stopped_by == 1:
         raise StartupError(f"a task kept failing: {supervisor.failure}")
+
+
+async def _start_webhook(settings: Settings, intake: Intake, ready: ReadyCheck) -> web.AppRunner:
+    assert settings.bot.webhook_secret is not None
+    app = web.Application()
+    app.router.add_post(
+        settings.bot.webhook_path, webhook_handler(intake, settings.bot.webhook_secret.get_secret_value())
+    )
+    add_health_routes(app, ready)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, settings.bot.webhook_host, settings.bot.webhook_port).start()
+    except OSError:
+        await runner.cleanup()
+        raise
+    return runner
 
 
 async def _first(*waits: Awaitable[object]) -> int:

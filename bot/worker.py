@@ -157,6 +157,7 @@ class Worker:
             return  # busy: another worker holds it
         serving = _Serving(claim, Fence(claim.token, valid_until=sent + self._lease, margin=self._margin))
         heartbeat = asyncio.create_task(self._heartbeat(serving), name=f"heartbeat-{claim.chat_id}")
+        heartbeat.add_done_callback(lambda task: self._heartbeat_ended(task, serving))
         try:
             await self._serve_items(serving, step)
         except asyncio.CancelledError:
@@ -265,6 +266,9 @@ class Worker:
     async def _dead_letter(self, serving: _Serving, item: QueueItem, reason: str) -> Outcome:
         """Keep the update for an operator and move on (``next`` acknowledges it)."""
         claim = serving.claim
+        if serving.fence.remaining() <= 0:  # the chat may be someone else's (and /forget may have run)
+            serving.lost.set()
+            return "abandon"
         await self._dead.add(
             chat_id=claim.chat_id,
             item_id=item.id,
@@ -303,6 +307,12 @@ class Worker:
                     return
                 fence.valid_until = sent + self._lease
                 break
+
+    def _heartbeat_ended(self, task: asyncio.Task[None], serving: _Serving) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        log.error("chat %s: heartbeat crashed", serving.claim.chat_id, exc_info=task.exception())
+        self._lose(serving, "its heartbeat crashed")  # nothing renews the lease any more
 
     def _lose(self, serving: _Serving, why: str) -> None:
         log.warning("chat %s: lease lost (%s); cancelling its update", serving.claim.chat_id, why)

@@ -33,9 +33,10 @@ CHAT_KEY_NAMES = (
     "q_info",  # ... when and why it was quarantined
 )
 
-CONTENT_KEY_NAMES = ("msgs", "turns", "replied", "rate", "rate_notice", "q_meta", "q_msgs", "q_info")
-"""Per-chat keys /forget deletes outright (``meta`` is cut down to its version counter; the queue's
-``inbox``/``seen``/``lease``/``attempts`` stay: they hold only ids and work still to do)."""
+CONTENT_KEY_NAMES = ("msgs", "turns", "replied", "q_meta", "q_msgs", "q_info")
+"""Per-chat keys /forget deletes outright (``meta`` is cut down to its version counter). The queue's
+``inbox``/``seen``/``lease``/``attempts`` stay (ids and work still to do), and so does the rate-limit
+window (update ids and times, no text): /forget must not be a way around the rate limit."""
 
 
 def bot_id_of(token: str) -> str:

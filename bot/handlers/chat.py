@@ -40,7 +40,7 @@ async def on_text(
     decision = await limiter.hit(chat_id, key=turn_id)
     if not decision.allowed:
         RATE_LIMITED.inc()
-        if decision.notify:
+        if decision.notify and (fence is None or fence.remaining() > 0):
             seconds = max(1, round(decision.retry_after))
             await message.answer(
                 text(language_of(message.from_user, settings), "rate_limited", seconds=seconds), parse_mode=None
@@ -62,7 +62,7 @@ async def on_text(
             if result.quarantined:
                 note = text(language_of(message.from_user, settings), "session_lost")
                 await bot.send_message(chat_id, note, parse_mode=None)
-            await send_reply(bot, chat_id, result.reply)
+            await send_reply(bot, chat_id, result.reply, before_each=fence.ensure_valid if fence else None)
 
         result = await chat.handle(
             chat_id,

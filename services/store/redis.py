@@ -130,14 +130,18 @@ _QUARANTINE = (
     + LUA_FENCE
     + """
 if not holds(KEYS[6], ARGV[2]) then return {FENCE_LOST, 0} end
-local raw = nil
-if redis.call('TYPE', KEYS[1]).ok == 'hash' then raw = redis.call('HGET', KEYS[1], 'version') end
+local raw, seq = nil, nil
+if redis.call('TYPE', KEYS[1]).ok == 'hash' then
+  raw, seq = redis.call('HGET', KEYS[1], 'version'), redis.call('HGET', KEYS[1], 'next_seq')
+end
 local version = (tonumber(raw or '0') or 0) + 1
 redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('RENAME', KEYS[1], KEYS[3]) end
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('RENAME', KEYS[2], KEYS[4]) end
 redis.call('HSET', KEYS[5], 'at', ARGV[4], 'reason', ARGV[3])
 redis.call('HSET', KEYS[1], 'version', version)
+-- sequence numbers go on: recent turn ids still point at reply numbers of the quarantined messages
+if tonumber(seq or '') then redis.call('HSET', KEYS[1], 'next_seq', seq) end
 expire_all(tonumber(ARGV[1]), {KEYS[1], KEYS[3], KEYS[4], KEYS[5]})
 return {1, version}
 """

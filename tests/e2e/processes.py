@@ -54,7 +54,7 @@ class BotProcess:
             await asyncio.sleep(0.05)
         raise AssertionError(f"{needle!r} not logged; log:\n{self.log.decode(errors='replace')}")
 
-    async def wait_http_ok(self, url: str, within: float = 30) -> None:
+    async def wait_http_ok(self, url: str, within: float = 90) -> None:
         """Wait until ``url`` answers 200 (e.g. the worker's /healthz)."""
         import aiohttp
 

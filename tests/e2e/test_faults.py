@@ -314,3 +314,24 @@ def test_start_up_failures_are_one_line_without_a_traceback(tmp_path: Path, redi
         output, _ = process.communicate(timeout=90)
         assert process.returncode == 2 and expected in output, output
         assert "Traceback" not in output and "Unclosed" not in output, output
+
+
+async def test_a_port_in_use_is_a_one_line_start_up_error(
+    telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = worker_env(telegram, stub_llm, redis_server.url, METRICS_PORT=str(port), METRICS_HOST="127.0.0.1")
+        process = BotProcess(env, tmp_path)
+        await process.start()
+        assert process.process is not None
+        code = await asyncio.wait_for(process.process.wait(), 90)
+        assert process._reader is not None
+        await process._reader
+    output = process.log.decode(errors="replace")
+    assert code == 2 and "cannot start: cannot listen" in output, output
+    assert "Traceback" not in output and "Unclosed" not in output, output

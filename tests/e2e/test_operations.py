@@ -110,6 +110,9 @@ async def test_readyz_reports_redis_down(
         redis.stop()
 
 
+KEPT_BY_FORGET = {"meta", "seen", "rate"}
+
+
 async def every_value(redis: Redis, key: bytes) -> bytes:
     """Every byte stored under ``key`` (members, fields and values), whatever its type."""
     kind = (await redis.type(key)).decode()
@@ -145,15 +148,17 @@ async def test_forget_leaves_no_key_and_ttl_expires_everything(
     await telegram.wait_messages(71, 3, within=20)
     assert telegram.texts_to(71)[-1] == TEXTS["en"]["forget_done"]
     for _ in range(50):
-        if {k.decode().rsplit(":", 1)[1] for k in await chat_keys(real_redis, 71)} <= {"meta", "seen"}:
+        if {k.decode().rsplit(":", 1)[1] for k in await chat_keys(real_redis, 71)} <= KEPT_BY_FORGET:
             break
         await asyncio.sleep(0.1)
-    # what stays: the version counter (so nothing loaded before /forget can be written back) and the
-    # ids of recent updates (so a redelivery is not stored again); no byte of the conversation
+    # what stays: the version counter (so nothing loaded before /forget can be written back), the ids
+    # of recent updates (so a redelivery is not stored again) and the rate-limit window (update ids and
+    # times, so /forget is no way around the limit); no byte of the conversation
     left = {k.decode().rsplit(":", 1)[1]: k for k in await chat_keys(real_redis, 71)}
-    assert set(left) <= {"meta", "seen"}
+    assert set(left) <= KEPT_BY_FORGET
     assert set(await real_redis.hkeys(left["meta"])) == {b"version"}
-    assert all(member.startswith(b"u") for member in await real_redis.zrange(left["seen"], 0, -1))
+    for name in ("seen", "rate"):
+        assert all(member.startswith(b"u") for member in await real_redis.zrange(left[name], 0, -1))
     everything = b"".join([await every_value(real_redis, key) async for key in real_redis.scan_iter()])
     assert b"7718" not in everything and b"hello" not in everything
     await asyncio.sleep(3.2)

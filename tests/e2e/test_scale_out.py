@@ -148,7 +148,7 @@ async def test_polling_leader_killed(
     assert telegram.conflicts <= 5, "no 409 loops"
 
 
-async def _leader_pid(redis: Redis, within: float = 20) -> int:
+async def _leader_pid(redis: Redis, within: float = 90) -> int:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         holder = await redis.get(POLLER_KEY)
