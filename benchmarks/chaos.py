@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import re
 import signal
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 import aiohttp
@@ -136,9 +138,9 @@ async def run(args: argparse.Namespace) -> Report:
         report = await check(telegram, RedisSessionStore(redis=admin, keys=keys), chats, args.messages, started)
         stuck = await stuck_chats(admin, keys, settle=2 * args.lease)
         resurrected = await forgetting.resurrected(admin)
-        redelivered = sum(w.log.decode(errors="replace").count("reply possibly unsent") for w in workers)
-        crash_window = min(report.duplicate_replies, redelivered)
-        lease_lost = report.duplicate_replies - crash_window
+        redelivered_at = redeliveries(workers)
+        crash_window, lease_lost = split_duplicates(telegram, sender, chats, args.messages, redelivered_at)
+        redelivered = len(redelivered_at)
         await admin.aclose()
         first_reply: dict[str, float] = {}
         for call in telegram.of("sendMessage"):
@@ -179,6 +181,53 @@ async def run(args: argparse.Namespace) -> Report:
         await telegram.stop()
         await llm.stop()
         redis.stop()
+
+
+_REDELIVERY = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) WARNING services\.chat: chat (-?\d+) turn (u\d+): committed earlier",
+    re.MULTILINE,
+)
+
+
+def redeliveries(workers: list[BotProcess]) -> dict[tuple[int, str], float]:
+    """(chat, turn id) → wall time a worker decided to re-send the stored reply (from the workers' logs)."""
+    found: dict[tuple[int, str], float] = {}
+    for worker in workers:
+        for when, chat, turn in _REDELIVERY.findall(worker.log.decode(errors="replace")):
+            at = datetime.strptime(when, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            key = (int(chat), turn)
+            found[key] = min(at, found.get(key, at))
+    return found
+
+
+def split_duplicates(
+    telegram: StubTelegram,
+    sender: WebhookSender,
+    chats: list[int],
+    messages: int,
+    redelivered_at: dict[tuple[int, str], float],
+) -> tuple[int, int]:
+    """(crash window, lease lost) duplicates. A duplicate is in the crash window when the first copy
+    reached Telegram before the chat's next worker decided to re-send the stored reply (the first
+    sender still had the chat, then died or was cut off before marking it sent); a copy that a worker
+    sent after the chat's next worker took over, or one no re-send explains, is a lease-lost one."""
+    sends: dict[str, list[float]] = {}
+    for call in telegram.of("sendMessage"):
+        sends.setdefault(str(call.params.get("text")), []).append(call.wall)
+    crash_window = lease_lost = 0
+    for chat in chats:
+        for n in range(messages):
+            times = sorted(sends.get(expected_reply(chat, n), []))
+            if len(times) < 2:
+                continue
+            resent = redelivered_at.get((chat, f"u{sender.update_ids[(chat, n)]}"))
+            # log timestamps have millisecond resolution: allow for it
+            if resent is not None and times[0] <= resent + 0.001:
+                crash_window += 1
+                lease_lost += len(times) - 2
+            else:
+                lease_lost += len(times) - 1
+    return crash_window, lease_lost
 
 
 class ForgetProbe:

@@ -35,6 +35,7 @@ class WebhookSender:
     secret: str
     dead: set[int] = field(default_factory=set)
     sent_at: dict[tuple[int, int], float] = field(default_factory=dict)
+    update_ids: dict[tuple[int, int], int] = field(default_factory=dict)
     retries: int = 0
     _next: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -45,6 +46,7 @@ class WebhookSender:
     async def send_chat_message(self, http: aiohttp.ClientSession, chat_id: int, n: int) -> None:
         update = self.telegram.message_update(chat_id, customer_text(chat_id, n))
         self.sent_at[(chat_id, n)] = time.monotonic()
+        self.update_ids[(chat_id, n)] = int(update["update_id"])
         await self._post(http, update)
 
     async def post(self, http: aiohttp.ClientSession, update: dict[str, object]) -> None:

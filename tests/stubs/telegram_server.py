@@ -26,6 +26,8 @@ class Call:
     method: str
     params: dict[str, Any]
     at: float = field(default_factory=time.monotonic)
+    wall: float = field(default_factory=time.time)
+    """Wall-clock time, comparable with the workers' log timestamps (same machine)."""
 
 
 @dataclass
