@@ -76,15 +76,3 @@ class PromptRegistry:
     def active_version(self, prompt_id: str) -> str:
         self.get(prompt_id)
         return self._active[prompt_id]
-
-
-def default_registry() -> PromptRegistry:
-    """A registry with every prompt the bot ships, each at its latest version."""
-    from prompts import summary, support_chat
-
-    registry = PromptRegistry()
-    for module in (support_chat, summary):
-        for template in module.VERSIONS:
-            registry.register(template)
-        registry.activate(module.PROMPT_ID, module.ACTIVE)
-    return registry
