@@ -23,6 +23,7 @@ from services.chat import ChatService
 from services.deadletters import DeadLetterStore
 from services.engine import build_chat_service, build_llm_client
 from services.keys import KeySpace, bot_id_of
+from services.metrics import LLM_IN_FLIGHT, PrometheusObserver
 from services.ratelimit import InMemoryRateLimiter, RateLimiter, RedisRateLimiter
 from services.redisio import redis_errors
 from services.settings import LLMSettings, MemorySettings, RedisSettings
@@ -129,11 +130,15 @@ def build_store(settings: Settings) -> SessionStore:
 
 
 def build_engine(settings: Settings, store: SessionStore | None = None) -> ChatService:
+    """The engine as the bot runs it: every turn and every LLM call in flight lands in the metrics."""
+    llm = build_llm_client(settings.llm, settings.memory)
+    llm.on_in_flight = LLM_IN_FLIGHT.set
     return build_chat_service(
-        llm=build_llm_client(settings.llm, settings.memory),
+        llm=llm,
         store=store or build_store(settings),
         memory=settings.memory,
         instruction_role=settings.llm.openai_instruction_role,
+        observer=PrometheusObserver(drift_warn_ratio=settings.bot.token_drift_warn_ratio),
     )
 
 

@@ -9,8 +9,9 @@ import sys
 from typing import TextIO
 
 from bot.app import Settings, build_engine
-from services.chat import ChatService, TurnResult
+from services.chat import ChatService
 from services.errors import SupportBotError
+from services.turns import TurnResult
 
 HELP = "Type a message. /new resets the chat, /quit leaves."
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from services.compaction import CompactionPolicy
 from services.errors import (
@@ -18,54 +18,16 @@ from services.errors import (
     SummaryError,
 )
 from services.fence import Fence
-from services.llm import LLMClient, OnDelta, Usage
+from services.llm import LLMClient, OnDelta
 from services.models import Compaction, NewMessage, PromptPart, Session, StoredMessage
 from services.prompt_format import clean_text, customer_block
 from services.store.base import SessionStore, TurnStatus
 from services.summarizer import Summarizer
 from services.tokens import REPLY_PRIMER_TOKENS, TokenCounter
+from services.turns import CompactionReport, NoObserver, TurnObserver, TurnResult
 from services.window import Window, build_window
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class CompactionReport:
-    folded_messages: int = 0
-    failed: bool = False
-    restored_identifiers: int = 0
-    summary_tokens: int = 0
-    usage: list[Usage] = field(default_factory=list)
-    seconds: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class TurnResult:
-    """What one turn produced, with the figures operators look at."""
-
-    reply: str
-    duplicate: bool = False
-    version: int = 0
-    estimated_tokens: int = 0
-    context_history_messages: int = 0
-    removed_history_messages: int = 0
-    stored_messages: int = 0
-    summary_present: bool = False
-    usage: Usage | None = None
-    llm_seconds: float = 0.0
-    forced_compaction: CompactionReport | None = None
-    proactive_compaction: CompactionReport | None = None
-    attempts: int = 1
-    history_tokens: int = 0
-    """Tokens of the verbatim history stored after this turn (decides proactive compaction)."""
-    redelivered: bool = False
-    """The turn was committed earlier but its reply may not have been sent: it was sent (again)."""
-    quarantined: bool = False
-    """The stored session could not be read: it was moved aside and this turn started a fresh one."""
-
-    @property
-    def summary_updated(self) -> bool:
-        return any(r is not None and r.folded_messages > 0 for r in (self.forced_compaction, self.proactive_compaction))
 
 
 Deliver = Callable[[TurnResult], Awaitable[None]]
@@ -94,6 +56,7 @@ class ChatService:
         policy: CompactionPolicy,
         commit_attempts: int = 3,
         max_message_chars: int = 4096,
+        observer: TurnObserver | None = None,
     ) -> None:
         self._store = store
         self._llm = llm
@@ -106,6 +69,7 @@ class ChatService:
         self._policy = policy
         self._commit_attempts = commit_attempts
         self._max_message_chars = max_message_chars
+        self._observer = observer or NoObserver()
         self.history_room = budget - self._instruction.tokens - summary_max_tokens - REPLY_PRIMER_TOKENS
         if self.history_room <= 0:
             raise ConfigurationError(
@@ -133,7 +97,21 @@ class ChatService:
         With a ``turn_id`` (the update id) a redelivered message is recognised: a turn already
         answered is skipped; a turn committed but maybe not answered gets its stored reply again.
         With a ``fence`` (queued mode) every write is fenced by the chat's lease and nothing is
-        delivered once the lease may have expired (LeaseLostError)."""
+        delivered once the lease may have expired (LeaseLostError). Every handled turn is reported
+        to the observer."""
+        result = await self._handle(chat_id, text, deliver, on_delta, turn_id, fence)
+        self._observer.turn_finished(result)
+        return result
+
+    async def _handle(
+        self,
+        chat_id: int,
+        text: str,
+        deliver: Deliver,
+        on_delta: OnDelta | None,
+        turn_id: str | None,
+        fence: Fence | None,
+    ) -> TurnResult:
         quarantined = False
         if turn_id is not None:
             try:

@@ -13,6 +13,7 @@ from services.settings import LLMSettings, MemorySettings
 from services.store.base import SessionStore
 from services.summarizer import Summarizer
 from services.tokens import TokenCounter
+from services.turns import TurnObserver
 
 
 def build_llm_client(settings: LLMSettings, memory: MemorySettings) -> LLMClient:
@@ -43,6 +44,7 @@ def build_chat_service(
     instruction_role: str,
     counter: TokenCounter | None = None,
     prompts: PromptRegistry | None = None,
+    observer: TurnObserver | None = None,
 ) -> ChatService:
     """A ChatService wired from settings. Raises ConfigurationError for an unusable budget."""
     counter = counter or TokenCounter.for_encoding(memory.tokenizer_encoding)
@@ -71,4 +73,5 @@ def build_chat_service(
             min_verbatim_turns=memory.history_min_verbatim_turns,
         ),
         max_message_chars=memory.max_message_chars,
+        observer=observer,
     )

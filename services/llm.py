@@ -92,6 +92,8 @@ class LLMClient:
         self._temperature = temperature
         self._slots = asyncio.Semaphore(max_concurrency)
         self.in_flight = 0
+        self.on_in_flight: Callable[[int], None] = lambda _count: None
+        """Told the number of calls running after each change (the bot sets a gauge with it)."""
 
     async def _post(self, model: str, messages: Sequence[PromptPart], extra: dict[str, Any], stream: bool) -> Any:
         """POST /chat/completions through the official client's generic ``post`` (its documented way to
@@ -113,10 +115,12 @@ class LLMClient:
         """Per-process cap on concurrent LLM calls (a streamed call holds its slot until the end)."""
         async with self._slots:
             self.in_flight += 1
+            self.on_in_flight(self.in_flight)
             try:
                 yield
             finally:
                 self.in_flight -= 1
+                self.on_in_flight(self.in_flight)
 
     async def close(self) -> None:
         await self._client.close()

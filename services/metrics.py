@@ -6,7 +6,7 @@ import logging
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from services.chat import CompactionReport, TurnResult
+from services.turns import CompactionReport, TurnResult
 
 log = logging.getLogger(__name__)
 
@@ -104,3 +104,13 @@ def record_turn(result: TurnResult, *, drift_warn_ratio: float = 0.15) -> float 
             result.usage.prompt_tokens,
         )
     return drift
+
+
+class PrometheusObserver:
+    """The bot's TurnObserver: every turn the engine handles lands in the metrics above."""
+
+    def __init__(self, *, drift_warn_ratio: float = 0.15) -> None:
+        self._drift_warn_ratio = drift_warn_ratio
+
+    def turn_finished(self, result: TurnResult) -> None:
+        record_turn(result, drift_warn_ratio=self._drift_warn_ratio)

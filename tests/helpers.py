@@ -9,6 +9,7 @@ from services.llm import LLMClient
 from services.store.base import SessionStore
 from services.summarizer import Summarizer
 from services.tokens import TokenCounter
+from services.turns import TurnObserver
 
 
 def make_service(
@@ -19,6 +20,7 @@ def make_service(
     budget: int = 1200,
     summary_max_tokens: int = 300,
     policy: CompactionPolicy | None = None,
+    observer: TurnObserver | None = None,
 ) -> ChatService:
     registry = default_registry()
     summarizer = Summarizer(llm=llm, counter=counter, prompt=registry.get("summary"), max_tokens=summary_max_tokens)
@@ -32,6 +34,7 @@ def make_service(
         budget=budget,
         summary_max_tokens=summary_max_tokens,
         policy=policy or CompactionPolicy(),
+        observer=observer,
     )
 
 

@@ -16,10 +16,11 @@ from bot.drafts import DraftStreamer
 from bot.render import send_reply
 from bot.settings import BotSettings
 from bot.texts import language_of, text
-from services.chat import ChatService, TurnResult
+from services.chat import ChatService
 from services.fence import Fence
-from services.metrics import RATE_LIMITED, record_turn
+from services.metrics import RATE_LIMITED
 from services.ratelimit import RateLimiter
+from services.turns import TurnResult
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,6 @@ async def on_text(
             turn_id=turn_id,
             fence=fence,
         )
-    record_turn(result, drift_warn_ratio=settings.token_drift_warn_ratio)
     log.info(
         "turn chat=%s update=%s stored=%s sent_history=%s removed=%s est_tokens=%s prompt_tokens=%s "
         "cached_tokens=%s completion_tokens=%s llm_s=%.3f total_s=%.3f summary_updated=%s drafts=%s duplicate=%s",
