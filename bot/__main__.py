@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from bot.app import Settings, build_bot, build_dispatcher, build_engine, set_commands
 from bot.logs import setup_logging
 from bot.ops import ReadyCheck, add_health_routes, start_ops_server
+from bot.preflight import check_api_key, missing_message, missing_settings
 from bot.settings import WorkerSettings
 from bot.webhook import build_webhook_app
 from services.chat import ChatService
@@ -114,7 +115,14 @@ def main(argv: list[str] | None = None) -> None:
     except ValidationError as exc:
         raise SystemExit(f"invalid settings (see .env.example):\n{exc}") from None
     setup_logging(settings.bot.log_level, settings.bot.log_format)
+    log.info("support-bot starting: %s", describe(args.command, settings))
+    missing = missing_settings(args.command, settings)
+    if missing:
+        log.error("%s", missing_message(args.command, missing))
+        raise SystemExit(2)
     try:
+        if args.command in ("run", "console"):
+            asyncio.run(check_api_key(settings.llm))
         _run(args, settings, workers)
     except (ConfigurationError, StoreError) as exc:
         log.error("cannot start: %s", exc)
@@ -122,6 +130,13 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:  # e.g. BOT_TOKEN missing
         log.error("cannot start: %s", exc)
         raise SystemExit(2) from None
+
+
+def describe(command: str, settings: Settings) -> str:
+    if command != "run":
+        return command
+    store = "Redis queue worker" if settings.redis.redis_url is not None else "in-process store"
+    return f"{settings.bot.bot_mode} mode, {store}"
 
 
 def _run(args: argparse.Namespace, settings: Settings, workers: WorkerSettings) -> None:

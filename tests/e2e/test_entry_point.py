@@ -139,9 +139,32 @@ def test_bad_settings_are_refused_at_start_up(tmp_path: Path) -> None:
         ({"CHAT_INPUT_TOKEN_BUDGET": "0", "BOT_TOKEN": TOKEN}, "chat_input_token_budget"),
         ({"BOT_MODE": "webhook", "BOT_TOKEN": TOKEN}, "BOT_MODE=webhook needs WEBHOOK_SECRET"),
         ({}, "BOT_TOKEN is not set"),
+        ({"BOT_TOKEN": TOKEN}, "OPENAI_API_KEY is not set"),
+        ({"BOT_TOKEN": TOKEN, "OPENAI_API_KEY": " "}, "OPENAI_API_KEY is not set"),
     ):
         done = subprocess.run(
             [sys.executable, "-m", "bot"], cwd=tmp_path, env=base | env, capture_output=True, text=True, timeout=60
         )
         assert done.returncode != 0 and expected in done.stdout + done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+
+
+async def test_a_key_the_endpoint_rejects_stops_the_start(
+    telegram: StubTelegram, stub_llm: StubOpenAI, tmp_path: Path
+) -> None:
+    stub_llm.api_key = "sk-the-right-one"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        cwd=tmp_path,
+        env={**os.environ, **base_env(telegram, stub_llm)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    output, _ = await asyncio.wait_for(process.communicate(), 30)
+    text = output.decode()
+    assert process.returncode == 2, text
+    assert "OPENAI_API_KEY was rejected by " + stub_llm.base_url in text
+    assert "Traceback" not in text and API_KEY not in text
+    assert not telegram.calls, "nothing was started"
