@@ -9,18 +9,20 @@ import argparse
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from aiohttp import web
 from pydantic import ValidationError
 
-from bot.app import Settings, build_bot, build_dispatcher, build_engine, set_commands
 from bot.logs import setup_logging
-from bot.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.preflight import check_api_key, missing_message, missing_settings
-from bot.settings import WorkerSettings
-from bot.webhook import build_webhook_app
-from services.chat import ChatService
+from bot.settings import Settings, WorkerSettings
 from services.errors import ConfigurationError, StoreError
+
+# aiogram, aiohttp and openai take seconds to import: they are loaded only once the settings are
+# checked, so the first log line (and any "setting missing" message) comes at once.
+if TYPE_CHECKING:
+    from bot.ops import ReadyCheck
+    from services.chat import ChatService
 
 log = logging.getLogger("bot")
 
@@ -38,6 +40,9 @@ def readiness(chat: ChatService, running: Callable[[], bool]) -> ReadyCheck:
 
 
 async def run_polling(settings: Settings) -> None:
+    from bot.app import build_bot, build_dispatcher, build_engine, set_commands
+    from bot.ops import start_ops_server
+
     chat = build_engine(settings)
     await chat.store.ping()
     bot = build_bot(settings.bot)
@@ -59,6 +64,12 @@ async def run_polling(settings: Settings) -> None:
 
 
 def run_webhook(settings: Settings) -> None:
+    from aiohttp import web
+
+    from bot.app import build_bot, build_dispatcher, build_engine, set_commands
+    from bot.ops import add_health_routes, start_ops_server
+    from bot.webhook import build_webhook_app
+
     chat = build_engine(settings)
     bot = build_bot(settings.bot)
     dispatcher = build_dispatcher(chat, settings.bot)
@@ -90,6 +101,8 @@ def run_webhook(settings: Settings) -> None:
 
 
 async def set_webhook(settings: Settings) -> None:
+    from bot.app import build_bot, set_commands
+
     if not settings.bot.webhook_url:
         raise SystemExit("WEBHOOK_URL is not set")
     secret = settings.bot.webhook_secret.get_secret_value() if settings.bot.webhook_secret else None

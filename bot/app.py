@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 
 from aiogram import Bot, Dispatcher
 from aiogram.client.default import DefaultBotProperties
@@ -18,10 +17,10 @@ from bot.access import AccessMiddleware
 from bot.flood import RetryAfterMiddleware
 from bot.handlers import all_routers
 from bot.settings import BotSettings
+from bot.settings import Settings as Settings  # re-exported: importers of bot.app.Settings keep working
 from services.chat import ChatService
 from services.engine import build_chat_service, build_llm_client
 from services.ratelimit import InMemoryRateLimiter, RateLimiter, RedisRateLimiter
-from services.settings import LLMSettings, MemorySettings, RedisSettings
 from services.store import InMemorySessionStore, RedisSessionStore
 from services.store.base import SessionStore
 
@@ -39,16 +38,6 @@ COMMANDS = {
         BotCommand(command="help", description="Что я умею"),
     ],
 }
-
-
-@dataclass
-class Settings:
-    """Every settings group, read once from the environment / .env."""
-
-    bot: BotSettings = field(default_factory=BotSettings)
-    llm: LLMSettings = field(default_factory=LLMSettings)
-    memory: MemorySettings = field(default_factory=MemorySettings)
-    redis: RedisSettings = field(default_factory=RedisSettings)
 
 
 def redis_client(url: str) -> Redis:

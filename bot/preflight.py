@@ -10,13 +10,11 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from openai import APIError, AsyncOpenAI, AuthenticationError
-
 from services.errors import ConfigurationError
 from services.settings import LLMSettings
 
 if TYPE_CHECKING:
-    from bot.app import Settings
+    from bot.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +66,8 @@ async def check_api_key(settings: LLMSettings, *, request_seconds: float = 10.0)
     """One request to the endpoint's /models with the key. A 401 raises ConfigurationError; anything else
     (no such route on a local server, the endpoint unreachable right now) is only logged: the bot's own
     retries and error replies handle an endpoint that is down."""
+    from openai import APIError, AsyncOpenAI, AuthenticationError  # seconds to import: only when checking
+
     key = settings.openai_api_key.get_secret_value().strip()
     if not key:
         raise ConfigurationError("OPENAI_API_KEY is not set")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.settings import LLMSettings, MemorySettings, RedisSettings
 
 _SECRET_CHARS = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 
@@ -93,3 +96,14 @@ class WorkerSettings(BaseSettings):
         if self.polling_timeout_seconds >= self.worker_lease_seconds:
             self.polling_timeout_seconds = max(1, int(self.worker_lease_seconds / 3))
         return self
+
+
+@dataclass
+class Settings:
+    """Every settings group, read once from the environment / .env (light to import: the entry point
+    reads it before loading aiogram)."""
+
+    bot: BotSettings = field(default_factory=BotSettings)
+    llm: LLMSettings = field(default_factory=LLMSettings)
+    memory: MemorySettings = field(default_factory=MemorySettings)
+    redis: RedisSettings = field(default_factory=RedisSettings)
