@@ -74,7 +74,9 @@ def build_bot(settings: BotSettings) -> Bot:
         session = AiohttpSession(api=TelegramAPIServer.from_base(settings.telegram_api_url.rstrip("/")))
     else:
         session = AiohttpSession()
-    session.middleware(RetryAfterMiddleware(retries=settings.flood_retries))
+    session.middleware(
+        RetryAfterMiddleware(retries=settings.flood_retries, max_wait=settings.flood_max_wait_seconds)
+    )
     return Bot(settings.require_token(), session=session, default=DefaultBotProperties(parse_mode=None))
 
 

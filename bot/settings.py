@@ -36,6 +36,7 @@ class BotSettings(BaseSettings):
     draft_interval_seconds: float = Field(default=0.7, ge=0.1)
     drafts_enabled: bool = True
     flood_retries: int = Field(default=3, ge=0)
+    flood_max_wait_seconds: float = Field(default=30.0, ge=0, description="total flood-control wait per message")
     rate_limit_per_minute: int = Field(default=20, ge=0, description="per chat, shared by all workers; 0 = off")
     allowed_user_ids: str = Field(default="", description="comma-separated; empty = everyone")
     allowed_chat_ids: str = Field(default="", description="comma-separated; empty = every chat")
