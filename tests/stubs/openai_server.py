@@ -119,7 +119,8 @@ class StubOpenAI:
     async def _models(self, request: web.Request) -> web.Response:
         self.model_list_requests += 1
         models = [{"id": name, "object": "model", "created": 0, "owned_by": "stub"} for name in ("stub-chat",)]
-        return self._rejected(request) or web.json_response({"object": "list", "data": models})
+        rejected = self._rejected(request)
+        return rejected if rejected is not None else web.json_response({"object": "list", "data": models})
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         rejected = self._rejected(request)
