@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
@@ -100,27 +101,13 @@ def run_webhook(settings: Settings) -> None:
     web.run_app(app, host=settings.bot.webhook_host, port=settings.bot.webhook_port, print=None)
 
 
-async def set_webhook(settings: Settings) -> None:
-    from bot.app import build_bot, set_commands
-
-    if not settings.bot.webhook_url:
-        raise SystemExit("WEBHOOK_URL is not set")
-    secret = settings.bot.webhook_secret.get_secret_value() if settings.bot.webhook_secret else None
-    if not secret:
-        raise SystemExit("WEBHOOK_SECRET is not set")
-    bot = build_bot(settings.bot)
-    try:
-        await bot.set_webhook(settings.bot.webhook_url, secret_token=secret, allowed_updates=["message"])
-        await set_commands(bot)
-    finally:
-        await bot.session.close()
-    log.info("webhook registered at %s", settings.bot.webhook_url)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bot", description="Customer-support Telegram bot")
     parser.add_argument("command", nargs="?", default="run", choices=["run", "set-webhook", "console"])
     parser.add_argument("--chat-id", type=int, default=1, help="console: which session to use")
+    parser.add_argument(
+        "--certificate", type=Path, help="set-webhook: PEM certificate to upload (self-signed TLS in front)"
+    )
     args = parser.parse_args(argv)
     try:
         settings = Settings()
@@ -158,7 +145,9 @@ def _run(args: argparse.Namespace, settings: Settings, workers: WorkerSettings) 
 
         asyncio.run(console_main(args.chat_id))
     elif args.command == "set-webhook":
-        asyncio.run(set_webhook(settings))
+        from bot.webhook_setup import set_webhook
+
+        asyncio.run(set_webhook(settings, args.certificate))
     elif settings.redis.redis_url is not None:
         from bot.runner import run_queued
 

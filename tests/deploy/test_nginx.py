@@ -5,6 +5,7 @@ Docker's DNS resolves `bot` to every replica); replicas are stub HTTP servers on
 from __future__ import annotations
 
 import asyncio
+import ssl
 import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -141,3 +142,40 @@ async def test_a_new_replica_joins_without_restarting_nginx(dns: StubDNS, replic
             await asyncio.sleep(0.2)
     finally:
         await nginx.stop()
+
+
+async def test_the_https_profile_terminates_tls_with_a_self_signed_certificate(
+    dns: StubDNS, replicas: Replicas, tmp_path: Path
+) -> None:
+    """deploy/nginx-tls.conf with a certificate from scripts/self-signed-cert: an HTTPS POST that trusts
+    only that certificate reaches the load balancer (here a stub replica)."""
+    make_cert = await asyncio.create_subprocess_exec(
+        str(ROOT / "scripts" / "self-signed-cert"), "127.0.0.1", str(tmp_path), stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await make_cert.communicate()
+    assert make_cert.returncode == 0 and b"set-webhook --certificate" in out
+    await replicas.add("127.0.0.2", 200)
+    dns.addresses = ["127.0.0.2"]
+    port = free_port()
+    conf = rewrite(
+        (ROOT / "deploy" / "nginx-tls.conf").read_text(),
+        {
+            "listen 8443 ssl;": f"listen 127.0.0.1:{port} ssl;",
+            "/etc/nginx/tls/": f"{tmp_path}/",
+            "resolver 127.0.0.11 ": f"resolver 127.0.0.1:{dns.port} ",
+            "set $balancer nginx:8080;": f"set $balancer {NAME}:{replicas.port};",
+        },
+    )
+    nginx = Nginx(conf, Path(tempfile.mkdtemp(prefix="sb-nginx-")), port)
+    await nginx.start()
+    trust = ssl.create_default_context(cafile=str(tmp_path / "fullchain.pem"))
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as http:
+            url = f"https://127.0.0.1:{port}/telegram/webhook"
+            async with http.post(url, json={"update_id": 1}, ssl=trust) as response:
+                assert response.status == 200, nginx.error_log()
+            with pytest.raises(aiohttp.ClientConnectorCertificateError):
+                await http.post(url, json={"update_id": 2})  # the system CAs do not know it
+    finally:
+        await nginx.stop()
+    assert replicas.hits["127.0.0.2"] == 1
