@@ -72,3 +72,4 @@ class Nginx:
         if self.process is not None and self.process.returncode is None:
             self.process.terminate()
             await asyncio.wait_for(self.process.wait(), 10)
+        shutil.rmtree(self.dir, ignore_errors=True)
