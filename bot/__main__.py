@@ -9,18 +9,23 @@ import argparse
 import asyncio
 import logging
 from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from aiohttp import web
 from pydantic import ValidationError
 
-from bot.app import Backend, Settings, build_backend, build_bot, build_dispatcher, build_engine, set_commands
 from bot.fastpath import install_event_loop
 from bot.logs import setup_logging
-from bot.ops import ReadyCheck, add_health_routes, start_ops_server
-from bot.settings import WorkerSettings
-from bot.startup import StartupError, with_startup_retries
-from bot.webhook import build_webhook_app
+from bot.preflight import check_api_key, missing_message, missing_settings
+from bot.settings import Settings, WorkerSettings
+from bot.startup import StartupError
 from services.errors import ConfigurationError, StoreError, SupportBotError
+
+# aiogram, aiohttp and openai take seconds to import: they are loaded only once the settings are
+# checked, so the first log line (and any "setting missing" message) comes at once.
+if TYPE_CHECKING:
+    from bot.app import Backend
+    from bot.ops import ReadyCheck
 
 log = logging.getLogger("bot")
 
@@ -38,6 +43,10 @@ def readiness(backend: Backend, running: Callable[[], bool]) -> ReadyCheck:
 
 
 async def run_polling(settings: Settings) -> None:
+    from bot.app import build_backend, build_bot, build_dispatcher, build_engine, set_commands
+    from bot.ops import start_ops_server
+    from bot.startup import with_startup_retries
+
     backend = build_backend(settings)
     chat = build_engine(settings, backend.store)
     bot = build_bot(settings.bot)
@@ -68,6 +77,13 @@ async def run_polling(settings: Settings) -> None:
 
 
 def run_webhook(settings: Settings) -> None:
+    from aiohttp import web
+
+    from bot.app import build_backend, build_bot, build_dispatcher, build_engine, set_commands
+    from bot.ops import add_health_routes, start_ops_server
+    from bot.startup import with_startup_retries
+    from bot.webhook import build_webhook_app
+
     backend = build_backend(settings)
     chat = build_engine(settings, backend.store)
     bot = build_bot(settings.bot)
@@ -106,21 +122,6 @@ def run_webhook(settings: Settings) -> None:
         raise StartupError(f"cannot listen on {settings.bot.webhook_host}:{settings.bot.webhook_port}: {exc}") from None
 
 
-async def set_webhook(settings: Settings) -> None:
-    if not settings.bot.webhook_url:
-        raise SystemExit("WEBHOOK_URL is not set")
-    secret = settings.bot.webhook_secret.get_secret_value() if settings.bot.webhook_secret else None
-    if not secret:
-        raise SystemExit("WEBHOOK_SECRET is not set")
-    bot = build_bot(settings.bot)
-    try:
-        await bot.set_webhook(settings.bot.webhook_url, secret_token=secret, allowed_updates=["message"])
-        await set_commands(bot)
-    finally:
-        await bot.session.close()
-    log.info("webhook registered at %s", settings.bot.webhook_url)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bot", description="Customer-support Telegram bot")
     parser.add_argument(
@@ -129,6 +130,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("action", nargs="?", default="list", help="dead-letters/quarantine: list, show, replay, drop")
     parser.add_argument("target", nargs="?", help="dead-letters: the ID; quarantine: the chat id")
     parser.add_argument("--chat-id", type=int, default=1, help="console: which session to use")
+    parser.add_argument(
+        "--certificate", type=Path, help="set-webhook: PEM certificate to upload (self-signed TLS in front)"
+    )
     args = parser.parse_args(argv)
     try:
         settings = Settings()
@@ -136,8 +140,16 @@ def main(argv: list[str] | None = None) -> None:
     except ValidationError as exc:
         raise SystemExit(f"invalid settings (see .env.example):\n{exc}") from None
     setup_logging(settings.bot.log_level, settings.bot.log_format)
-    log.info("event loop: %s", install_event_loop())  # before any loop starts (uvloop when installed)
+    log.info("support-bot starting: %s", describe(args.command, settings))
+    if args.command in ("run", "console"):
+        log.info("event loop: %s", install_event_loop())  # before any loop starts (uvloop when installed)
+    missing = missing_settings(args.command, settings)
+    if missing:
+        log.error("%s", missing_message(args.command, missing))
+        raise SystemExit(2)
     try:
+        if args.command in ("run", "console"):
+            asyncio.run(check_api_key(settings.llm))
         _run(args, settings, workers)
     except (ConfigurationError, SupportBotError) as exc:
         log.error("cannot start: %s", exc)
@@ -147,13 +159,22 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2) from None
 
 
+def describe(command: str, settings: Settings) -> str:
+    if command != "run":
+        return command
+    store = "Redis queue worker" if settings.redis.redis_url is not None else "in-process store"
+    return f"{settings.bot.bot_mode} mode, {store}"
+
+
 def _run(args: argparse.Namespace, settings: Settings, workers: WorkerSettings) -> None:
     if args.command == "console":
         from bot.console import main as console_main
 
         asyncio.run(console_main(args.chat_id))
     elif args.command == "set-webhook":
-        asyncio.run(set_webhook(settings))
+        from bot.webhook_setup import set_webhook
+
+        asyncio.run(set_webhook(settings, args.certificate))
     elif args.command in ("dead-letters", "quarantine"):
         raise SystemExit(asyncio.run(_admin(args, settings)))
     elif settings.redis.redis_url is not None:
@@ -168,6 +189,7 @@ def _run(args: argparse.Namespace, settings: Settings, workers: WorkerSettings) 
 
 async def _admin(args: argparse.Namespace, settings: Settings) -> int:
     from bot import admin
+    from bot.app import build_backend
 
     if settings.redis.redis_url is None:
         log.error("%s needs REDIS_URL (the in-process mode keeps no dead letters)", args.command)

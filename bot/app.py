@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from aiogram import Bot, Dispatcher
 from aiogram.client.default import DefaultBotProperties
@@ -19,6 +19,7 @@ from bot.fastpath import json_codec
 from bot.flood import RetryAfterMiddleware
 from bot.handlers import all_routers
 from bot.settings import BotSettings
+from bot.settings import Settings as Settings  # re-exported: importers of bot.app.Settings keep working
 from services.chat import ChatService
 from services.deadletters import DeadLetterStore
 from services.engine import build_chat_service, build_llm_client
@@ -26,7 +27,6 @@ from services.keys import KeySpace, bot_id_of
 from services.metrics import LLM_IN_FLIGHT, PrometheusObserver
 from services.ratelimit import InMemoryRateLimiter, RateLimiter, RedisRateLimiter
 from services.redisio import redis_errors
-from services.settings import LLMSettings, MemorySettings, RedisSettings
 from services.store import InMemorySessionStore, RedisSessionStore
 from services.store.base import SessionStore
 
@@ -44,16 +44,6 @@ COMMANDS = {
         BotCommand(command="help", description="Что я умею"),
     ],
 }
-
-
-@dataclass
-class Settings:
-    """Every settings group, read once from the environment / .env."""
-
-    bot: BotSettings = field(default_factory=BotSettings)
-    llm: LLMSettings = field(default_factory=LLMSettings)
-    memory: MemorySettings = field(default_factory=MemorySettings)
-    redis: RedisSettings = field(default_factory=RedisSettings)
 
 
 def redis_client(url: str) -> Redis:
@@ -150,7 +140,7 @@ def build_bot(settings: BotSettings) -> Bot:
         session = AiohttpSession(api=api, json_loads=loads, json_dumps=dumps)
     else:
         session = AiohttpSession(json_loads=loads, json_dumps=dumps)
-    session.middleware(RetryAfterMiddleware(retries=settings.flood_retries))
+    session.middleware(RetryAfterMiddleware(retries=settings.flood_retries, max_wait=settings.flood_max_wait_seconds))
     return Bot(settings.require_token(), session=session, default=DefaultBotProperties(parse_mode=None))
 
 

@@ -9,6 +9,7 @@ from aiogram import Bot
 from aiogram.exceptions import TelegramAPIError
 
 from bot.render import TELEGRAM_TEXT_LIMIT
+from bot.utf16 import utf16_tail
 
 log = logging.getLogger(__name__)
 
@@ -16,8 +17,9 @@ log = logging.getLogger(__name__)
 class DraftStreamer:
     """Collects text deltas and shows them as a draft at most every ``interval`` seconds.
 
-    Drafts are a preview only: a failure to send one is logged and turns drafts off for this reply;
-    the final message is always sent with sendMessage."""
+    Drafts are a preview only: a failure to send one (flood control included: drafts are never retried
+    on 429, see bot.flood) is logged and turns drafts off for this reply; the final message is always
+    sent with sendMessage."""
 
     def __init__(self, *, bot: Bot, chat_id: int, draft_id: int, interval: float) -> None:
         self._bot = bot
@@ -37,8 +39,9 @@ class DraftStreamer:
 
     async def _show(self) -> None:
         text = "".join(self._parts)
-        # a draft is plain text (partial Markdown may not parse); show the newest 4096 characters
-        preview = text[-TELEGRAM_TEXT_LIMIT:]
+        # a draft is plain text (partial Markdown may not parse); show the newest 4096 UTF-16 units,
+        # Telegram's measure (an emoji counts 2)
+        preview = utf16_tail(text, TELEGRAM_TEXT_LIMIT)
         if not preview.strip() or preview == self._shown:
             return
         self._last_sent = time.monotonic()

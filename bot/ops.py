@@ -6,7 +6,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.aiohttp import make_aiohttp_handler
 
 log = logging.getLogger(__name__)
 
@@ -28,16 +28,14 @@ def add_health_routes(app: web.Application, ready: ReadyCheck) -> None:
     app.router.add_get("/readyz", readyz)
 
 
-async def metrics(_request: web.Request) -> web.Response:
-    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
 async def start_ops_server(*, host: str, port: int, ready: ReadyCheck) -> web.AppRunner | None:
     """Serve /metrics, /healthz and /readyz on ``port`` (0 = off). Returns the runner to clean up."""
     if port == 0:
         return None
     app = web.Application()
-    app.router.add_get("/metrics", metrics)
+    # prometheus_client's own handler: Prometheus text or OpenMetrics as the scraper's Accept asks,
+    # gzip when accepted, ?name[]= filters
+    app.router.add_get("/metrics", make_aiohttp_handler())
     add_health_routes(app, ready)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.settings import LLMSettings, MemorySettings, RedisSettings
 
 _SECRET_CHARS = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 
@@ -33,6 +36,7 @@ class BotSettings(BaseSettings):
     draft_interval_seconds: float = Field(default=0.7, ge=0.1)
     drafts_enabled: bool = True
     flood_retries: int = Field(default=3, ge=0)
+    flood_max_wait_seconds: float = Field(default=30.0, ge=0, description="total flood-control wait per message")
     rate_limit_per_minute: int = Field(default=20, ge=0, description="per chat, shared by all workers; 0 = off")
     allowed_user_ids: str = Field(default="", description="comma-separated; empty = everyone")
     allowed_chat_ids: str = Field(default="", description="comma-separated; empty = every chat")
@@ -97,3 +101,14 @@ class WorkerSettings(BaseSettings):
         if self.polling_timeout_seconds >= self.worker_lease_seconds:
             self.polling_timeout_seconds = max(1, int(self.worker_lease_seconds / 3))
         return self
+
+
+@dataclass
+class Settings:
+    """Every settings group, read once from the environment / .env (light to import: the entry point
+    reads it before loading aiogram)."""
+
+    bot: BotSettings = field(default_factory=BotSettings)
+    llm: LLMSettings = field(default_factory=LLMSettings)
+    memory: MemorySettings = field(default_factory=MemorySettings)
+    redis: RedisSettings = field(default_factory=RedisSettings)

@@ -8,6 +8,7 @@ from openai import AsyncOpenAI
 from prompts import PromptRegistry, default_registry
 from services.chat import ChatService
 from services.compaction import CompactionPolicy
+from services.errors import ConfigurationError
 from services.llm import LLMClient
 from services.settings import LLMSettings, MemorySettings
 from services.store.base import SessionStore
@@ -17,8 +18,12 @@ from services.turns import TurnObserver
 
 
 def build_llm_client(settings: LLMSettings, memory: MemorySettings) -> LLMClient:
+    """Raises ConfigurationError when OPENAI_API_KEY is empty (no placeholder key is ever sent)."""
+    api_key = settings.openai_api_key.get_secret_value().strip()
+    if not api_key:
+        raise ConfigurationError("OPENAI_API_KEY is not set")
     client = AsyncOpenAI(
-        api_key=settings.openai_api_key.get_secret_value() or "not-set",
+        api_key=api_key,
         base_url=settings.openai_base_url,
         timeout=settings.openai_timeout_seconds,
         max_retries=settings.openai_max_retries,

@@ -18,6 +18,8 @@ from tests.e2e.processes import API_KEY, SECRET, BotProcess, base_env
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 async def test_polling_without_redis_url_uses_in_process_store(
     telegram: StubTelegram, stub_llm: StubOpenAI, tmp_path: Path, processes: list[BotProcess]
@@ -139,9 +141,76 @@ def test_bad_settings_are_refused_at_start_up(tmp_path: Path) -> None:
         ({"CHAT_INPUT_TOKEN_BUDGET": "0", "BOT_TOKEN": TOKEN}, "chat_input_token_budget"),
         ({"BOT_MODE": "webhook", "BOT_TOKEN": TOKEN}, "BOT_MODE=webhook needs WEBHOOK_SECRET"),
         ({}, "BOT_TOKEN is not set"),
+        ({"BOT_TOKEN": TOKEN}, "OPENAI_API_KEY is not set"),
+        ({"BOT_TOKEN": TOKEN, "OPENAI_API_KEY": " "}, "OPENAI_API_KEY is not set"),
     ):
         done = subprocess.run(
             [sys.executable, "-m", "bot"], cwd=tmp_path, env=base | env, capture_output=True, text=True, timeout=60
         )
         assert done.returncode != 0 and expected in done.stdout + done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+
+
+async def test_a_key_the_endpoint_rejects_stops_the_start(
+    telegram: StubTelegram, stub_llm: StubOpenAI, tmp_path: Path
+) -> None:
+    stub_llm.api_key = "sk-the-right-one"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        cwd=tmp_path,
+        env={**os.environ, **base_env(telegram, stub_llm)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    output, _ = await asyncio.wait_for(process.communicate(), 30)
+    text = output.decode()
+    assert process.returncode == 2, text
+    assert "OPENAI_API_KEY was rejected by " + stub_llm.base_url in text
+    assert "Traceback" not in text and API_KEY not in text
+    assert not telegram.calls, "nothing was started"
+
+
+async def run_set_webhook(env: dict[str, str], cwd: Path, *args: str) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot",
+        "set-webhook",
+        *args,
+        cwd=cwd,
+        env={**os.environ, **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    output, _ = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode is not None
+    return process.returncode, output.decode()
+
+
+async def test_set_webhook_uploads_a_self_signed_certificate_and_refuses_urls_telegram_never_calls(
+    telegram: StubTelegram, stub_llm: StubOpenAI, tmp_path: Path
+) -> None:
+    tls = tmp_path / "tls"
+    made = await asyncio.create_subprocess_exec(
+        str(ROOT / "scripts" / "self-signed-cert"), "203.0.113.7", str(tls), stdout=asyncio.subprocess.DEVNULL
+    )
+    assert await made.wait() == 0
+    env = base_env(telegram, stub_llm) | {"WEBHOOK_SECRET": SECRET}
+    for url, reason in (
+        ("http://203.0.113.7:8080/telegram/webhook", "must be an https:// URL"),
+        ("https://203.0.113.7:8080/telegram/webhook", "port 8080, but Telegram posts webhooks only to ports"),
+    ):
+        code, output = await run_set_webhook(env | {"WEBHOOK_URL": url}, tmp_path)
+        assert code == 2 and reason in output and "Traceback" not in output, output
+    assert telegram.of("setWebhook") == []
+    good_url = {"WEBHOOK_URL": "https://203.0.113.7:8443/telegram/webhook"}
+    code, output = await run_set_webhook(env | good_url, tmp_path, "--certificate", str(tls / "privkey.pem"))
+    assert code == 2 and "holds a private key" in output
+    code, output = await run_set_webhook(env | good_url, tmp_path, "--certificate", str(tls / "fullchain.pem"))
+    assert code == 0, output
+    call = telegram.of("setWebhook")[0].params
+    assert call["url"] == "https://203.0.113.7:8443/telegram/webhook" and call["secret_token"] == SECRET
+    attached = call[call["certificate"].removeprefix("attach://")]  # the multipart part it points to
+    assert attached["content"] == (tls / "fullchain.pem").read_text()

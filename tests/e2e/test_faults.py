@@ -291,7 +291,13 @@ def test_start_up_failures_are_one_line_without_a_traceback(tmp_path: Path, redi
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         dead_port = sock.getsockname()[1]
-    base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "BOT_TOKEN": TOKEN, "OPENAI_API_KEY": "sk-x"}
+    base = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "BOT_TOKEN": TOKEN,
+        "OPENAI_API_KEY": "sk-x",
+        "OPENAI_BASE_URL": f"http://127.0.0.1:{dead_port}/v1",
+    }
     cases = (
         ({"REDIS_URL": f"redis://127.0.0.1:{dead_port}/0"}, "connecting to Redis: still failing"),
         (

@@ -95,6 +95,9 @@ class StubOpenAI:
     """``cached_tokens`` reported for each request, in the order of ``requests``."""
     _tokens: PromptTokens = field(default_factory=PromptTokens)
     _cache: PrefixCache = field(default_factory=PrefixCache)
+    api_key: str | None = None
+    """When set, requests with another bearer token get 401 (as a provider rejects a wrong key)."""
+    model_list_requests: int = 0
     _runner: web.AppRunner | None = None
     base_url: str = ""
 
@@ -109,6 +112,7 @@ class StubOpenAI:
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._completions)
+        app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
@@ -121,7 +125,22 @@ class StubOpenAI:
         if self._runner is not None:
             await self._runner.cleanup()
 
+    def _rejected(self, request: web.Request) -> web.Response | None:
+        if self.api_key is None or request.headers.get("Authorization") == f"Bearer {self.api_key}":
+            return None
+        error = {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}
+        return web.json_response({"error": error}, status=401)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        self.model_list_requests += 1
+        models = [{"id": name, "object": "model", "created": 0, "owned_by": "stub"} for name in ("stub-chat",)]
+        rejected = self._rejected(request)
+        return rejected if rejected is not None else web.json_response({"object": "list", "data": models})
+
     async def _completions(self, request: web.Request) -> web.StreamResponse:
+        rejected = self._rejected(request)
+        if rejected is not None:
+            return rejected
         body = await request.json()
         self.requests.append(body)
         prompt = self._tokens.prompt((m["role"], m.get("content") or "") for m in body["messages"])

@@ -146,7 +146,10 @@ class StubTelegram:
         form = await request.post()
         params: dict[str, Any] = {}
         for key, value in form.items():
-            text = value if isinstance(value, str) else ""
+            if not isinstance(value, str):  # an uploaded file (e.g. setWebhook's certificate)
+                params[key] = {"filename": value.filename, "content": value.file.read().decode(errors="replace")}
+                continue
+            text = value
             try:
                 params[key] = json.loads(text) if text[:1] in "[{" else text
             except json.JSONDecodeError:

@@ -1,0 +1,63 @@
+"""The shipped monitoring: Debian's Prometheus scrapes a running worker with deploy/prometheus.yml and
+every query of the Grafana dashboard returns data; the dashboard, provisioning and compose files parse
+and point at each other."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from tests.deploy.monitoring import DASHBOARD, ROOT, dashboard_queries, monitored_worker
+
+
+async def test_every_dashboard_query_has_data_from_a_real_scrape() -> None:
+    async with monitored_worker() as run:
+        await run.converse(chats=2, messages=10)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while True:  # the last turns' counters reach Prometheus with a later scrape
+            turns = await run.prometheus.query('sum(sb_turns_total{outcome="ok"})')
+            if turns and float(turns[0]["value"][1]) == run.sent == 20:
+                break
+            assert loop.time() < deadline, f"turns counted: {turns}, sent: {run.sent}"
+            await asyncio.sleep(0.5)
+        empty = [q for q in dashboard_queries() if not await run.prometheus.query(q.expr)]
+        assert not empty, "no data: " + "; ".join(f"{q.panel}: {q.expr}" for q in empty)
+        summaries = await run.prometheus.query("sum(sb_summary_calls_total)")
+        assert float(summaries[0]["value"][1]) > 0, "the conversations were compacted"
+
+
+def test_dashboard_and_provisioning_fit_together() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["uid"] == "support-bot" and len(dashboard["panels"]) >= 10
+    assert all(p["datasource"]["uid"] == "prometheus" for p in dashboard["panels"])
+    datasource = yaml.safe_load((ROOT / "deploy/grafana/provisioning/datasources/prometheus.yml").read_text())
+    assert datasource["datasources"][0]["uid"] == "prometheus"
+    assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
+    provider = yaml.safe_load((ROOT / "deploy/grafana/provisioning/dashboards/support-bot.yml").read_text())
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    grafana = compose["services"]["grafana"]
+    mounts = {volume.split(":")[1]: volume.split(":")[0] for volume in grafana["volumes"]}
+    assert mounts[provider["providers"][0]["options"]["path"]] == "./deploy/grafana/dashboards"
+    assert mounts["/etc/grafana/provisioning"] == "./deploy/grafana/provisioning"
+    assert grafana["profiles"] == compose["services"]["prometheus"]["profiles"] == ["monitoring"]
+    assert "./deploy/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in compose["services"]["prometheus"]["volumes"]
+    tls = compose["services"]["tls"]
+    assert tls["profiles"] == ["https"] and "./deploy/nginx-tls.conf:/etc/nginx/nginx.conf:ro" in tls["volumes"]
+    scrape = yaml.safe_load((ROOT / "deploy/prometheus.yml").read_text())["scrape_configs"][0]
+    names = scrape["dns_sd_configs"][0]["names"]
+    assert set(names) == {"bot", "bot-polling"} <= set(compose["services"])
+    assert scrape["dns_sd_configs"][0]["port"] == 9100
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool comes with Debian's prometheus package")
+def test_promtool_accepts_the_shipped_config() -> None:
+    done = subprocess.run(
+        ["promtool", "check", "config", str(ROOT / "deploy/prometheus.yml")], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
