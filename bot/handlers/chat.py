@@ -7,7 +7,7 @@ import logging
 import time
 from contextlib import AsyncExitStack
 
-from aiogram import Bot, F, Router
+from aiogram import Bot, Router
 from aiogram.types import Message, Update
 from aiogram.utils.chat_action import ChatActionSender
 
@@ -93,7 +93,13 @@ async def on_text(
     )
 
 
+async def has_text(message: Message) -> bool:
+    """``F.text`` as a coroutine: aiogram runs plain callables (magic filters too) in a worker thread,
+    a thread hop per update (benchmarks/RESULTS.md, section 3)."""
+    return bool(message.text)
+
+
 def make_router() -> Router:
     router = Router(name="chat")
-    router.message.register(on_text, F.text)
+    router.message.register(on_text, has_text)
     return router

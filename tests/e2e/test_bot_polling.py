@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 
 from redis.asyncio import Redis
 
 from bot.texts import TEXTS
+from services.keys import KeySpace
 from tests.conftest import RedisServer
-from tests.e2e.harness import make_settings, start_bot
+from tests.e2e.harness import TOKEN, make_settings, start_bot
 from tests.helpers import customer_line
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
@@ -102,6 +104,11 @@ async def test_llm_down_gives_clear_error_and_keeps_session(
     try:
         telegram.send_text(CHAT, "hello")
         await telegram.wait_messages(CHAT, 1)
+        replied = KeySpace("sb", TOKEN.split(":")[0]).chat(CHAT).replied
+        for _ in range(100):  # the reply is marked as sent just after it is sent
+            if await real_redis.exists(replied):
+                break
+            await asyncio.sleep(0.02)
         before = await snapshot(real_redis)
         stub_llm.down = True
         telegram.send_text(CHAT, "are you there?", language="ru")
