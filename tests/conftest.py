@@ -21,6 +21,7 @@ from services.store import InMemorySessionStore, RedisSessionStore
 from services.store.base import SessionStore
 from services.tokens import TokenCounter
 from tests.stubs.openai_server import StubOpenAI
+from tests.stubs.telegram_server import StubTelegram
 
 
 @pytest.fixture(scope="session")
@@ -112,6 +113,15 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[SessionStore]:
     backend = RedisSessionStore(redis=client, ttl_seconds=3600, keys=KeySpace("test", "123456"))
     yield backend
     await backend.close()
+
+
+@pytest.fixture
+async def telegram() -> AsyncIterator[StubTelegram]:
+    """A stub Telegram Bot API server on loopback."""
+    stub = StubTelegram()
+    await stub.start()
+    yield stub
+    await stub.stop()
 
 
 @pytest.fixture

@@ -217,14 +217,6 @@ async def test_transient_failures_are_retried_then_given_up(bot: Bot) -> None:
     assert [letter.item_id for letter in letters] == ["u1"] and "transient" in letters[0].error
 
 
-@pytest.fixture
-async def telegram() -> AsyncIterator[StubTelegram]:
-    stub = StubTelegram()
-    await stub.start()
-    yield stub
-    await stub.stop()
-
-
 class FailingChat:
     """Stands in for the chat service: raises what the test wants (the error router is real)."""
 

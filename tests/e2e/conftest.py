@@ -5,15 +5,6 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.e2e.processes import BotProcess
-from tests.stubs.telegram_server import StubTelegram
-
-
-@pytest.fixture
-async def telegram() -> AsyncIterator[StubTelegram]:
-    stub = StubTelegram()
-    await stub.start()
-    yield stub
-    await stub.stop()
 
 
 @pytest.fixture
