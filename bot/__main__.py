@@ -13,7 +13,16 @@ from collections.abc import Callable
 from aiohttp import web
 from pydantic import ValidationError
 
-from bot.app import Backend, Settings, build_backend, build_bot, build_dispatcher, build_engine, set_commands
+from bot.app import (
+    Backend,
+    Settings,
+    build_backend,
+    build_bot,
+    build_dispatcher,
+    build_engine,
+    open_backend,
+    set_commands,
+)
 from bot.logs import setup_logging
 from bot.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.settings import WorkerSettings
@@ -163,7 +172,7 @@ async def _admin(args: argparse.Namespace, settings: Settings) -> int:
     if args.action not in actions[args.command]:
         log.error("%s: unknown action %r (one of %s)", args.command, args.action, ", ".join(actions[args.command]))
         return 2
-    backend = build_backend(settings)
+    backend = await open_backend(settings)
     try:
         if args.command == "dead-letters":
             return await admin.dead_letters(backend, args.action, args.target)
