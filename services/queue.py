@@ -28,6 +28,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Literal, cast
 
+from services.errors import StoreUnavailableError
 from services.keys import KeySpace
 from services.redisio import LUA_NOW, AnyRedis, redis_errors, register
 
@@ -287,9 +288,16 @@ class ChatWorkQueue:
         with redis_errors(f"chat {claim.chat_id}: cannot renew"):
             if not await self._renew(keys=[keys.lease], args=[claim.token, self.lease_ms]):
                 return False
-            claim.watchdog = int(
-                await self._push_watchdog(keys=[self._keys.ready], args=[str(claim.chat_id), self.lease_ms])
-            )
+        try:
+            with redis_errors(f"chat {claim.chat_id}: cannot push the watchdog"):
+                claim.watchdog = int(
+                    await self._push_watchdog(keys=[self._keys.ready], args=[str(claim.chat_id), self.lease_ms])
+                )
+        except StoreUnavailableError:
+            # On a cluster the ready set may live on a master that is down while the chat's is up: the
+            # lease is kept all the same. If the watchdog fires meanwhile, whoever claims the chat finds
+            # the lease busy and leaves it; the lease, not the watchdog, decides who serves the chat.
+            pass
         return True
 
     async def hand_back(self, claim: Claim) -> None:

@@ -4,10 +4,13 @@ errors."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeAlias
 
+import redis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
@@ -89,3 +92,26 @@ def redis_errors(action: str) -> Iterator[None]:
         if "same key slot" in str(exc) or "same slot" in str(exc):
             raise CrossSlotError(f"{action}: {exc}") from exc
         raise StoreUnavailableError(f"{action}: {type(exc).__name__}: {exc}") from exc
+    except (AttributeError, TypeError) as exc:
+        # redis-py's asyncio cluster client can trip over a connection another task is tearing down
+        # while a node fails (e.g. "'NoneType' object has no attribute 'writelines'"; redis/redis-py
+        # #3546, #3835): a client bug during a transient fault, not ours. Our own bugs stay bugs.
+        if not _raised_inside_redis_py(exc):
+            raise
+        raise StoreUnavailableError(f"{action}: redis-py {type(exc).__name__} during a fault: {exc}") from exc
+
+
+_REDIS_PY = os.path.dirname(redis.__file__) + os.sep
+_ASYNCIO = os.path.dirname(asyncio.__file__) + os.sep
+
+
+def _raised_inside_redis_py(exc: BaseException) -> bool:
+    """True if the innermost frame outside the asyncio stdlib that raised ``exc`` is redis-py's."""
+    innermost = None
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not filename.startswith(_ASYNCIO):
+            innermost = filename
+        tb = tb.tb_next
+    return innermost is not None and innermost.startswith(_REDIS_PY)

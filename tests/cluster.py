@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import redis
+from redis.crc import key_slot
 
 from tests.conftest import free_port
 
@@ -113,6 +114,23 @@ class RedisClusterServers:
             return True
 
         _wait(healthy, what="cluster_state:ok on every node", within=within)
+
+    def node_for(self, key: str) -> ClusterNode:
+        """The master serving ``key``'s hash slot."""
+        slot = int(key_slot(key.encode()))
+        for node in self.nodes:
+            for start, end, *_ in redis.Redis(host="127.0.0.1", port=node.port).execute_command("CLUSTER SLOTS"):
+                if int(start) <= slot <= int(end):
+                    return next(n for n in self.nodes if n.port == int(_[0][1]))
+        raise LookupError(f"no master serves slot {slot}")
+
+    def state_seen_by_others(self, down: ClusterNode) -> set[str]:
+        """``cluster_state`` as the nodes other than ``down`` report it."""
+        states = set()
+        for node in self.nodes:
+            if node is not down:
+                states.add(str(redis.Redis(host="127.0.0.1", port=node.port).cluster("info").get("cluster_state")))
+        return states
 
     def stop(self) -> None:
         for node in self.nodes:

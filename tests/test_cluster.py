@@ -77,6 +77,16 @@ def test_cluster_client_errors_are_classified() -> None:
         raise RedisClusterException("EVALSHA - all keys must map to the same key slot")
 
 
+async def test_a_redis_py_internal_error_during_a_fault_is_transient_but_ours_is_not() -> None:
+    client = redis_client(f"redis://127.0.0.1:{free_port()}/0")
+    connection = client.connection_pool.make_connection()
+    with pytest.raises(StoreUnavailableError, match="writelines"), redis_errors("x"):
+        await connection._send_packed_command([b"PING"])  # no writer: what a torn-down connection raises
+    with pytest.raises(AttributeError), redis_errors("x"):
+        None.missing  # type: ignore[attr-defined]  # noqa: B018
+    await client.aclose()
+
+
 def test_every_key_group_shares_one_slot() -> None:
     chat = KEYS.chat(42)
     assert len({slot_of(key) for key in (*(getattr(chat, f) for f in chat.__slots__),)}) == 1
