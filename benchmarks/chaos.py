@@ -3,6 +3,8 @@ with SIGKILL (and replaced) after every other wave while the wave is in flight, 
 mid-run; then every invariant is checked and the figures printed.
 
     .venv/bin/python -m benchmarks.chaos --chats 1000 --messages 10 --workers 3
+    .venv/bin/python -m benchmarks.chaos --cluster ...   (on a 3-master Redis Cluster; the Redis
+        restart becomes a restart of the master serving the ready set)
 """
 
 from __future__ import annotations
@@ -17,12 +19,11 @@ import time
 from pathlib import Path
 
 import aiohttp
-from redis.asyncio import Redis
 
+from benchmarks.cluster import client_for, make_store, shutdown
 from benchmarks.common import machine, percentile
 from services.keys import KeySpace
 from services.store import RedisSessionStore
-from tests.conftest import RedisServer
 from tests.e2e.processes import SECRET, BotProcess, base_env, start_webhook_worker
 from tests.e2e.scenario import Report, WebhookSender, check, expected_reply, random_chats, wait_all_answered
 from tests.stubs.openai_server import StubOpenAI
@@ -31,7 +32,7 @@ from tests.stubs.telegram_server import StubTelegram
 
 async def run(args: argparse.Namespace) -> Report:
     rng = random.Random(args.seed)
-    redis = RedisServer(appendonly=True)
+    redis = make_store(args.cluster, KeySpace("sb", "123456"))
     redis.start()
     llm, telegram = StubOpenAI(latency=args.llm_latency), StubTelegram()
     await llm.start()
@@ -99,7 +100,7 @@ async def run(args: argparse.Namespace) -> Report:
             await dump_workers(workers, sender.dead)
             raise
         elapsed = time.monotonic() - started
-        client = Redis.from_url(redis.url)
+        client = client_for(redis)
         report = await check(
             telegram, RedisSessionStore(redis=client, keys=KeySpace("sb", "123456")), chats, args.messages, started
         )
@@ -116,7 +117,8 @@ async def run(args: argparse.Namespace) -> Report:
         print(f"machine: {machine()}")
         print(
             f"workers={args.workers} llm_latency={args.llm_latency * 1000:.0f}ms lease={args.lease}s "
-            f"kills={kills} redis_restarts={restarts} intake_retries={sender.retries}"
+            f"kills={kills} redis_restarts={restarts} intake_retries={sender.retries} "
+            f"redis={'cluster' if args.cluster else 'single'}"
         )
         print(
             f"messages sent={report.sent} answered={report.answered} stored_turns={report.stored_turns} "
@@ -136,7 +138,7 @@ async def run(args: argparse.Namespace) -> Report:
                 await worker.process.wait()
         await telegram.stop()
         await llm.stop()
-        redis.stop()
+        shutdown(redis)
 
 
 async def dump_workers(workers: list[BotProcess], dead: set[int]) -> None:
@@ -167,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-redis-restart", dest="redis_restart", action="store_false")
     parser.add_argument("--timeout", type=float, default=240)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--cluster", action="store_true", help="run on a 3-master Redis Cluster")
     report = asyncio.run(run(parser.parse_args(argv)))
     ok = report.lost == 0 and report.doubled == 0 and report.out_of_order == 0 and report.answered == report.sent
     print("RESULT:", "OK" if ok else "INVARIANT BROKEN")
