@@ -11,6 +11,8 @@ on. Then every invariant is checked and the figures printed:
   lost" (a worker sent after another took the chat over: must be 0).
 
     .venv/bin/python -m benchmarks.chaos --chats 1000 --messages 10 --workers 3
+    .venv/bin/python -m benchmarks.chaos --cluster ...   (on a 3-master Redis Cluster; the Redis
+        restart becomes a restart of the master serving the ready set)
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ from datetime import datetime
 from pathlib import Path
 
 import aiohttp
-from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
+from benchmarks.cluster import client_for, make_store, shutdown
 from benchmarks.common import machine, percentile
 from services.keys import KeySpace
+from services.redisio import AnyRedis
 from services.store import RedisSessionStore
-from tests.conftest import RedisServer
 from tests.e2e.harness import TOKEN
 from tests.e2e.processes import SECRET, BotProcess, base_env, start_webhook_worker
 from tests.e2e.scenario import Report, WebhookSender, check, expected_reply, random_chats, wait_all_answered
@@ -43,7 +46,7 @@ from tests.stubs.telegram_server import StubTelegram
 
 async def run(args: argparse.Namespace) -> Report:
     rng = random.Random(args.seed)
-    redis = RedisServer(appendonly=True)
+    redis = make_store(args.cluster, KeySpace("sb", "123456"))
     redis.start()
     llm, telegram = StubOpenAI(latency=args.llm_latency), StubTelegram()
     await llm.start()
@@ -64,7 +67,7 @@ async def run(args: argparse.Namespace) -> Report:
     workers: list[BotProcess] = []
     sender = WebhookSender(telegram, [], SECRET)
     kills = restarts = pauses = stalls = 0
-    admin = Redis.from_url(redis.url)
+    admin = client_for(redis)
 
     async def start_worker() -> None:
         sender.urls.append(await start_webhook_worker(env, workdir, workers))
@@ -92,7 +95,11 @@ async def run(args: argparse.Namespace) -> Report:
 
     async def stall_redis() -> None:
         nonlocal stalls
-        await admin.execute_command("CLIENT", "PAUSE", int(1500 * args.lease), "ALL")
+        pause = ("CLIENT", "PAUSE", int(1500 * args.lease), "ALL")
+        if isinstance(admin, RedisCluster):  # every master stalls
+            await admin.execute_command(*pause, target_nodes=RedisCluster.PRIMARIES)
+        else:
+            await admin.execute_command(*pause)
         stalls += 1
 
     faults = [kill_one, pause_one, stall_redis]
@@ -155,7 +162,7 @@ async def run(args: argparse.Namespace) -> Report:
         print(
             f"workers={args.workers} llm_latency={args.llm_latency * 1000:.0f}ms lease={args.lease}s "
             f"kills={kills} pauses={pauses} redis_stalls={stalls} redis_restarts={restarts} "
-            f"intake_retries={sender.retries}"
+            f"intake_retries={sender.retries} redis={'cluster' if args.cluster else 'single'}"
         )
         print(
             f"messages sent={report.sent} answered={report.answered} stored_turns={report.stored_turns} "
@@ -180,7 +187,7 @@ async def run(args: argparse.Namespace) -> Report:
                 await worker.process.wait()
         await telegram.stop()
         await llm.stop()
-        redis.stop()
+        shutdown(redis)
 
 
 _REDELIVERY = re.compile(
@@ -255,12 +262,12 @@ class ForgetProbe:
         for chat in self.chats:
             await self._telegram.wait_messages(chat, 2, within=within)
 
-    async def resurrected(self, redis: Redis) -> int:
+    async def resurrected(self, redis: AnyRedis) -> int:
         everything = b"".join([await every_value(redis, key) async for key in redis.scan_iter(count=1000)])
         return sum(1 for chat in self.chats if self.secret(chat).encode() in everything)
 
 
-async def stuck_chats(redis: Redis, keys: KeySpace, settle: float) -> int:
+async def stuck_chats(redis: AnyRedis, keys: KeySpace, settle: float) -> int:
     """Chats with queued work that no worker finishes (after letting in-flight work settle)."""
     await asyncio.sleep(settle)
     stuck = 0
@@ -298,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-redis-restart", dest="redis_restart", action="store_false")
     parser.add_argument("--timeout", type=float, default=240)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--cluster", action="store_true", help="run on a 3-master Redis Cluster")
     report = asyncio.run(run(parser.parse_args(argv)))
     ok = (
         report.lost == 0

@@ -189,7 +189,7 @@ def _run(args: argparse.Namespace, settings: Settings, workers: WorkerSettings) 
 
 async def _admin(args: argparse.Namespace, settings: Settings) -> int:
     from bot import admin
-    from bot.app import build_backend
+    from bot.app import open_backend
 
     if settings.redis.redis_url is None:
         log.error("%s needs REDIS_URL (the in-process mode keeps no dead letters)", args.command)
@@ -198,7 +198,7 @@ async def _admin(args: argparse.Namespace, settings: Settings) -> int:
     if args.action not in actions[args.command]:
         log.error("%s: unknown action %r (one of %s)", args.command, args.action, ", ".join(actions[args.command]))
         return 2
-    backend = build_backend(settings)
+    backend = await open_backend(settings)
     try:
         if args.command == "dead-letters":
             return await admin.dead_letters(backend, args.action, args.target)

@@ -12,21 +12,22 @@ from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.fsm.storage.memory import SimpleEventIsolation
 from aiogram.types import BotCommand
-from redis.asyncio import Redis
 
 from bot.access import AccessMiddleware
 from bot.fastpath import json_codec
 from bot.flood import RetryAfterMiddleware
 from bot.handlers import all_routers
+from bot.redisconn import choose_cluster, redis_client
 from bot.settings import BotSettings
 from bot.settings import Settings as Settings  # re-exported: importers of bot.app.Settings keep working
+from bot.startup import with_startup_retries
 from services.chat import ChatService
 from services.deadletters import DeadLetterStore
 from services.engine import build_chat_service, build_llm_client
 from services.keys import KeySpace, bot_id_of
 from services.metrics import LLM_IN_FLIGHT, PrometheusObserver
 from services.ratelimit import InMemoryRateLimiter, RateLimiter, RedisRateLimiter
-from services.redisio import redis_errors
+from services.redisio import AnyRedis, redis_errors
 from services.store import InMemorySessionStore, RedisSessionStore
 from services.store.base import SessionStore
 
@@ -46,13 +47,6 @@ COMMANDS = {
 }
 
 
-def redis_client(url: str) -> Redis:
-    """A client whose calls fail (and are retried by their callers) instead of hanging on a dead link."""
-    return Redis.from_url(
-        url, health_check_interval=30, socket_timeout=15, socket_connect_timeout=5, socket_keepalive=True
-    )
-
-
 def key_space(settings: Settings) -> KeySpace:
     """Every key of this bot lives under ``<REDIS_KEY_PREFIX>:<bot id>``."""
     return KeySpace(settings.redis.redis_key_prefix, bot_id_of(settings.bot.bot_token.get_secret_value()))
@@ -67,9 +61,10 @@ class Backend:
     limiter: RateLimiter
     keys: KeySpace
     ttl_seconds: int
-    redis: Redis | None = None
+    redis: AnyRedis | None = None
+    cluster: bool = False
 
-    def need_redis(self) -> Redis:
+    def need_redis(self) -> AnyRedis:
         if self.redis is None:
             raise ValueError("this needs REDIS_URL")
         return self.redis
@@ -94,7 +89,19 @@ class Backend:
                 await self.redis.aclose()
 
 
-def build_backend(settings: Settings) -> Backend:
+async def open_backend(settings: Settings) -> Backend:
+    """``build_backend`` after resolving ``REDIS_CLUSTER`` (``auto`` asks the server once, retrying
+    while it cannot be reached; StartupError if it never answers)."""
+    if settings.redis.redis_url is None:
+        return build_backend(settings)
+    url = settings.redis.redis_url.get_secret_value()
+    mode = settings.redis.redis_cluster
+    cluster = await with_startup_retries("connecting to Redis", lambda: choose_cluster(url, mode))
+    return build_backend(settings, cluster=cluster)
+
+
+def build_backend(settings: Settings, *, cluster: bool = False) -> Backend:
+    """Everything that keeps state; with ``REDIS_URL``, one client (a cluster client if ``cluster``)."""
     ttl = settings.memory.session_ttl_seconds
     keys = key_space(settings)
     per_minute = settings.bot.rate_limit_per_minute
@@ -104,14 +111,15 @@ def build_backend(settings: Settings) -> Backend:
             "lost on restart). Set REDIS_URL for production and for more than one worker."
         )
         return Backend(InMemorySessionStore(ttl_seconds=ttl), InMemoryRateLimiter(per_minute=per_minute), keys, ttl)
-    client = redis_client(settings.redis.redis_url.get_secret_value())
-    log.info("session store: Redis (keys under %r)", keys.namespace)
+    client = redis_client(settings.redis.redis_url.get_secret_value(), cluster=cluster)
+    log.info("session store: Redis%s (keys under %r)", " Cluster" if cluster else "", keys.namespace)
     return Backend(
         RedisSessionStore(redis=client, ttl_seconds=ttl, keys=keys),
         RedisRateLimiter(redis=client, per_minute=per_minute, keys=keys, ttl_seconds=ttl),
         keys,
         ttl,
         client,
+        cluster,
     )
 
 

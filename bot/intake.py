@@ -21,14 +21,13 @@ from typing import Any
 from aiogram import Bot
 from aiogram.exceptions import ClientDecodeError, TelegramAPIError, TelegramConflictError
 from aiohttp import web
-from redis.asyncio import Redis
 
 from services.deadletters import DeadLetterStore
 from services.errors import TransientError
 from services.keys import KeySpace
 from services.metrics import DEAD_LETTERS, REDELIVERIES
 from services.queue import ChatWorkQueue
-from services.redisio import redis_errors
+from services.redisio import AnyRedis, redis_errors, register
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +125,7 @@ class Poller:
     def __init__(
         self,
         *,
-        redis: Redis,
+        redis: AnyRedis,
         bot: Bot,
         intake: Intake,
         keys: KeySpace,
@@ -144,9 +143,9 @@ class Poller:
         self._lease_ms = lease_ms
         self._poll_timeout = poll_timeout
         self._allowed = allowed_updates
-        self._lead = redis.register_script(_LEAD)
-        self._set_offset = redis.register_script(_SET_OFFSET)
-        self._resign = redis.register_script(_RESIGN)
+        self._lead = register(redis, _LEAD)
+        self._set_offset = register(redis, _SET_OFFSET)
+        self._resign = register(redis, _RESIGN)
         self._stopping = asyncio.Event()
         self.leading = False
         self.conflicts = 0

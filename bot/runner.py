@@ -12,7 +12,7 @@ from collections.abc import Awaitable
 from aiogram import Bot
 from aiohttp import web
 
-from bot.app import Backend, Settings, build_backend, build_bot, build_dispatcher, build_engine, set_commands
+from bot.app import Backend, Settings, build_bot, build_dispatcher, build_engine, open_backend, set_commands
 from bot.intake import Intake, Poller, webhook_handler
 from bot.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.settings import WorkerSettings
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 
 async def run_queued(settings: Settings, workers: WorkerSettings) -> None:
-    backend = build_backend(settings)
+    backend = await open_backend(settings)
     bot = build_bot(settings.bot)
     try:
         await _run(settings, workers, backend, bot)

@@ -8,10 +8,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
-from redis.asyncio import Redis
-
 from services.keys import KeySpace
-from services.redisio import redis_errors
+from services.redisio import AnyRedis, redis_errors, register
 
 DEAD_LETTERS_KEPT = 10_000
 """The oldest records beyond this many are dropped (the index is trimmed with the records)."""
@@ -60,11 +58,11 @@ class DeadLetter:
 class DeadLetterStore:
     """Dead-letter records in Redis (one hash slot: records and their time index)."""
 
-    def __init__(self, *, redis: Redis, keys: KeySpace | None = None) -> None:
+    def __init__(self, *, redis: AnyRedis, keys: KeySpace | None = None) -> None:
         self._redis = redis
         self._keys = keys or KeySpace()
-        self._add = redis.register_script(_ADD)
-        self._drop = redis.register_script(_DROP)
+        self._add = register(redis, _ADD)
+        self._drop = register(redis, _DROP)
 
     def _both(self) -> list[str]:
         return [self._keys.dead_items, self._keys.dead_index]

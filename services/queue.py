@@ -28,10 +28,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Literal, cast
 
-from redis.asyncio import Redis
-
+from services.errors import StoreUnavailableError
 from services.keys import KeySpace
-from services.redisio import LUA_NOW, redis_errors
+from services.redisio import LUA_NOW, AnyRedis, redis_errors, register
 
 SEEN_KEPT = 5000
 """How many recent item ids per chat are remembered to recognise redeliveries."""
@@ -224,22 +223,22 @@ class ChatWorkQueue:
     """The per-chat work queue. Redis errors surface as StoreUnavailableError (transient)."""
 
     def __init__(
-        self, *, redis: Redis, keys: KeySpace | None = None, lease_ms: int = 30_000, ttl_seconds: int = 0
+        self, *, redis: AnyRedis, keys: KeySpace | None = None, lease_ms: int = 30_000, ttl_seconds: int = 0
     ) -> None:
         self._redis = redis
         self._keys = keys or KeySpace()
         self.lease_ms = lease_ms
         self._seen_ttl = max(ttl_seconds, 0)
-        self._enqueue = redis.register_script(_ENQUEUE)
-        self._mark_ready = redis.register_script(_MARK_READY)
-        self._claim = redis.register_script(_CLAIM)
-        self._next = redis.register_script(_NEXT)
-        self._note = redis.register_script(_NOTE)
-        self._renew = redis.register_script(_RENEW_LEASE)
-        self._push_watchdog = redis.register_script(_PUSH_WATCHDOG)
-        self._drop_watchdog = redis.register_script(_DROP_WATCHDOG)
-        self._drop_lease = redis.register_script(_DROP_LEASE)
-        self._stats = redis.register_script(_STATS)
+        self._enqueue = register(redis, _ENQUEUE)
+        self._mark_ready = register(redis, _MARK_READY)
+        self._claim = register(redis, _CLAIM)
+        self._next = register(redis, _NEXT)
+        self._note = register(redis, _NOTE)
+        self._renew = register(redis, _RENEW_LEASE)
+        self._push_watchdog = register(redis, _PUSH_WATCHDOG)
+        self._drop_watchdog = register(redis, _DROP_WATCHDOG)
+        self._drop_lease = register(redis, _DROP_LEASE)
+        self._stats = register(redis, _STATS)
 
     async def enqueue(self, chat_id: int, item_id: str, payload: str, *, order: int) -> bool:
         """Store an item durably; True if new, False if this id was already taken in. Items of a chat
@@ -306,9 +305,16 @@ class ChatWorkQueue:
         with redis_errors(f"chat {claim.chat_id}: cannot renew"):
             if not await self._renew(keys=[keys.lease], args=[claim.token, self.lease_ms]):
                 return False
-            claim.watchdog = int(
-                await self._push_watchdog(keys=[self._keys.ready], args=[str(claim.chat_id), self.lease_ms])
-            )
+        try:
+            with redis_errors(f"chat {claim.chat_id}: cannot push the watchdog"):
+                claim.watchdog = int(
+                    await self._push_watchdog(keys=[self._keys.ready], args=[str(claim.chat_id), self.lease_ms])
+                )
+        except StoreUnavailableError:
+            # On a cluster the ready set may live on a master that is down while the chat's is up: the
+            # lease is kept all the same. If the watchdog fires meanwhile, whoever claims the chat finds
+            # the lease busy and leaves it; the lease, not the watchdog, decides who serves the chat.
+            pass
         return True
 
     async def hand_back(self, claim: Claim) -> None:

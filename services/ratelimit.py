@@ -7,10 +7,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from redis.asyncio import Redis
-
 from services.keys import KeySpace
-from services.redisio import LUA_NOW, redis_errors
+from services.redisio import LUA_NOW, AnyRedis, redis_errors, register
 
 WINDOW_SECONDS = 60
 
@@ -57,7 +55,7 @@ class RedisRateLimiter:
     def __init__(
         self,
         *,
-        redis: Redis,
+        redis: AnyRedis,
         per_minute: int,
         keys: KeySpace | None = None,
         ttl_seconds: int = 0,
@@ -69,7 +67,7 @@ class RedisRateLimiter:
         # records live one window at most, and never longer than the session retention
         self._key_ttl_ms = self._window_ms if ttl_seconds <= 0 else min(window_seconds, ttl_seconds) * 1000
         self._keys = keys or KeySpace()
-        self._hit = redis.register_script(_HIT)
+        self._hit = register(redis, _HIT)
         self._counter = 0
 
     def _chat_keys(self, chat_id: int) -> list[str]:

@@ -61,3 +61,7 @@ class RedisSettings(BaseSettings):
 
     redis_url: SecretStr | None = Field(default=None, description="unset: in-process store, one process only")
     redis_key_prefix: str = "sb"
+    redis_cluster: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="auto: ask the server at start-up (INFO cluster); on: Redis Cluster; off: one server",
+    )

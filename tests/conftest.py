@@ -9,19 +9,25 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import fakeredis
 import pytest
 import redis
 from redis.asyncio import Redis
 
+from bot.redisconn import redis_client
 from services.keys import KeySpace
 from services.llm import LLMClient
+from services.redisio import AnyRedis
 from services.store import InMemorySessionStore, RedisSessionStore
 from services.store.base import SessionStore
 from services.tokens import TokenCounter
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
+
+if TYPE_CHECKING:
+    from tests.cluster import RedisClusterServers
 
 
 @pytest.fixture(scope="session")
@@ -90,6 +96,35 @@ def redis_server() -> Iterator[RedisServer]:
     shutil.rmtree(server.dir, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServers]:
+    """One real 3-master Redis Cluster for the whole test run (start-up takes a few seconds)."""
+    from tests.cluster import RedisClusterServers
+
+    cluster = RedisClusterServers()
+    try:
+        cluster.start()
+        print(f"\nRedis Cluster (3 masters) up in {cluster.startup_seconds:.2f}s")
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+async def flushed_cluster_client(cluster: RedisClusterServers) -> AnyRedis:
+    """A cluster client (as the bot builds it) on ``cluster``, every master flushed."""
+    cluster.wait_ok()  # a test may have restarted a master
+    client = redis_client(cluster.url, cluster=True)
+    await client.flushall()
+    return client
+
+
+@pytest.fixture
+async def cluster_redis(redis_cluster: RedisClusterServers) -> AsyncIterator[AnyRedis]:
+    client = await flushed_cluster_client(redis_cluster)
+    yield client
+    await client.aclose()
+
+
 @pytest.fixture
 async def real_redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
     client = Redis.from_url(redis_server.url)
@@ -98,14 +133,17 @@ async def real_redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
     await client.aclose()
 
 
-@pytest.fixture(params=["memory", "fakeredis", "redis-server"])
+@pytest.fixture(params=["memory", "fakeredis", "redis-server", "redis-cluster"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[SessionStore]:
     """The same contract over every backend."""
+    client: AnyRedis
     if request.param == "memory":
         yield InMemorySessionStore(ttl_seconds=3600)
         return
     if request.param == "fakeredis":
         client = fakeredis.FakeAsyncRedis()
+    elif request.param == "redis-cluster":
+        client = await flushed_cluster_client(request.getfixturevalue("redis_cluster"))
     else:
         server: RedisServer = request.getfixturevalue("redis_server")
         client = Redis.from_url(server.url)

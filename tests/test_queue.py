@@ -11,12 +11,17 @@ from redis.asyncio import Redis
 
 from services.keys import KeySpace
 from services.queue import ChatWorkQueue, Claim, Step
+from services.redisio import AnyRedis
+from tests.conftest import flushed_cluster_client
 
 
-@pytest.fixture(params=["fakeredis", "redis-server"])
+@pytest.fixture(params=["fakeredis", "redis-server", "redis-cluster"])
 async def queue(request: pytest.FixtureRequest) -> AsyncIterator[ChatWorkQueue]:
+    client: AnyRedis
     if request.param == "fakeredis":
         client = fakeredis.FakeAsyncRedis()
+    elif request.param == "redis-cluster":
+        client = await flushed_cluster_client(request.getfixturevalue("redis_cluster"))
     else:
         client = Redis.from_url(request.getfixturevalue("redis_server").url)
         await client.flushdb()

@@ -1,7 +1,8 @@
-"""Redis session store: one round trip to load, one atomic Lua script per write.
+"""Redis session store: one read-only Lua script to load, one atomic Lua script per write.
 
-The keys of a chat (built by ``services.keys``) share one hash slot, so the scripts also run on Redis
-Cluster. Every write takes the caller's fencing token: a worker that lost the chat's lease cannot write
+The keys of a chat (built by ``services.keys``) share one hash slot, so every script also runs on Redis
+Cluster (reads are scripts too rather than MULTI pipelines: one code path for both deployments).
+Every write takes the caller's fencing token: a worker that lost the chat's lease cannot write
 (``LeaseLostError``), and every write is also fenced by the session's version, which only ever grows —
 ``/new`` and ``/forget`` move it on too, so no turn loaded before them can be committed after them.
 """
@@ -13,13 +14,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from redis.asyncio import Redis
-
 from services.errors import ConcurrentUpdateError, CorruptSessionError, LeaseLostError
 from services.fence import Fence, token_of
 from services.keys import KeySpace
 from services.models import Compaction, NewMessage, Session, StoredMessage
-from services.redisio import FENCE_LOST, LUA_FENCE, redis_errors
+from services.redisio import FENCE_LOST, LUA_FENCE, AnyRedis, redis_errors, register
 from services.store.base import TURN_IDS_KEPT, CommitResult, TurnStatus
 from services.summary_state import SummaryState
 
@@ -148,6 +147,18 @@ return {1, version}
 )
 
 
+# KEYS: meta, msgs. → {meta as a flat field/value list, messages}: one consistent snapshot.
+_LOAD = """
+return {redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1)}
+"""
+
+# KEYS: turns, replied, msgs. ARGV: turn_id. → {reply seq or false, replied or false, first message or false}
+_TURN_STATUS = """
+local reply_seq = redis.call('ZSCORE', KEYS[1], ARGV[1])
+return {reply_seq, redis.call('ZSCORE', KEYS[2], ARGV[1]), redis.call('LINDEX', KEYS[3], 0)}
+"""
+
+
 def _fence_lost_text(chat_id: int) -> str:
     return f"chat {chat_id}: this worker no longer holds the lease; nothing written"
 
@@ -155,16 +166,18 @@ def _fence_lost_text(chat_id: int) -> str:
 class RedisSessionStore:
     """SessionStore on Redis (or anything speaking its protocol with Lua scripting)."""
 
-    def __init__(self, *, redis: Redis, ttl_seconds: int = 0, keys: KeySpace | None = None) -> None:
+    def __init__(self, *, redis: AnyRedis, ttl_seconds: int = 0, keys: KeySpace | None = None) -> None:
         self._redis = redis
         self._ttl = ttl_seconds
         self._keys = keys or KeySpace()
-        self._commit = redis.register_script(_COMMIT.replace("FENCE_LOST", str(FENCE_LOST)))
-        self._compact = redis.register_script(_COMPACT.replace("FENCE_LOST", str(FENCE_LOST)))
-        self._mark_replied = redis.register_script(_MARK_REPLIED.replace("FENCE_LOST", str(FENCE_LOST)))
-        self._reset = redis.register_script(_RESET.replace("FENCE_LOST", str(FENCE_LOST)))
-        self._forget = redis.register_script(_FORGET.replace("FENCE_LOST", str(FENCE_LOST)))
-        self._quarantine = redis.register_script(_QUARANTINE.replace("FENCE_LOST", str(FENCE_LOST)))
+        self._commit = register(redis, _COMMIT.replace("FENCE_LOST", str(FENCE_LOST)))
+        self._compact = register(redis, _COMPACT.replace("FENCE_LOST", str(FENCE_LOST)))
+        self._mark_replied = register(redis, _MARK_REPLIED.replace("FENCE_LOST", str(FENCE_LOST)))
+        self._reset = register(redis, _RESET.replace("FENCE_LOST", str(FENCE_LOST)))
+        self._forget = register(redis, _FORGET.replace("FENCE_LOST", str(FENCE_LOST)))
+        self._quarantine = register(redis, _QUARANTINE.replace("FENCE_LOST", str(FENCE_LOST)))
+        self._load = register(redis, _LOAD)
+        self._turn_status = register(redis, _TURN_STATUS)
 
     @property
     def key_space(self) -> KeySpace:
@@ -173,10 +186,8 @@ class RedisSessionStore:
     async def load(self, chat_id: int) -> Session:
         keys = self._keys.chat(chat_id)
         with redis_errors(f"cannot load chat {chat_id}"):
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.hgetall(keys.meta)
-                pipe.lrange(keys.msgs, 0, -1)
-                meta, raw_messages = await pipe.execute()
+            flat, raw_messages = await self._load(keys=[keys.meta, keys.msgs])
+        meta = dict(zip(flat[::2], flat[1::2], strict=True))
         return _decode_session(chat_id, meta, raw_messages)
 
     async def commit_turn(
@@ -234,19 +245,18 @@ class RedisSessionStore:
     async def turn_status(self, chat_id: int, turn_id: str) -> TurnStatus:
         keys = self._keys.chat(chat_id)
         with redis_errors(f"cannot read chat {chat_id}"):
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.zscore(keys.turns, turn_id)
-                pipe.zscore(keys.replied, turn_id)
-                pipe.lindex(keys.msgs, 0)
-                reply_seq, replied, head = await pipe.execute()
+            reply_seq, replied, head = await self._turn_status(
+                keys=[keys.turns, keys.replied, keys.msgs], args=[turn_id]
+            )
             if reply_seq is None:
                 return TurnStatus(replied=replied is not None)
+            reply_seq = int(float(reply_seq))
             reply = None
             if head is not None:
-                index = int(reply_seq) - _decode_message(chat_id, head).seq
+                index = reply_seq - _decode_message(chat_id, head).seq
                 raw = await self._redis.lindex(keys.msgs, index) if index >= 0 else None
                 message = _decode_message(chat_id, raw) if raw is not None else None
-                if message is not None and message.seq == int(reply_seq) and message.role == "assistant":
+                if message is not None and message.seq == reply_seq and message.role == "assistant":
                     reply = message.content
         return TurnStatus(committed=True, replied=replied is not None, reply=reply)
 

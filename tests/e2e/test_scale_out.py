@@ -1,5 +1,5 @@
-"""Several worker processes on one real redis-server; one is SIGKILLed mid-run. Nothing is lost,
-doubled or reordered."""
+"""Several worker processes on one real redis-server, then on a real 3-master Redis Cluster; one is
+SIGKILLed mid-run. Nothing is lost, doubled or reordered."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from redis.asyncio import Redis
 
 from services.keys import KeySpace
+from services.redisio import AnyRedis
 from services.store import RedisSessionStore
-from tests.conftest import RedisServer, free_port
+from tests.conftest import free_port
+from tests.e2e.conftest import SharedRedis
 from tests.e2e.harness import TOKEN
 from tests.e2e.processes import SECRET, BotProcess, base_env
 from tests.e2e.scenario import WebhookSender, check, customer_text, random_chats, wait_all_answered
@@ -35,13 +36,13 @@ WORKER_ENV = {
 async def test_webhook_workers_survive_a_sigkill(
     telegram: StubTelegram,
     stub_llm: StubOpenAI,
-    redis_server: RedisServer,
-    real_redis: Redis,
+    shared_redis: SharedRedis,
     tmp_path: Path,
     processes: list[BotProcess],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     stub_llm.latency = 0.05
+    real_redis = shared_redis.client
     env = (
         base_env(telegram, stub_llm)
         | WORKER_ENV
@@ -51,7 +52,7 @@ async def test_webhook_workers_survive_a_sigkill(
             "WEBHOOK_PORT": "0",
             "WEBHOOK_PATH": "/hook",
             "WEBHOOK_SECRET": SECRET,
-            "REDIS_URL": redis_server.url,
+            "REDIS_URL": shared_redis.url,
         }
     )
     ports = [free_port() for _ in range(3)]
@@ -90,7 +91,7 @@ async def test_webhook_workers_survive_a_sigkill(
     )
     with capsys.disabled():  # the counts are part of what this test shows, pass or fail
         print(
-            f"\nwebhook scale-out: {report.line()} intake_retries={sender.retries} "
+            f"\nwebhook scale-out ({shared_redis.mode}): {report.line()} intake_retries={sender.retries} "
             f"chats_in_progress_at_kill={len(held_by_victim)}"
         )
     assert held_by_victim, "the victim was killed while serving chats"
@@ -103,19 +104,19 @@ async def test_webhook_workers_survive_a_sigkill(
 async def test_polling_leader_killed(
     telegram: StubTelegram,
     stub_llm: StubOpenAI,
-    redis_server: RedisServer,
-    real_redis: Redis,
+    shared_redis: SharedRedis,
     tmp_path: Path,
     processes: list[BotProcess],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     stub_llm.latency = 0.05
+    real_redis = shared_redis.client
     env = (
         base_env(telegram, stub_llm)
         | WORKER_ENV
         | {
             "BOT_MODE": "polling",
-            "REDIS_URL": redis_server.url,
+            "REDIS_URL": shared_redis.url,
             "POLLING_TIMEOUT_SECONDS": "1",
         }
     )
@@ -141,14 +142,15 @@ async def test_polling_leader_killed(
         telegram, RedisSessionStore(redis=real_redis, keys=KeySpace("sb", "123456")), chats, MESSAGES, started
     )
     with capsys.disabled():
-        print(f"\npolling scale-out: {report.line()} getUpdates_conflicts={telegram.conflicts}")
+        print(f"\npolling scale-out ({shared_redis.mode}): {report.line()} getUpdates_conflicts={telegram.conflicts}")
     assert new_leader != leader_pid
     assert report.answered == report.sent and report.lost == 0 and report.doubled == 0
     assert report.out_of_order == 0 and report.stored_turns == CHATS * MESSAGES
     assert telegram.conflicts <= 5, "no 409 loops"
 
 
-async def _leader_pid(redis: Redis, within: float = 90) -> int:
+async def _leader_pid(redis: AnyRedis, within: float = 90) -> int:
+    # three Python processes starting at once take ~30s to elect a leader on a loaded 2-core machine
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         holder = await redis.get(POLLER_KEY)

@@ -1,0 +1,161 @@
+"""Redis Cluster: mode detection, the single-slot rule (checked statically and at run time), scans and
+blocking waits across nodes, and cluster failures surfacing as the transient store error."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import io
+import logging
+from pathlib import Path
+
+import fakeredis
+import pytest
+from redis.exceptions import RedisClusterException
+
+from bot import admin
+from bot.app import Backend, open_backend
+from bot.redisconn import choose_cluster, is_cluster, redis_client
+from services.deadletters import DeadLetterStore
+from services.errors import StoreUnavailableError
+from services.keys import KeySpace
+from services.queue import ChatWorkQueue
+from services.ratelimit import RedisRateLimiter
+from services.redisio import AnyRedis, CrossSlotError, redis_errors, register, slot_of
+from services.store import RedisSessionStore
+from tests.cluster import RedisClusterServers
+from tests.conftest import RedisServer, flushed_cluster_client, free_port
+from tests.e2e.harness import make_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYS = KeySpace("c", "123456")
+
+
+async def test_auto_detects_each_kind_of_server(
+    redis_cluster: RedisClusterServers, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert await is_cluster(redis_cluster.url)
+    assert not await is_cluster(redis_server.url)
+    with caplog.at_level(logging.INFO, logger="bot.redisconn"):
+        assert await choose_cluster(redis_cluster.url, "auto")
+        assert not await choose_cluster(redis_server.url, "auto")
+        assert await choose_cluster(redis_server.url, "on")  # told, not asked
+        assert not await choose_cluster(redis_cluster.url, "off")
+    assert "Redis mode: cluster (detected)" in caplog.text
+    assert "Redis mode: single server (detected)" in caplog.text
+
+
+async def test_open_backend_builds_a_cluster_client_that_serves_the_session(
+    redis_cluster: RedisClusterServers, cluster_redis: AnyRedis
+) -> None:
+    settings = make_settings("http://127.0.0.1:9", "http://127.0.0.1:9", redis_cluster.url)
+    backend = await open_backend(settings)
+    try:
+        assert backend.cluster
+        await backend.ping()
+        for chat in range(20):  # chats spread over the three masters
+            await backend.store.commit_turn(chat, expected_version=0, messages=[])
+        assert all([(await backend.store.load(chat)).version == 1 for chat in range(20)])
+    finally:
+        await backend.close()
+
+
+async def test_an_unreachable_cluster_is_a_transient_store_error() -> None:
+    client = redis_client(f"redis://127.0.0.1:{free_port()}/0", cluster=True)
+    store = RedisSessionStore(redis=client, keys=KEYS)
+    with pytest.raises(StoreUnavailableError):
+        await store.ping()
+    with pytest.raises(StoreUnavailableError):
+        await store.load(1)
+    await client.aclose()
+
+
+def test_cluster_client_errors_are_classified() -> None:
+    with pytest.raises(StoreUnavailableError), redis_errors("x"):
+        raise RedisClusterException("Redis Cluster cannot be connected. Please provide at least one reachable node")
+    with pytest.raises(CrossSlotError), redis_errors("x"):
+        raise RedisClusterException("EVALSHA - all keys must map to the same key slot")
+
+
+async def test_a_redis_py_internal_error_during_a_fault_is_transient_but_ours_is_not() -> None:
+    client = redis_client(f"redis://127.0.0.1:{free_port()}/0")
+    connection = client.connection_pool.make_connection()
+    with pytest.raises(StoreUnavailableError, match="writelines"), redis_errors("x"):
+        await connection._send_packed_command([b"PING"])  # no writer: what a torn-down connection raises
+    with pytest.raises(AttributeError), redis_errors("x"):
+        None.missing  # type: ignore[attr-defined]  # noqa: B018
+    await client.aclose()
+
+
+def test_every_key_group_shares_one_slot() -> None:
+    chat = KEYS.chat(42)
+    assert len({slot_of(key) for key in (*(getattr(chat, f) for f in chat.__slots__),)}) == 1
+    assert slot_of(KEYS.poller_leader) == slot_of(KEYS.poller_offset)
+    assert slot_of(KEYS.dead_items) == slot_of(KEYS.dead_index)
+    # chats spread: 1000 chats land on many slots
+    assert len({slot_of(KEYS.chat(n).meta) for n in range(1000)}) > 900
+
+
+@pytest.mark.parametrize("backend", ["fakeredis", "redis-cluster"])
+async def test_a_cross_slot_script_is_refused_everywhere(backend: str, redis_cluster: RedisClusterServers) -> None:
+    """The check runs on every script call, on one server too: a script given keys of two chats fails
+    in every test that runs it, not only on a cluster."""
+    client: AnyRedis = fakeredis.FakeAsyncRedis()
+    if backend == "redis-cluster":
+        client = await flushed_cluster_client(redis_cluster)
+    script = register(client, "return redis.call('EXISTS', KEYS[1], KEYS[2])")
+    assert int(await script(keys=[KEYS.chat(1).meta, KEYS.chat(1).msgs])) == 0
+    with pytest.raises(CrossSlotError):
+        await script(keys=[KEYS.chat(1).meta, KEYS.chat(2).meta])
+    await client.aclose()
+
+
+def _calls_outside_redisio() -> list[str]:
+    """Every register_script / pipeline / transaction / eval call in the application code, except the
+    one checked helper in services/redisio.py."""
+    found = []
+    banned = {"register_script", "pipeline", "transaction", "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall"}
+    for package in ("bot", "services", "prompts", "eval"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path.relative_to(ROOT).as_posix() == "services/redisio.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in banned:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} .{node.func.attr}(")
+    return found
+
+
+def test_every_script_goes_through_the_single_slot_check() -> None:
+    """Adding a Lua script or a MULTI transaction any other way than ``services.redisio.register``
+    (which refuses keys of two slots on every call, so the whole suite exercises the rule) fails here."""
+    assert _calls_outside_redisio() == []
+
+
+async def test_wait_for_work_wakes_on_a_cluster(cluster_redis: AnyRedis) -> None:
+    queue = ChatWorkQueue(redis=cluster_redis, keys=KEYS, lease_ms=1000)
+    waiter = asyncio.create_task(queue.wait_for_work(5))
+    await asyncio.sleep(0.1)
+    started = asyncio.get_running_loop().time()
+    await queue.enqueue(7, "u1", "hello", order=1)
+    await asyncio.wait_for(waiter, 3)
+    assert asyncio.get_running_loop().time() - started < 3
+
+
+async def test_operator_commands_see_every_master(cluster_redis: AnyRedis) -> None:
+    """SCAN on a cluster client walks every master: quarantined sessions on all three are listed."""
+    store = RedisSessionStore(redis=cluster_redis, keys=KEYS)
+    backend = Backend(store, RedisRateLimiter(redis=cluster_redis, per_minute=5, keys=KEYS), KEYS, 0, cluster_redis)
+    chats = list(range(1, 31))
+    for chat in chats:
+        await store.commit_turn(chat, expected_version=0, messages=[])
+        await store.quarantine(chat, reason=f"broken {chat}")
+    nodes = {cluster_redis.nodes_manager.get_node_from_slot(slot_of(KEYS.chat(c).q_info)).name for c in chats}  # type: ignore[union-attr]
+    assert len(nodes) == 3
+    out = io.StringIO()
+    assert await admin.quarantine(backend, "list", None, out) == 0
+    assert "30 quarantined session(s)" in out.getvalue()
+    dead = DeadLetterStore(redis=cluster_redis, keys=KEYS)
+    await dead.add(chat_id=5, item_id="9", order=9, payload="{}", error="boom", attempts=3, worker="w")
+    out = io.StringIO()
+    assert await admin.dead_letters(backend, "list", None, out) == 0
+    assert "1 dead letter(s)" in out.getvalue()
