@@ -44,6 +44,14 @@ def chat_of(update: dict[str, Any]) -> int | None:
     return None
 
 
+UNEXPECTED_FAILURES_KEPT = 3
+"""An update whose queueing fails this many times in a row, for no known reason, is dead-lettered."""
+
+
+class IntakeError(TransientError):
+    """Queueing failed for an unexpected reason: the update is offered again (a few times)."""
+
+
 class Intake:
     """Queues raw updates under their chat; what cannot be queued goes to the dead letters."""
 
@@ -51,9 +59,10 @@ class Intake:
         self._queue = queue
         self._dead = dead_letters
         self._identity = identity
+        self._failures: dict[int, int] = {}
 
     async def take(self, update: dict[str, Any]) -> None:
-        """Queue one update. Raises TransientError only when it must be offered again later."""
+        """Queue one update. Raises TransientError when it must be offered again later."""
         chat_id = chat_of(update)
         update_id = update.get("update_id")
         if chat_id is None or not isinstance(update_id, int):
@@ -61,22 +70,39 @@ class Intake:
         try:
             # ASCII JSON: a lone surrogate ("\ud800", valid JSON) cannot be encoded as UTF-8 for Redis
             payload = json.dumps(update, ensure_ascii=True, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            await self._dead_letter(chat_id, update_id, update, f"cannot encode it: {exc}")
+            return
+        try:
             if not await self._queue.enqueue(chat_id, f"u{update_id}", payload, order=update_id):
                 REDELIVERIES.inc()
         except TransientError:
             raise
         except Exception as exc:
-            log.exception("update %s cannot be queued; moved to the dead letters", update_id)
-            await self._dead.add(
-                chat_id=chat_id,
-                item_id=f"u{update_id}",
-                order=update_id,
-                payload=json.dumps(update, ensure_ascii=True, default=str),
-                error=f"intake: {type(exc).__name__}: {exc}",
-                attempts=1,
-                worker=self._identity,
-            )
-            DEAD_LETTERS.labels("intake").inc()
+            # not the update's fault as far as anyone can tell: offered again (503 / the same offset),
+            # and only an update that keeps failing on its own goes to the dead letters
+            failures = self._failures.pop(update_id, 0) + 1
+            if failures < UNEXPECTED_FAILURES_KEPT:
+                self._failures[update_id] = failures
+                while len(self._failures) > 1000:
+                    self._failures.pop(next(iter(self._failures)))
+                log.exception("update %s could not be queued (%d); it will be offered again", update_id, failures)
+                raise IntakeError(f"update {update_id} not queued: {type(exc).__name__}") from exc
+            log.exception("update %s could not be queued %d times", update_id, failures)
+            await self._dead_letter(chat_id, update_id, update, f"cannot queue it: {type(exc).__name__}: {exc}")
+
+    async def _dead_letter(self, chat_id: int, update_id: int, update: dict[str, Any], error: str) -> None:
+        log.error("update %s moved to the dead letters: %s", update_id, error)
+        await self._dead.add(
+            chat_id=chat_id,
+            item_id=f"u{update_id}",
+            order=update_id,
+            payload=json.dumps(update, ensure_ascii=True, default=str),
+            error=f"intake: {error}",
+            attempts=1,
+            worker=self._identity,
+        )
+        DEAD_LETTERS.labels("intake").inc()
 
 
 def webhook_handler(intake: Intake, secret: str) -> Callable[[web.Request], Awaitable[web.Response]]:

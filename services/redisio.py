@@ -109,10 +109,12 @@ def redis_errors(action: str) -> Iterator[None]:
         if "same key slot" in str(exc) or "same slot" in str(exc):
             raise CrossSlotError(f"{action}: {exc}") from exc
         raise StoreUnavailableError(f"{action}: {type(exc).__name__}: {exc}") from exc
-    except (AttributeError, TypeError) as exc:
+    except (AttributeError, TypeError, RuntimeError) as exc:
         # redis-py's asyncio cluster client can trip over a connection another task is tearing down
         # while a node fails (e.g. "'NoneType' object has no attribute 'writelines'"; redis/redis-py
-        # #3546, #3835): a client bug during a transient fault, not ours. Our own bugs stay bugs.
+        # #3546, #3835; under uvloop the same shows as RuntimeError "unable to perform operation on
+        # <TCPTransport closed=True>"): a client bug during a transient fault, not ours. Our own bugs
+        # stay bugs.
         if not _raised_inside_redis_py(exc):
             raise
         raise StoreUnavailableError(f"{action}: redis-py {type(exc).__name__} during a fault: {exc}") from exc
@@ -122,13 +124,18 @@ _REDIS_PY = os.path.dirname(redis.__file__) + os.sep
 _ASYNCIO = os.path.dirname(asyncio.__file__) + os.sep
 
 
+def _is_uvloop(filename: str) -> bool:
+    return filename.startswith("uvloop" + os.sep) or f"{os.sep}uvloop{os.sep}" in filename
+
+
 def _raised_inside_redis_py(exc: BaseException) -> bool:
-    """True if the innermost frame outside the asyncio stdlib that raised ``exc`` is redis-py's."""
+    """True if the innermost frame that raised ``exc``, past the event loop's own (the asyncio stdlib,
+    uvloop), is redis-py's."""
     innermost = None
     tb = exc.__traceback__
     while tb is not None:
         filename = tb.tb_frame.f_code.co_filename
-        if not filename.startswith(_ASYNCIO):
+        if not filename.startswith(_ASYNCIO) and not _is_uvloop(filename):
             innermost = filename
         tb = tb.tb_next
     return innermost is not None and innermost.startswith(_REDIS_PY)

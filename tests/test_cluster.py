@@ -11,6 +11,7 @@ from pathlib import Path
 
 import fakeredis
 import pytest
+from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException
 
 from bot import admin
@@ -159,3 +160,23 @@ async def test_operator_commands_see_every_master(cluster_redis: AnyRedis) -> No
     out = io.StringIO()
     assert await admin.dead_letters(backend, "list", None, out) == 0
     assert "1 dead letter(s)" in out.getvalue()
+
+
+def test_the_same_client_fault_under_uvloop_is_transient_too(redis_server: RedisServer) -> None:
+    """Under uvloop the torn-down connection of the client bug above raises RuntimeError from uvloop's
+    own (Cython) frames; seen dead-lettering updates at intake during a master restart."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main() -> None:
+        client = Redis.from_url(redis_server.url)
+        connection = client.connection_pool.make_connection()
+        await connection.connect()
+        connection._writer.transport.close()  # type: ignore[union-attr]
+        await asyncio.sleep(0.01)
+        with pytest.raises(StoreUnavailableError, match="RuntimeError"), redis_errors("x"):
+            await connection._send_packed_command([b"PING"])
+        with pytest.raises(RuntimeError), redis_errors("x"):
+            raise RuntimeError("ours")
+        await client.aclose()
+
+    uvloop.run(main())
