@@ -137,18 +137,28 @@ def test_bad_settings_are_refused_at_start_up(tmp_path: Path) -> None:
     import subprocess
 
     base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
-    for env, expected in (
+    cases = (
         ({"CHAT_INPUT_TOKEN_BUDGET": "0", "BOT_TOKEN": TOKEN}, "chat_input_token_budget"),
         ({"BOT_MODE": "webhook", "BOT_TOKEN": TOKEN}, "BOT_MODE=webhook needs WEBHOOK_SECRET"),
         ({}, "BOT_TOKEN is not set"),
         ({"BOT_TOKEN": TOKEN}, "OPENAI_API_KEY is not set"),
         ({"BOT_TOKEN": TOKEN, "OPENAI_API_KEY": " "}, "OPENAI_API_KEY is not set"),
-    ):
-        done = subprocess.run(
-            [sys.executable, "-m", "bot"], cwd=tmp_path, env=base | env, capture_output=True, text=True, timeout=60
+    )
+    started = [  # side by side: each is a whole interpreter start
+        subprocess.Popen(
+            [sys.executable, "-m", "bot"],
+            cwd=tmp_path,
+            env=base | env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-        assert done.returncode != 0 and expected in done.stdout + done.stderr, done.stderr
-        assert "Traceback" not in done.stderr
+        for env, _ in cases
+    ]
+    for process, (_, expected) in zip(started, cases, strict=True):
+        stdout, stderr = process.communicate(timeout=90)
+        assert process.returncode != 0 and expected in stdout + stderr, stderr
+        assert "Traceback" not in stderr
 
 
 async def test_a_key_the_endpoint_rejects_stops_the_start(
@@ -198,16 +208,22 @@ async def test_set_webhook_uploads_a_self_signed_certificate_and_refuses_urls_te
     )
     assert await made.wait() == 0
     env = base_env(telegram, stub_llm) | {"WEBHOOK_SECRET": SECRET}
-    for url, reason in (
-        ("http://203.0.113.7:8080/telegram/webhook", "must be an https:// URL"),
-        ("https://203.0.113.7:8080/telegram/webhook", "port 8080, but Telegram posts webhooks only to ports"),
-    ):
-        code, output = await run_set_webhook(env | {"WEBHOOK_URL": url}, tmp_path)
+    good_url = {"WEBHOOK_URL": "https://203.0.113.7:8443/telegram/webhook"}
+    refused = (
+        (env | {"WEBHOOK_URL": "http://203.0.113.7:8080/telegram/webhook"}, (), "must be an https:// URL"),
+        (
+            env | {"WEBHOOK_URL": "https://203.0.113.7:8080/telegram/webhook"},
+            (),
+            "port 8080, but Telegram posts webhooks only to ports",
+        ),
+        (env | good_url, ("--certificate", str(tls / "privkey.pem")), "holds a private key"),
+    )
+    runs = await asyncio.gather(  # side by side: each is a whole interpreter start
+        *(run_set_webhook(run_env, tmp_path, *args) for run_env, args, _ in refused)
+    )
+    for (code, output), (_, _, reason) in zip(runs, refused, strict=True):
         assert code == 2 and reason in output and "Traceback" not in output, output
     assert telegram.of("setWebhook") == []
-    good_url = {"WEBHOOK_URL": "https://203.0.113.7:8443/telegram/webhook"}
-    code, output = await run_set_webhook(env | good_url, tmp_path, "--certificate", str(tls / "privkey.pem"))
-    assert code == 2 and "holds a private key" in output
     code, output = await run_set_webhook(env | good_url, tmp_path, "--certificate", str(tls / "fullchain.pem"))
     assert code == 0, output
     call = telegram.of("setWebhook")[0].params
