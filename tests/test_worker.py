@@ -129,10 +129,12 @@ async def test_a_dead_serve_loop_never_keeps_its_lease(bot: Bot) -> None:
     running = asyncio.create_task(worker.run())
     try:
         for _ in range(100):  # the first serve loop dies on the Redis error; the chat must come back
-            if len(seen) >= 2:
+            if "second" in seen:
                 break
             await asyncio.sleep(0.05)
-        assert seen[-1] == "second" and seen.count("second") == 1
+        # "first" was processed but its acknowledgement failed: it comes again (at least once; the chat
+        # service recognises the turn id), and only then "second"
+        assert seen[-1] == "second" and seen.count("second") == 1 and set(seen) == {"first", "second"}
         await asyncio.sleep(0.5)
         assert await redis.exists(KEYS.chat(9).lease) == 0, "no heartbeat outlived its serve loop"
     finally:
