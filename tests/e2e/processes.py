@@ -105,3 +105,18 @@ async def start_webhook_worker(env: dict[str, str], workdir: Path, started: list
     await worker.start()
     await worker.wait_http_ok(f"http://127.0.0.1:{port}/healthz")
     return f"http://127.0.0.1:{port}{env.get('WEBHOOK_PATH', '/telegram/webhook')}"
+
+
+def run_side_by_side(envs: list[dict[str, str]], cwd: Path, timeout: float = 90) -> list[tuple[int, str]]:
+    """``python -m bot`` once per environment, all at once (each is a whole interpreter start); returns
+    each process's exit code and output (stdout and stderr together)."""
+    import subprocess
+
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-m", "bot"], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for env in envs
+    ]
+    outputs = [process.communicate(timeout=timeout)[0] for process in started]
+    return [(process.returncode, output) for process, output in zip(started, outputs, strict=True)]

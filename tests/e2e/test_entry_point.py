@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 from tests.conftest import RedisServer, free_port
 from tests.e2e.harness import TOKEN
-from tests.e2e.processes import API_KEY, SECRET, BotProcess, base_env
+from tests.e2e.processes import API_KEY, SECRET, BotProcess, base_env, run_side_by_side
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
 
@@ -134,7 +134,6 @@ async def test_a_restarted_process_keeps_the_session(
 
 
 def test_bad_settings_are_refused_at_start_up(tmp_path: Path) -> None:
-    import subprocess
 
     base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
     cases = (
@@ -144,21 +143,10 @@ def test_bad_settings_are_refused_at_start_up(tmp_path: Path) -> None:
         ({"BOT_TOKEN": TOKEN}, "OPENAI_API_KEY is not set"),
         ({"BOT_TOKEN": TOKEN, "OPENAI_API_KEY": " "}, "OPENAI_API_KEY is not set"),
     )
-    started = [  # side by side: each is a whole interpreter start
-        subprocess.Popen(
-            [sys.executable, "-m", "bot"],
-            cwd=tmp_path,
-            env=base | env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for env, _ in cases
-    ]
-    for process, (_, expected) in zip(started, cases, strict=True):
-        stdout, stderr = process.communicate(timeout=90)
-        assert process.returncode != 0 and expected in stdout + stderr, stderr
-        assert "Traceback" not in stderr
+    runs = run_side_by_side([base | env for env, _ in cases], tmp_path)
+    for (code, output), (_, expected) in zip(runs, cases, strict=True):
+        assert code != 0 and expected in output, output
+        assert "Traceback" not in output
 
 
 async def test_a_key_the_endpoint_rejects_stops_the_start(

@@ -23,7 +23,7 @@ from services.keys import KeySpace
 from services.store import RedisSessionStore
 from tests.conftest import RedisServer
 from tests.e2e.harness import TOKEN, make_settings
-from tests.e2e.processes import SECRET, BotProcess, base_env, start_webhook_worker
+from tests.e2e.processes import SECRET, BotProcess, base_env, run_side_by_side, start_webhook_worker
 from tests.e2e.test_operations import every_value
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
@@ -285,8 +285,6 @@ async def admin_output(backend: Backend, action: str, target: str | None = None)
 def test_start_up_failures_are_one_line_without_a_traceback(tmp_path: Path, redis_server: RedisServer) -> None:
     import os
     import socket
-    import subprocess
-    import sys
 
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
@@ -305,20 +303,9 @@ def test_start_up_failures_are_one_line_without_a_traceback(tmp_path: Path, redi
             "connecting to Telegram: still failing",
         ),
     )
-    started = [  # side by side: each spends its start-up retries (about 8 s) waiting
-        subprocess.Popen(
-            [sys.executable, "-m", "bot"],
-            cwd=tmp_path,
-            env=base | env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for env, _ in cases
-    ]
-    for process, (_, expected) in zip(started, cases, strict=True):
-        output, _ = process.communicate(timeout=90)
-        assert process.returncode == 2 and expected in output, output
+    runs = run_side_by_side([base | env for env, _ in cases], tmp_path)  # each waits out ~8 s of retries
+    for (code, output), (_, expected) in zip(runs, cases, strict=True):
+        assert code == 2 and expected in output, output
         assert "Traceback" not in output and "Unclosed" not in output, output
 
 
