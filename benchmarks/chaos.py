@@ -33,9 +33,9 @@ from redis.asyncio.cluster import RedisCluster
 
 from benchmarks.cluster import client_for, make_store, shutdown
 from benchmarks.common import machine, percentile
-from services.keys import KeySpace
-from services.redisio import AnyRedis
-from services.store import RedisSessionStore
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.scripts import AnyRedis
+from services.backends.redis.store import RedisSessionStore
 from tests.e2e.harness import TOKEN
 from tests.e2e.processes import SECRET, BotProcess, base_env, start_webhook_worker
 from tests.e2e.scenario import Report, WebhookSender, check, expected_reply, random_chats, wait_all_answered

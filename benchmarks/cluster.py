@@ -8,9 +8,9 @@ chaos run's "Redis restart" becomes a master restart. ``close()`` removes everyt
 
 from __future__ import annotations
 
-from bot.redisconn import redis_client
-from services.keys import KeySpace
-from services.redisio import AnyRedis
+from services.backends.redis.connection import redis_client
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.scripts import AnyRedis
 from tests.cluster import ClusterNode, RedisClusterServers
 from tests.conftest import RedisServer
 

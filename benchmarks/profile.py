@@ -46,9 +46,9 @@ _RULES: list[tuple[str, str]] = [
     ("logging", "/logging/"),
     ("logging", "bot/logs.py"),
     ("reply rendering (markdown)", "telegramify_markdown"),
-    ("reply rendering (markdown)", "bot/render.py"),
+    ("reply rendering (markdown)", "bot/telegram/render.py"),
     ("webhook intake", "/bot/intake.py"),
-    ("worker loop and Update parsing (bot/worker.py)", "/bot/worker.py"),
+    ("worker loop and Update parsing (bot/runtime/worker.py)", "/bot/worker.py"),
     ("event loop, sockets, other", "/bot/__main__.py"),
     ("event loop, sockets, other", "/bot/runner.py"),
     ("our code (services/, bot/)", "/services/"),
@@ -56,7 +56,7 @@ _RULES: list[tuple[str, str]] = [
     ("aiohttp web server", "/aiohttp/web_"),
 ]
 _FRAME = re.compile(r"^(?P<function>.*) \((?P<path>[^()]*?)(?::\d+)?\)$")
-_OUR_REDIS_CALLERS = ("services/queue.py", "services/store/redis.py", "services/ratelimit.py", "bot/intake.py")
+_OUR_REDIS_CALLERS = ("services/backends/redis/", "bot/runtime/intake.py")
 
 
 @dataclass

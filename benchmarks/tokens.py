@@ -30,17 +30,17 @@ from benchmarks.common import machine
 from benchmarks.conversation import CONTROL_FACTS, Turn, generate
 from benchmarks.prompt_cost import RATIOS, CacheMeter
 from prompts import default_registry
-from services.chat import ChatService
-from services.engine import build_chat_service
-from services.llm import LLMClient
-from services.models import PromptPart, StoredMessage
-from services.prompt_format import customer_block, summary_block
+from services.backends.memory import InMemorySessionStore
+from services.engine.builders import build_chat_service
+from services.engine.chat import ChatService
+from services.engine.llm import LLMClient
+from services.engine.models import PromptPart, StoredMessage
+from services.engine.prompt_format import customer_block, summary_block
+from services.engine.summarizer import Summarizer
+from services.engine.summary_state import SummaryState, render_summary
+from services.engine.tokens import TokenCounter
+from services.engine.window import build_window
 from services.settings import MemorySettings
-from services.store import InMemorySessionStore
-from services.summarizer import Summarizer
-from services.summary_state import SummaryState, render_summary
-from services.tokens import TokenCounter
-from services.window import build_window
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.prompt_cache import PromptTokens
 

@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from bot.fastpath import install_event_loop
 from bot.logs import setup_logging
 from bot.preflight import check_api_key, missing_message, missing_settings
+from bot.runtime.fastpath import install_event_loop
+from bot.runtime.startup import StartupError
 from bot.settings import Settings, WorkerSettings
-from bot.startup import StartupError
 from services.errors import ConfigurationError, StoreError, SupportBotError
 
 # aiogram, aiohttp and openai take seconds to import: they are loaded only once the settings are
 # checked, so the first log line (and any "setting missing" message) comes at once.
 if TYPE_CHECKING:
-    from bot.app import Backend
-    from bot.ops import ReadyCheck
+    from bot.factory import Backend
+    from bot.runtime.ops import ReadyCheck
 
 log = logging.getLogger("bot")
 
@@ -43,9 +43,9 @@ def readiness(backend: Backend, running: Callable[[], bool]) -> ReadyCheck:
 
 
 async def run_polling(settings: Settings) -> None:
-    from bot.app import build_backend, build_bot, build_dispatcher, build_engine, set_commands
-    from bot.ops import start_ops_server
-    from bot.startup import with_startup_retries
+    from bot.factory import build_backend, build_bot, build_dispatcher, build_engine, set_commands
+    from bot.runtime.ops import start_ops_server
+    from bot.runtime.startup import with_startup_retries
 
     backend = build_backend(settings)
     chat = build_engine(settings, backend.store)
@@ -79,10 +79,10 @@ async def run_polling(settings: Settings) -> None:
 def run_webhook(settings: Settings) -> None:
     from aiohttp import web
 
-    from bot.app import build_backend, build_bot, build_dispatcher, build_engine, set_commands
-    from bot.ops import add_health_routes, start_ops_server
-    from bot.startup import with_startup_retries
-    from bot.webhook import build_webhook_app
+    from bot.factory import build_backend, build_bot, build_dispatcher, build_engine, set_commands
+    from bot.runtime.ops import add_health_routes, start_ops_server
+    from bot.runtime.startup import with_startup_retries
+    from bot.runtime.webhook import build_webhook_app
 
     backend = build_backend(settings)
     chat = build_engine(settings, backend.store)
@@ -178,7 +178,7 @@ def _run(args: argparse.Namespace, settings: Settings, workers: WorkerSettings) 
     elif args.command in ("dead-letters", "quarantine"):
         raise SystemExit(asyncio.run(_admin(args, settings)))
     elif settings.redis.redis_url is not None:
-        from bot.runner import run_queued
+        from bot.runners.queued import run_queued
 
         asyncio.run(run_queued(settings, workers))
     elif settings.bot.bot_mode == "webhook":
@@ -189,7 +189,7 @@ def _run(args: argparse.Namespace, settings: Settings, workers: WorkerSettings) 
 
 async def _admin(args: argparse.Namespace, settings: Settings) -> int:
     from bot import admin
-    from bot.app import open_backend
+    from bot.factory import open_backend
 
     if settings.redis.redis_url is None:
         log.error("%s needs REDIS_URL (the in-process mode keeps no dead letters)", args.command)

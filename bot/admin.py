@@ -12,8 +12,8 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from bot.app import Backend
-from services.queue import ChatWorkQueue
+from bot.factory import Backend
+from services.backends.redis.queue import ChatWorkQueue
 
 
 def _text(value: Any) -> str:

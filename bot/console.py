@@ -8,10 +8,10 @@ import asyncio
 import sys
 from typing import TextIO
 
-from bot.app import Settings, build_engine
-from services.chat import ChatService
+from bot.factory import Settings, build_engine
+from services.engine.chat import ChatService
+from services.engine.turns import TurnResult
 from services.errors import SupportBotError
-from services.turns import TurnResult
 
 HELP = "Type a message. /new resets the chat, /quit leaves."
 

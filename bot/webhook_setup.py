@@ -55,7 +55,7 @@ def read_certificate(path: Path) -> Path:
 async def set_webhook(settings: Settings, certificate: Path | None = None) -> None:
     from aiogram.types import FSInputFile
 
-    from bot.app import build_bot, set_commands
+    from bot.factory import build_bot, set_commands
 
     url = check_webhook_url(settings.bot.webhook_url or "")
     cert = FSInputFile(read_certificate(certificate)) if certificate else None

@@ -14,10 +14,10 @@ from openai import AsyncOpenAI
 
 from eval.dialogues import DIALOGUES
 from eval.runner import DialogueOutcome, run_dialogue, table
-from services.engine import build_chat_service
-from services.llm import LLMClient
+from services.backends.memory import InMemorySessionStore
+from services.engine.builders import build_chat_service
+from services.engine.llm import LLMClient
 from services.settings import MemorySettings
-from services.store import InMemorySessionStore
 
 
 async def run(args: argparse.Namespace) -> list[DialogueOutcome]:

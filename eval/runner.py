@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eval.dialogues import Dialogue
-from services.chat import ChatService
-from services.identifiers import mentions, summary_text
-from services.turns import TurnResult
+from services.engine.chat import ChatService
+from services.engine.identifiers import mentions, summary_text
+from services.engine.turns import TurnResult
 
 
 @dataclass(frozen=True, slots=True)

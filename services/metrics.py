@@ -6,7 +6,7 @@ import logging
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from services.turns import CompactionReport, TurnResult
+from services.engine.turns import CompactionReport, TurnResult
 
 log = logging.getLogger(__name__)
 

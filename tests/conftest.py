@@ -16,13 +16,14 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
-from bot.redisconn import redis_client
-from services.keys import KeySpace
-from services.llm import LLMClient
-from services.redisio import AnyRedis
-from services.store import InMemorySessionStore, RedisSessionStore
-from services.store.base import SessionStore
-from services.tokens import TokenCounter
+from services.backends.memory import InMemorySessionStore
+from services.backends.redis.connection import redis_client
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.scripts import AnyRedis
+from services.backends.redis.store import RedisSessionStore
+from services.engine.llm import LLMClient
+from services.engine.tokens import TokenCounter
+from services.ports import SessionStore
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from prompts import default_registry
-from services.chat import ChatService
-from services.compaction import CompactionPolicy
-from services.llm import LLMClient
-from services.store.base import SessionStore
-from services.summarizer import Summarizer
-from services.tokens import TokenCounter
-from services.turns import TurnObserver
+from services.engine.chat import ChatService
+from services.engine.llm import LLMClient
+from services.engine.policy import CompactionPolicy
+from services.engine.summarizer import Summarizer
+from services.engine.tokens import TokenCounter
+from services.engine.turns import TurnObserver
+from services.ports import SessionStore
 
 
 def make_service(

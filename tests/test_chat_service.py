@@ -7,12 +7,13 @@ import fakeredis
 import pytest
 from redis.asyncio import Redis
 
+from services.backends.memory import InMemorySessionStore
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.store import RedisSessionStore
+from services.engine.llm import LLMClient
+from services.engine.tokens import TokenCounter
+from services.engine.turns import TurnResult
 from services.errors import ConcurrentUpdateError, LLMReplyTruncatedError, LLMUnavailableError, MessageTooLongError
-from services.keys import KeySpace
-from services.llm import LLMClient
-from services.store import InMemorySessionStore, RedisSessionStore
-from services.tokens import TokenCounter
-from services.turns import TurnResult
 from tests.conftest import RedisServer
 from tests.helpers import customer_line, make_service
 from tests.stubs.openai_server import StubOpenAI, digit_dropping_summary, previous_summary

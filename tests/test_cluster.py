@@ -15,15 +15,15 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException
 
 from bot import admin
-from bot.app import Backend, open_backend
-from bot.redisconn import choose_cluster, is_cluster, redis_client
-from services.deadletters import DeadLetterStore
+from bot.factory import Backend, open_backend
+from services.backends.redis.connection import choose_cluster, is_cluster, redis_client
+from services.backends.redis.deadletters import DeadLetterStore
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.queue import ChatWorkQueue
+from services.backends.redis.ratelimit import RedisRateLimiter
+from services.backends.redis.scripts import AnyRedis, CrossSlotError, redis_errors, register, slot_of
+from services.backends.redis.store import RedisSessionStore
 from services.errors import StoreUnavailableError
-from services.keys import KeySpace
-from services.queue import ChatWorkQueue
-from services.ratelimit import RedisRateLimiter
-from services.redisio import AnyRedis, CrossSlotError, redis_errors, register, slot_of
-from services.store import RedisSessionStore
 from tests.cluster import RedisClusterServers
 from tests.conftest import RedisServer, flushed_cluster_client, free_port
 from tests.e2e.harness import make_settings
@@ -37,7 +37,7 @@ async def test_auto_detects_each_kind_of_server(
 ) -> None:
     assert await is_cluster(redis_cluster.url)
     assert not await is_cluster(redis_server.url)
-    with caplog.at_level(logging.INFO, logger="bot.redisconn"):
+    with caplog.at_level(logging.INFO, logger="services.backends.redis.connection"):
         assert await choose_cluster(redis_cluster.url, "auto")
         assert not await choose_cluster(redis_server.url, "auto")
         assert await choose_cluster(redis_server.url, "on")  # told, not asked
@@ -113,12 +113,12 @@ async def test_a_cross_slot_script_is_refused_everywhere(backend: str, redis_clu
 
 def _calls_outside_redisio() -> list[str]:
     """Every register_script / pipeline / transaction / eval call in the application code, except the
-    one checked helper in services/redisio.py."""
+    one checked helper in services/backends/redis/scripts.py."""
     found = []
     banned = {"register_script", "pipeline", "transaction", "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall"}
     for package in ("bot", "services", "prompts", "eval"):
         for path in sorted((ROOT / package).rglob("*.py")):
-            if path.relative_to(ROOT).as_posix() == "services/redisio.py":
+            if path.relative_to(ROOT).as_posix() == "services/backends/redis/scripts.py":
                 continue
             for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in banned:
@@ -127,7 +127,7 @@ def _calls_outside_redisio() -> list[str]:
 
 
 def test_every_script_goes_through_the_single_slot_check() -> None:
-    """Adding a Lua script or a MULTI transaction any other way than ``services.redisio.register``
+    """Adding a Lua script or a MULTI transaction any other way than ``services.backends.redis.scripts.register``
     (which refuses keys of two slots on every call, so the whole suite exercises the rule) fails here."""
     assert _calls_outside_redisio() == []
 

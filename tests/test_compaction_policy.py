@@ -1,7 +1,7 @@
 import pytest
 
-from services.compaction import CompactionPolicy
-from services.models import StoredMessage
+from services.engine.models import StoredMessage
+from services.engine.policy import CompactionPolicy
 from services.settings import MemorySettings
 
 

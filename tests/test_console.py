@@ -1,9 +1,9 @@
 import io
 
 from bot.console import run_console
-from services.llm import LLMClient
-from services.store import InMemorySessionStore
-from services.tokens import TokenCounter
+from services.backends.memory import InMemorySessionStore
+from services.engine.llm import LLMClient
+from services.engine.tokens import TokenCounter
 from tests.helpers import customer_line, make_service
 from tests.stubs.openai_server import StubOpenAI
 

@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from services.deadletters import DeadLetterStore
-from services.keys import KeySpace
-from services.redisio import AnyRedis
+from services.backends.redis.deadletters import DeadLetterStore
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.scripts import AnyRedis
 from tests.conftest import flushed_cluster_client
 
 KEYS = KeySpace("d", "123456")

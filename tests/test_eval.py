@@ -13,10 +13,10 @@ import pytest
 
 from eval.dialogues import DIALOGUES
 from eval.runner import run_dialogue, table
-from services.identifiers import extract_identifiers
-from services.llm import LLMClient
-from services.store import InMemorySessionStore
-from services.tokens import TokenCounter
+from services.backends.memory import InMemorySessionStore
+from services.engine.identifiers import extract_identifiers
+from services.engine.llm import LLMClient
+from services.engine.tokens import TokenCounter
 from tests.helpers import make_service
 from tests.stubs.openai_server import StubOpenAI, customer_texts, digit_dropping_summary, faithful_summary
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from bot.app import build_bot
-from bot.fastpath import install_event_loop, json_codec
+from bot.factory import build_bot
+from bot.runtime.fastpath import install_event_loop, json_codec
 from bot.settings import BotSettings
 
 

@@ -10,11 +10,11 @@ import fakeredis
 import pytest
 from redis.asyncio import Redis
 
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.store import RedisSessionStore
+from services.engine.models import NewMessage
 from services.errors import CorruptSessionError, LeaseLostError
 from services.fence import Fence
-from services.keys import KeySpace
-from services.models import NewMessage
-from services.store import RedisSessionStore
 
 KEYS = KeySpace("f", "123456")
 

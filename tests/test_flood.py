@@ -10,8 +10,8 @@ import pytest
 from aiogram.exceptions import TelegramRetryAfter
 from aiogram.methods import SendChatAction, SendMessage, SendMessageDraft, TelegramMethod
 
-from bot.flood import RetryAfterMiddleware
-from bot.utf16 import utf16_tail, utf16_units
+from bot.telegram.middlewares.flood import RetryAfterMiddleware
+from bot.telegram.utf16 import utf16_tail, utf16_units
 
 
 class FloodedTelegram:

@@ -6,11 +6,11 @@ import re
 
 import pytest
 
+from services.backends.memory import InMemorySessionStore
+from services.engine.llm import LLMClient
+from services.engine.prompt_format import neutralize
+from services.engine.tokens import TokenCounter
 from services.errors import MessageTooLongError
-from services.llm import LLMClient
-from services.prompt_format import neutralize
-from services.store import InMemorySessionStore
-from services.tokens import TokenCounter
 from tests.helpers import customer_line, make_service
 from tests.stubs.openai_server import StubOpenAI
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import fakeredis
 import pytest
 
-from bot.intake import UNEXPECTED_FAILURES_KEPT, Intake, IntakeError
-from services.deadletters import DeadLetterStore
-from services.keys import KeySpace
-from services.queue import ChatWorkQueue
+from bot.runtime.intake import UNEXPECTED_FAILURES_KEPT, Intake, IntakeError
+from services.backends.redis.deadletters import DeadLetterStore
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.queue import ChatWorkQueue
 
 KEYS = KeySpace("i", "1")
 

@@ -1,10 +1,10 @@
 import pytest
 from openai import AsyncOpenAI
 
+from services.engine.llm import LLMClient
+from services.engine.models import PromptPart
+from services.engine.summary_state import SummaryState
 from services.errors import LLMBadReplyError, LLMUnavailableError
-from services.llm import LLMClient
-from services.models import PromptPart
-from services.summary_state import SummaryState
 from tests.conftest import free_port
 from tests.stubs.openai_server import StubOpenAI
 

@@ -7,11 +7,11 @@ import asyncio
 
 from prometheus_client import REGISTRY
 
-from services.llm import LLMClient
+from services.backends.memory import InMemorySessionStore
+from services.engine.llm import LLMClient
+from services.engine.tokens import TokenCounter
+from services.engine.turns import TurnResult
 from services.metrics import LLM_IN_FLIGHT, PrometheusObserver
-from services.store import InMemorySessionStore
-from services.tokens import TokenCounter
-from services.turns import TurnResult
 from tests.helpers import make_service
 from tests.stubs.openai_server import StubOpenAI
 

@@ -7,7 +7,7 @@ import gzip
 
 import aiohttp
 
-from bot.ops import start_ops_server
+from bot.runtime.ops import start_ops_server
 from services.metrics import TURNS
 from tests.conftest import free_port
 

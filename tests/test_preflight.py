@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from bot.app import Settings
+from bot.factory import Settings
 from bot.preflight import check_api_key, missing_message, missing_settings
 from bot.settings import BotSettings
 from services.errors import ConfigurationError

@@ -7,11 +7,11 @@ from typing import Any
 
 from openai import AsyncOpenAI
 
-from services.llm import LLMClient
-from services.models import PromptPart
-from services.store import InMemorySessionStore
-from services.tokens import TokenCounter
-from services.turns import TurnResult
+from services.backends.memory import InMemorySessionStore
+from services.engine.llm import LLMClient
+from services.engine.models import PromptPart
+from services.engine.tokens import TokenCounter
+from services.engine.turns import TurnResult
 from tests.helpers import customer_line, make_service
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.prompt_cache import PrefixCache, PromptTokens, cacheable, common_prefix

@@ -9,9 +9,9 @@ import fakeredis
 import pytest
 from redis.asyncio import Redis
 
-from services.keys import KeySpace
-from services.queue import ChatWorkQueue, Claim, Step
-from services.redisio import AnyRedis
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.queue import ChatWorkQueue, Claim, Step
+from services.backends.redis.scripts import AnyRedis
 from tests.conftest import flushed_cluster_client
 
 

@@ -7,8 +7,8 @@ import asyncio
 import fakeredis
 from redis.asyncio import Redis
 
-from services.keys import KeySpace
-from services.ratelimit import InMemoryRateLimiter, RedisRateLimiter
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.ratelimit import InMemoryRateLimiter, RedisRateLimiter
 from tests.conftest import RedisServer
 
 

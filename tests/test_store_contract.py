@@ -4,10 +4,10 @@ import asyncio
 
 import pytest
 
+from services.engine.models import Compaction, NewMessage
+from services.engine.summary_state import SummaryState
 from services.errors import ConcurrentUpdateError
-from services.models import Compaction, NewMessage
-from services.store.base import SessionStore
-from services.summary_state import SummaryState
+from services.ports import SessionStore
 
 
 def turn(n: int) -> list[NewMessage]:

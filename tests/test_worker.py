@@ -13,15 +13,15 @@ from aiogram.exceptions import TelegramNetworkError
 from aiogram.methods import SendMessage
 from aiogram.types import Message
 
-from bot.app import build_bot, build_dispatcher
+from bot.factory import build_bot, build_dispatcher
+from bot.runtime.worker import Worker
 from bot.settings import BotSettings
-from bot.texts import TEXTS
-from bot.worker import Worker
-from services.deadletters import DeadLetter, DeadLetterStore
+from bot.telegram.texts import TEXTS
+from services.backends.redis.deadletters import DeadLetter, DeadLetterStore
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.queue import ChatWorkQueue, Claim, QueueItem, Step
 from services.errors import LLMUnavailableError, StoreUnavailableError
 from services.fence import Fence
-from services.keys import KeySpace
-from services.queue import ChatWorkQueue, Claim, QueueItem, Step
 from tests.stubs.telegram_server import StubTelegram
 
 KEYS = KeySpace("w", "123456")

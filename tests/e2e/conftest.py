@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import pytest
 from redis.asyncio import Redis
 
-from services.redisio import AnyRedis
+from services.backends.redis.scripts import AnyRedis
 from tests.conftest import flushed_cluster_client
 from tests.e2e.processes import BotProcess
 

@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 from aiogram import Bot, Dispatcher
 from redis.asyncio import Redis
 
-from bot.app import Settings, build_bot, build_dispatcher, build_engine
+from bot.factory import Settings, build_bot, build_dispatcher, build_engine
 from bot.settings import BotSettings
-from services.chat import ChatService
-from services.keys import KeySpace
+from services.backends.memory import InMemorySessionStore
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.store import RedisSessionStore
+from services.engine.chat import ChatService
+from services.ports import SessionStore
 from services.settings import LLMSettings, MemorySettings, RedisSettings
-from services.store import InMemorySessionStore, RedisSessionStore
-from services.store.base import SessionStore
 
 TOKEN = "123456:TEST-token-secret"
 

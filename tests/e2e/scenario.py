@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from services.store.base import SessionStore
+from services.ports import SessionStore
 from tests.stubs.telegram_server import StubTelegram
 
 

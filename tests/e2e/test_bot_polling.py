@@ -7,8 +7,8 @@ from collections import deque
 
 from redis.asyncio import Redis
 
-from bot.texts import TEXTS
-from services.keys import KeySpace
+from bot.telegram.texts import TEXTS
+from services.backends.redis.keys import KeySpace
 from tests.conftest import RedisServer
 from tests.e2e.harness import TOKEN, make_settings, start_bot
 from tests.helpers import customer_line

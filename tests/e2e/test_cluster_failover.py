@@ -13,10 +13,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from bot.redisconn import redis_client
-from services.keys import KeySpace
-from services.redisio import AnyRedis
-from services.store import RedisSessionStore
+from services.backends.redis.connection import redis_client
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.scripts import AnyRedis
+from services.backends.redis.store import RedisSessionStore
 from tests.cluster import RedisClusterServers
 from tests.e2e.processes import SECRET, BotProcess, base_env, start_webhook_worker
 from tests.e2e.scenario import WebhookSender, answered, check, expected_reply, random_chats, wait_all_answered

@@ -17,10 +17,10 @@ import aiohttp
 from redis.asyncio import Redis
 
 from bot import admin
-from bot.app import Backend, build_backend
-from bot.texts import TEXTS
-from services.keys import KeySpace
-from services.store import RedisSessionStore
+from bot.factory import Backend, build_backend
+from bot.telegram.texts import TEXTS
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.store import RedisSessionStore
 from tests.conftest import RedisServer
 from tests.e2e.harness import TOKEN, make_settings
 from tests.e2e.processes import SECRET, BotProcess, base_env, run_side_by_side, start_webhook_worker

@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 from redis.asyncio import Redis
 
-from bot.texts import TEXTS
+from bot.telegram.texts import TEXTS
 from tests.conftest import RedisServer, free_port
 from tests.e2e.harness import TOKEN, make_settings, start_bot
 from tests.e2e.processes import API_KEY, BotProcess, base_env

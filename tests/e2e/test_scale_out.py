@@ -11,9 +11,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from services.keys import KeySpace
-from services.redisio import AnyRedis
-from services.store import RedisSessionStore
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.scripts import AnyRedis
+from services.backends.redis.store import RedisSessionStore
 from tests.conftest import free_port
 from tests.e2e.conftest import SharedRedis
 from tests.e2e.harness import TOKEN

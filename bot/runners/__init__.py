@@ -1,0 +1,1 @@
+"""How the bot runs: in one process (inprocess) or as queue workers against Redis (queued)."""

@@ -1,0 +1,182 @@
+"""Queued mode (REDIS_URL set): durable intake (webhook server or leader poller) + queue worker, in one
+process; run as many processes as needed against one Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable
+
+from aiogram import Bot
+from aiohttp import web
+
+from bot.factory import Backend, Settings, build_bot, build_dispatcher, build_engine, open_backend, set_commands
+from bot.runtime.intake import Intake, Poller, webhook_handler
+from bot.runtime.ops import ReadyCheck, add_health_routes, start_ops_server
+from bot.runtime.startup import StartupError, with_startup_retries
+from bot.runtime.supervisor import Supervisor
+from bot.runtime.worker import Worker
+from bot.settings import WorkerSettings
+from services.backends.redis.deadletters import DeadLetterStore
+from services.backends.redis.queue import ChatWorkQueue, worker_identity
+from services.errors import TransientError
+from services.metrics import DEAD_LETTERS_WAITING, QUEUE_DUE, QUEUE_OLDEST_AGE
+
+log = logging.getLogger(__name__)
+
+
+async def run_queued(settings: Settings, workers: WorkerSettings) -> None:
+    backend = await open_backend(settings)
+    bot = build_bot(settings.bot)
+    try:
+        await _run(settings, workers, backend, bot)
+    finally:
+        with contextlib.suppress(Exception):
+            await bot.session.close()
+        with contextlib.suppress(Exception):
+            await backend.close()
+
+
+async def _run(settings: Settings, workers: WorkerSettings, backend: Backend, bot: Bot) -> None:
+    identity = worker_identity()
+    lease_ms = int(workers.worker_lease_seconds * 1000)
+    redis = backend.need_redis()
+    await with_startup_retries("connecting to Redis", backend.ping)
+    await with_startup_retries("connecting to Telegram", bot.get_me)
+    chat = build_engine(settings, backend.store)
+    queue = ChatWorkQueue(redis=redis, keys=backend.keys, lease_ms=lease_ms, ttl_seconds=backend.ttl_seconds)
+    dead_letters = backend.dead_letters()
+    intake = Intake(queue=queue, dead_letters=dead_letters, identity=identity)
+    dispatcher = build_dispatcher(chat, settings.bot, limiter=backend.limiter, erasers=[dead_letters.drop_chat])
+    worker = Worker(
+        queue=queue,
+        dead_letters=dead_letters,
+        dispatcher=dispatcher,
+        bot=bot,
+        identity=identity,
+        concurrency=workers.worker_concurrency,
+        idle_wait=workers.worker_idle_wait_seconds,
+        grace=workers.shutdown_grace_seconds,
+        max_attempts=workers.worker_max_attempts,
+        give_up_seconds=workers.worker_give_up_seconds,
+    )
+    await with_startup_retries("registering the bot commands", lambda: set_commands(bot))
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
+
+    supervisor = Supervisor()
+
+    async def ready() -> dict[str, bool]:
+        checks = {"worker": worker.alive, **supervisor.health()}
+        try:
+            await backend.ping()
+            checks["redis"] = True
+        except TransientError:
+            checks["redis"] = False
+        return checks
+
+    ops: web.AppRunner | None = None
+    runner: web.AppRunner | None = None
+    try:  # listen first: a port in use is a start-up error, before any work is taken
+        ops = await start_ops_server(host=settings.bot.metrics_host, port=settings.bot.metrics_port, ready=ready)
+        if settings.bot.bot_mode == "webhook":
+            runner = await _start_webhook(settings, intake, ready)
+    except OSError as exc:
+        for started in (runner, ops):
+            if started is not None:
+                await started.cleanup()
+        raise StartupError(f"cannot listen: {exc}") from None
+    supervisor.start("worker", worker.run)
+    supervisor.start("gauges", lambda: _queue_gauges(queue, dead_letters))
+    poller: Poller | None = None
+    if runner is not None:
+        log.info(
+            "webhook server on %s:%s%s (queued mode, worker %s)",
+            settings.bot.webhook_host,
+            settings.bot.webhook_port,
+            settings.bot.webhook_path,
+            identity,
+        )
+    else:
+        poller = Poller(
+            redis=redis,
+            bot=bot,
+            intake=intake,
+            keys=backend.keys,
+            identity=identity,
+            lease_ms=lease_ms,
+            poll_timeout=workers.polling_timeout_seconds,
+            allowed_updates=dispatcher.resolve_used_update_types(),
+        )
+        supervisor.start("poller", poller.run)
+        log.info("starting in polling mode (queued mode, worker %s)", identity)
+
+    stopped_by = await _first(stop.wait(), supervisor.failed.wait())
+    if stopped_by == 1:
+        log.critical("stopping: %s", supervisor.failure)
+    log.info("stopping: no new work is taken")
+    if runner is not None:
+        await runner.cleanup()  # stop intake first: Telegram retries elsewhere
+    await supervisor.stop("gauges")
+    if poller is not None:
+        poller.stop()
+    worker.stop()
+    await supervisor.wait("worker", *(["poller"] if poller is not None else []))
+    await chat.close()
+    if ops is not None:
+        await ops.cleanup()
+    log.info("stopped")
+    if stopped_by == 1:
+        raise StartupError(f"a task kept failing: {supervisor.failure}")
+
+
+async def _start_webhook(settings: Settings, intake: Intake, ready: ReadyCheck) -> web.AppRunner:
+    assert settings.bot.webhook_secret is not None
+    app = web.Application()
+    app.router.add_post(
+        settings.bot.webhook_path, webhook_handler(intake, settings.bot.webhook_secret.get_secret_value())
+    )
+    add_health_routes(app, ready)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, settings.bot.webhook_host, settings.bot.webhook_port).start()
+    except OSError:
+        await runner.cleanup()
+        raise
+    return runner
+
+
+async def _first(*waits: Awaitable[object]) -> int:
+    """Index of the first of ``waits`` to finish (the others are cancelled)."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    return next(i for i, t in enumerate(tasks) if t in done)
+
+
+def dump_tasks() -> None:
+    """SIGUSR1: log where every asyncio task of this worker is waiting (for diagnosing a stuck chat)."""
+    for task in asyncio.all_tasks():
+        frames = task.get_stack(limit=12)
+        where = " <- ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in reversed(frames))
+        log.warning("task %s: %s", task.get_name(), where)
+
+
+async def _queue_gauges(queue: ChatWorkQueue, dead_letters: DeadLetterStore, every: float = 5.0) -> None:
+    while True:
+        try:
+            due, age = await queue.stats()
+            QUEUE_DUE.set(due)
+            QUEUE_OLDEST_AGE.set(age)
+            DEAD_LETTERS_WAITING.set(await dead_letters.count())
+        except TransientError:
+            pass
+        await asyncio.sleep(every)

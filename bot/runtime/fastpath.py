@@ -1,0 +1,58 @@
+"""Optional speed-ups from the ``fast`` extra (``pip install '.[fast]'``): uvloop as the event loop and
+orjson as aiogram's JSON codec. Each is used when installed; ``EVENT_LOOP=asyncio`` and
+``JSON_CODEC=json`` (environment variables) turn them off, e.g. to measure what they bring
+(benchmarks/RESULTS.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+JsonLoads = Callable[..., Any]
+JsonDumps = Callable[..., str]
+
+
+def install_event_loop() -> str:
+    """Make uvloop the event loop of every loop created from now on, if installed and not turned off;
+    returns the loop in use. Must run before the bot starts its loop."""
+    if os.environ.get("EVENT_LOOP", "auto").lower() == "asyncio":
+        return "asyncio"
+    try:
+        import uvloop
+    except ImportError:
+        return "asyncio"
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return "uvloop"
+
+
+def json_codec() -> tuple[JsonLoads, JsonDumps, str]:
+    """(loads, dumps, name) for aiogram's session: orjson if installed and not turned off."""
+    if os.environ.get("JSON_CODEC", "auto").lower() != "json":
+        try:
+            import orjson
+        except ImportError:
+            pass
+        else:
+
+            def dumps(value: Any) -> str:
+                try:
+                    return orjson.dumps(value).decode()
+                except orjson.JSONEncodeError:  # e.g. a lone surrogate in a string
+                    return json.dumps(value)
+
+            def loads(raw: str | bytes) -> Any:
+                try:
+                    return orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    # orjson refuses lone UTF-16 surrogates ("\ud800"), which are valid JSON and which
+                    # Telegram sends; the standard parser reads them (see bot/runtime/intake.py)
+                    return json.loads(raw)
+
+            return loads, dumps, "orjson"
+    return json.loads, json.dumps, "json"

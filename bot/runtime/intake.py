@@ -1,0 +1,266 @@
+"""Durable intake: updates reach Redis before Telegram is told they arrived.
+
+Webhook: the request is answered 200 only after the update is queued (503 if Redis is down, so
+Telegram retries). Polling: one worker at a time holds the poller lease, queues what getUpdates returns
+and only then moves the offset on (stored in Redis, so the next leader continues from it).
+
+An update that cannot be queued for any reason other than Redis being unavailable (it cannot be
+encoded, it breaks a rule nobody foresaw) goes to the dead letters instead: intake never stops and never
+makes Telegram retry an update forever."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiogram import Bot
+from aiogram.exceptions import ClientDecodeError, TelegramAPIError, TelegramConflictError
+from aiohttp import web
+
+from services.backends.redis.deadletters import DeadLetterStore
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.queue import ChatWorkQueue
+from services.backends.redis.scripts import AnyRedis, redis_errors, register
+from services.errors import TransientError
+from services.metrics import DEAD_LETTERS, REDELIVERIES
+
+log = logging.getLogger(__name__)
+
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+_CHAT_CARRIERS = ("message", "edited_message", "channel_post", "edited_channel_post", "business_message")
+
+
+def chat_of(update: dict[str, Any]) -> int | None:
+    for key in _CHAT_CARRIERS:
+        carrier = update.get(key)
+        if isinstance(carrier, dict) and isinstance(carrier.get("chat"), dict):
+            chat_id = carrier["chat"].get("id")
+            return int(chat_id) if isinstance(chat_id, int) else None
+    return None
+
+
+UNEXPECTED_FAILURES_KEPT = 3
+"""An update whose queueing fails this many times in a row, for no known reason, is dead-lettered."""
+
+
+class IntakeError(TransientError):
+    """Queueing failed for an unexpected reason: the update is offered again (a few times)."""
+
+
+class Intake:
+    """Queues raw updates under their chat; what cannot be queued goes to the dead letters."""
+
+    def __init__(self, *, queue: ChatWorkQueue, dead_letters: DeadLetterStore, identity: str) -> None:
+        self._queue = queue
+        self._dead = dead_letters
+        self._identity = identity
+        self._failures: dict[int, int] = {}
+
+    async def take(self, update: dict[str, Any]) -> None:
+        """Queue one update. Raises TransientError when it must be offered again later."""
+        chat_id = chat_of(update)
+        update_id = update.get("update_id")
+        if chat_id is None or not isinstance(update_id, int):
+            return  # no chat: nothing this bot answers
+        try:
+            # ASCII JSON: a lone surrogate ("\ud800", valid JSON) cannot be encoded as UTF-8 for Redis
+            payload = json.dumps(update, ensure_ascii=True, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            await self._dead_letter(chat_id, update_id, update, f"cannot encode it: {exc}")
+            return
+        try:
+            if not await self._queue.enqueue(chat_id, f"u{update_id}", payload, order=update_id):
+                REDELIVERIES.inc()
+        except TransientError:
+            raise
+        except Exception as exc:
+            # not the update's fault as far as anyone can tell: offered again (503 / the same offset),
+            # and only an update that keeps failing on its own goes to the dead letters
+            failures = self._failures.pop(update_id, 0) + 1
+            if failures < UNEXPECTED_FAILURES_KEPT:
+                self._failures[update_id] = failures
+                while len(self._failures) > 1000:
+                    self._failures.pop(next(iter(self._failures)))
+                log.exception("update %s could not be queued (%d); it will be offered again", update_id, failures)
+                raise IntakeError(f"update {update_id} not queued: {type(exc).__name__}") from exc
+            log.exception("update %s could not be queued %d times", update_id, failures)
+            await self._dead_letter(chat_id, update_id, update, f"cannot queue it: {type(exc).__name__}: {exc}")
+
+    async def _dead_letter(self, chat_id: int, update_id: int, update: dict[str, Any], error: str) -> None:
+        log.error("update %s moved to the dead letters: %s", update_id, error)
+        await self._dead.add(
+            chat_id=chat_id,
+            item_id=f"u{update_id}",
+            order=update_id,
+            payload=json.dumps(update, ensure_ascii=True, default=str),
+            error=f"intake: {error}",
+            attempts=1,
+            worker=self._identity,
+        )
+        DEAD_LETTERS.labels("intake").inc()
+
+
+def webhook_handler(intake: Intake, secret: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handle(request: web.Request) -> web.Response:
+        if not secrets.compare_digest(request.headers.get(SECRET_HEADER, ""), secret):
+            return web.Response(status=401, text="Unauthorized")
+        try:
+            update = json.loads(await request.read())
+        except ValueError:  # UnicodeDecodeError included
+            return web.Response(status=400, text="Bad Request")
+        if not isinstance(update, dict):
+            return web.Response(status=400, text="Bad Request")
+        try:
+            await intake.take(update)
+        except TransientError as exc:
+            log.warning("update not queued, Telegram will retry: %s", exc)
+            return web.Response(status=503, text="Service Unavailable")
+        return web.Response(status=200)
+
+    return handle
+
+
+# KEYS: leader. ARGV: token, lease_ms → 1 if this token leads (lease renewed or taken)
+_LEAD = """
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]); return 1 end
+if not holder then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]); return 1 end
+return 0
+"""
+# KEYS: leader, offset (one hash slot). ARGV: token, offset
+_SET_OFFSET = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2])
+return 1
+"""
+# KEYS: leader. ARGV: token
+_RESIGN = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class Poller:
+    """getUpdates by exactly one worker at a time (a leader lease in Redis)."""
+
+    def __init__(
+        self,
+        *,
+        redis: AnyRedis,
+        bot: Bot,
+        intake: Intake,
+        keys: KeySpace,
+        identity: str,
+        lease_ms: int,
+        poll_timeout: int,
+        allowed_updates: list[str],
+    ) -> None:
+        self._redis = redis
+        self._bot = bot
+        self._intake = intake
+        self._leader_key = keys.poller_leader
+        self._offset_key = keys.poller_offset
+        self._token = identity
+        self._lease_ms = lease_ms
+        self._poll_timeout = poll_timeout
+        self._allowed = allowed_updates
+        self._lead = register(redis, _LEAD)
+        self._set_offset = register(redis, _SET_OFFSET)
+        self._resign = register(redis, _RESIGN)
+        self._stopping = asyncio.Event()
+        self.leading = False
+        self.conflicts = 0
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    async def run(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                try:
+                    with redis_errors("poller lease"):
+                        leading = bool(await self._lead(keys=[self._leader_key], args=[self._token, self._lease_ms]))
+                except TransientError as exc:
+                    log.warning("poller: Redis unreachable (%s)", exc)
+                    leading = False
+                if leading != self.leading:
+                    log.info("poller: %s leadership", "took" if leading else "lost")
+                    self.leading = leading
+                    if leading:
+                        with contextlib.suppress(TelegramAPIError):
+                            await self._bot.delete_webhook(drop_pending_updates=False)
+                if not leading:
+                    await self._pause(self._lease_ms / 3000)
+                    continue
+                await self._poll_once()
+        finally:
+            if self.leading:
+                with contextlib.suppress(TransientError), redis_errors("poller resign"):
+                    await self._resign(keys=[self._leader_key], args=[self._token])
+                self.leading = False
+
+    async def _poll_once(self) -> None:
+        try:
+            with redis_errors("poller offset"):
+                raw_offset = await self._redis.get(self._offset_key)
+            offset = int(raw_offset) if raw_offset else None
+            try:
+                parsed = await self._bot.get_updates(
+                    offset=offset,
+                    timeout=self._poll_timeout,
+                    allowed_updates=self._allowed,
+                    request_timeout=self._poll_timeout + 10,
+                )
+                updates = [u.model_dump(mode="json", by_alias=True, exclude_none=True) for u in parsed]
+            except ClientDecodeError as exc:
+                # an update this aiogram cannot parse: queue the raw ones (the worker dead-letters what
+                # it cannot read) rather than asking for the same batch forever
+                raw = _raw_updates(exc.data)
+                if raw is None:
+                    raise
+                updates = raw
+                log.warning("poller: %d update(s) aiogram cannot parse; queued raw", len(updates))
+        except TelegramConflictError:
+            # another getUpdates is still open (e.g. a dead leader's long poll): wait it out
+            self.conflicts += 1
+            await self._pause(1.0)
+            return
+        except (TelegramAPIError, ClientDecodeError, TransientError, OSError) as exc:
+            log.warning("poller: getUpdates failed (%s); retrying", type(exc).__name__)
+            await self._pause(1.0)
+            return
+        if not updates:
+            return
+        try:
+            for update in updates:
+                await self._intake.take(update)
+            next_offset = max(int(u["update_id"]) for u in updates) + 1
+            with redis_errors("poller offset"):
+                await self._set_offset(keys=[self._leader_key, self._offset_key], args=[self._token, next_offset])
+        except TransientError as exc:
+            # not acknowledged: Telegram sends them again on the next getUpdates
+            log.warning("poller: could not queue updates (%s)", exc)
+            await self._pause(1.0)
+
+
+def _raw_updates(data: Any) -> list[dict[str, Any]] | None:
+    """The raw updates of a getUpdates answer aiogram could not parse (None if there are none)."""
+    if isinstance(data, str | bytes):  # the codec itself failed: the standard parser is the lenient one
+        try:
+            data = json.loads(data)
+        except ValueError:
+            return None
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(result, list):
+        return None
+    updates = [u for u in result if isinstance(u, dict) and isinstance(u.get("update_id"), int)]
+    return updates or None

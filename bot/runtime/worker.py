@@ -1,0 +1,327 @@
+"""Queue worker: claims chats from Redis and feeds their updates, in order, to the aiogram Dispatcher.
+
+Every update is processed under the chat's lease with a fencing token (``services.fence``): the
+heartbeat renews the lease with a deadline inside what is left of it and cancels the update's handler
+the moment the lease cannot be kept, and every write the handler makes is refused by Redis once another
+worker owns the chat. Failures are classified: transient ones (Redis, the network, Telegram 5xx/429)
+are retried with backoff for up to ``give_up_seconds``; anything else is retried ``max_attempts`` times;
+then the update goes to the dead letters, so no update is retried forever and no chat waits forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from aiogram import Bot, Dispatcher
+from aiogram.types import Update
+
+from bot.runtime.failures import is_transient
+from services.backends.redis.deadletters import DeadLetterStore
+from services.backends.redis.queue import ChatWorkQueue, Claim, QueueItem, Step
+from services.errors import LeaseLostError, TransientError
+from services.fence import Fence
+from services.metrics import DEAD_LETTERS, LEASES_LOST, QUEUE_WAIT
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF = 30.0
+VANISHED_ALLOWANCE = 2
+"""Attempts that vanish (worker killed, or paused past its lease) are also what an ordinary crash or
+failover looks like, so they are allowed a little more often than outright failures."""
+Outcome = Literal["done", "retry", "transient", "abandon"]
+
+
+@dataclass
+class _Serving:
+    """One chat being served: its fence and the handler task the heartbeat may have to cancel."""
+
+    claim: Claim
+    fence: Fence
+    lost: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    work: asyncio.Task[None] | None = None
+    item: QueueItem | None = None
+    """The item taken from the inbox and not yet finished."""
+
+
+class Worker:
+    """Serves up to ``concurrency`` chats at once; one update of a chat at a time, in arrival order."""
+
+    def __init__(
+        self,
+        *,
+        queue: ChatWorkQueue,
+        dead_letters: DeadLetterStore,
+        dispatcher: Dispatcher,
+        bot: Bot,
+        identity: str,
+        concurrency: int,
+        idle_wait: float,
+        grace: float,
+        max_attempts: int = 3,
+        give_up_seconds: float = 600.0,
+    ) -> None:
+        self._queue = queue
+        self._dead = dead_letters
+        self._dispatcher = dispatcher
+        self._bot = bot
+        self.identity = identity
+        self._concurrency = concurrency
+        self._idle_wait = idle_wait
+        self._grace = grace
+        self._max_attempts = max_attempts
+        self._give_up = give_up_seconds
+        self._lease = queue.lease_ms / 1000
+        # nothing is sent in the last part of a lease: room for one request and some clock skew
+        self._margin = min(1.0, self._lease / 5)
+        self._stopping = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._tokens = itertools.count()
+        self.alive = False
+        self.processed = 0
+        self.retried = 0
+
+    def stop(self) -> None:
+        """Stop taking work; in-flight chats finish their current update, then are handed back."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        slots = asyncio.Semaphore(self._concurrency)
+        backoff = 0.1
+        self.alive = True
+        try:
+            while not self._stopping.is_set():
+                await slots.acquire()
+                try:
+                    claim = await self._queue.claim(f"{self.identity}:{next(self._tokens)}")
+                except TransientError as exc:
+                    slots.release()
+                    log.warning("queue unreachable (%s); retrying in %.1fs", exc, backoff)
+                    await self._sleep(backoff)
+                    backoff = min(backoff * 2, MAX_BACKOFF)
+                    continue
+                backoff = 0.1
+                if claim is None:
+                    slots.release()
+                    await self._wait_for_work()
+                    continue
+                task = asyncio.create_task(self._serve(claim), name=f"chat-{claim.chat_id}")
+                self._tasks.add(task)
+
+                def finished(done: asyncio.Task[None]) -> None:
+                    self._tasks.discard(done)
+                    slots.release()
+                    if not done.cancelled() and done.exception() is not None:
+                        log.error("chat task failed", exc_info=done.exception())
+
+                task.add_done_callback(finished)
+        finally:
+            await self._drain()
+            self.alive = False
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    async def _wait_for_work(self) -> None:
+        try:
+            await self._queue.wait_for_work(self._idle_wait)
+        except TransientError:
+            await self._sleep(self._idle_wait)
+
+    async def _drain(self) -> None:
+        if not self._tasks:
+            return
+        log.info("stopping: waiting up to %.0fs for %d chat(s) in progress", self._grace, len(self._tasks))
+        _, pending = await asyncio.wait(set(self._tasks), timeout=self._grace)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _serve(self, claim: Claim) -> None:
+        sent = time.monotonic()
+        try:
+            step = await self._queue.next(claim, acquire=True)
+        except TransientError as exc:
+            log.warning("chat %s: cannot take the lease (%s)", claim.chat_id, exc)
+            return
+        if step.kind not in ("item", "released"):
+            return  # busy: another worker holds it
+        serving = _Serving(claim, Fence(claim.token, valid_until=sent + self._lease, margin=self._margin))
+        heartbeat = asyncio.create_task(self._heartbeat(serving), name=f"heartbeat-{claim.chat_id}")
+        heartbeat.add_done_callback(lambda task: self._heartbeat_ended(task, serving))
+        try:
+            await self._serve_items(serving, step)
+        except asyncio.CancelledError:
+            if serving.work is not None:
+                serving.work.cancel()
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._set_aside(serving))
+            raise
+        except TransientError as exc:
+            # the lease expires by itself and the chat's watchdog brings it back
+            log.warning("chat %s: queue unreachable (%s); leaving it to the lease", claim.chat_id, exc)
+        finally:
+            # The event, not only cancel(): a cancellation that lands inside a Redis call can be
+            # swallowed by the client, and a heartbeat that outlives its chat would hold it forever.
+            serving.done.set()
+            heartbeat.cancel()
+
+    async def _serve_items(self, serving: _Serving, step: Step) -> None:
+        claim = serving.claim
+        backoff = 0.2
+        while step.kind == "item":
+            assert step.item is not None
+            item = serving.item = step.item
+            if self._stopping.is_set() or serving.lost.is_set():
+                await self._set_aside(serving)
+                return
+            outcome = await self._attempt(serving, item)
+            if outcome == "abandon":
+                LEASES_LOST.inc()
+                log.warning("chat %s: lease lost during update %s; the turn is abandoned", claim.chat_id, item.id)
+                with contextlib.suppress(TransientError):
+                    await self._queue.hand_back(claim)
+                return
+            if outcome == "done":
+                serving.item = None
+                backoff = 0.2
+                self.processed += 1
+                step = await self._queue.next(claim, done=item)
+                continue
+            self.retried += 1
+            await self._queue.note(claim, item, "transient" if outcome == "transient" else "failed")
+            await self._sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF, max(self._give_up, 0.2))
+            step = await self._queue.next(claim)
+        if step.kind == "lost":
+            LEASES_LOST.inc()
+            log.warning("chat %s: lease lost between updates; another worker goes on", claim.chat_id)
+
+    async def _attempt(self, serving: _Serving, item: QueueItem) -> Outcome:
+        """Process one update once. The outcome says what to do with it next."""
+        reason = self._give_up_reason(item)
+        if reason is not None:
+            return await self._dead_letter(serving, item, reason)
+        try:
+            update = Update.model_validate(_parse(item.payload), context={"bot": self._bot})
+        except ValueError as exc:
+            return await self._dead_letter(serving, item, f"unreadable update: {exc}")
+        if item.enqueued_ms and item.started == 1:
+            QUEUE_WAIT.observe(max(0.0, time.time() - item.enqueued_ms / 1000))
+        serving.work = asyncio.create_task(
+            self._dispatcher.feed_update(
+                self._bot,
+                update,
+                queued=True,
+                fence=serving.fence,
+                transient_failures=item.transient_failures,
+                final_attempt=item.failures + 1 >= self._max_attempts,
+            )
+        )
+        try:
+            await asyncio.wait({serving.work})
+        finally:
+            if not serving.work.done():  # this chat's task was cancelled (shutdown): so is the handler
+                serving.work.cancel()
+        work, serving.work = serving.work, None
+        if work.cancelled():
+            return "abandon" if serving.lost.is_set() else "retry"
+        failure = work.exception()
+        if failure is None:
+            return "done"
+        if isinstance(failure, LeaseLostError):
+            serving.lost.set()
+            return "abandon"
+        if is_transient(failure):
+            log.warning("update %s will be retried: %s: %s", update.update_id, type(failure).__name__, failure)
+            return "transient"
+        log.error("update %s failed (attempt %d)", update.update_id, item.started, exc_info=failure)
+        return "retry"
+
+    async def _set_aside(self, serving: _Serving) -> None:
+        """Give the chat back with its current item unfinished (stopping): not counted as a failure."""
+        if serving.item is not None and not serving.lost.is_set():
+            with contextlib.suppress(TransientError):
+                await self._queue.note(serving.claim, serving.item, "set_aside")
+        await self._queue.hand_back(serving.claim)
+
+    def _give_up_reason(self, item: QueueItem) -> str | None:
+        if item.failures >= self._max_attempts:
+            return f"failed {item.failures} times"
+        if item.vanished_attempts >= self._max_attempts + VANISHED_ALLOWANCE:
+            return f"{item.vanished_attempts} attempts ended with their worker dead or cut off"
+        if item.transient_failures and item.failing_for > self._give_up:
+            return f"transient failures for {item.failing_for:.0f}s ({item.transient_failures} attempts)"
+        return None
+
+    async def _dead_letter(self, serving: _Serving, item: QueueItem, reason: str) -> Outcome:
+        """Keep the update for an operator and move on (``next`` acknowledges it)."""
+        claim = serving.claim
+        if serving.fence.remaining() <= 0:  # the chat may be someone else's (and /forget may have run)
+            serving.lost.set()
+            return "abandon"
+        await self._dead.add(
+            chat_id=claim.chat_id,
+            item_id=item.id,
+            order=item.order,
+            payload=item.payload,
+            error=reason,
+            attempts=item.started,
+            worker=self.identity,
+        )
+        DEAD_LETTERS.labels("failed").inc()
+        log.error("chat %s: update %s moved to the dead letters: %s", claim.chat_id, item.id, reason)
+        return "done"
+
+    async def _heartbeat(self, serving: _Serving) -> None:
+        """Renew the lease every third of it; each renewal must land inside what is left of the lease
+        (retried at once on failure). When the lease cannot be kept the handler is cancelled."""
+        claim, fence = serving.claim, serving.fence
+        while not serving.done.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(serving.done.wait(), self._lease / 3)
+            while not serving.done.is_set():
+                remaining = fence.remaining()
+                if remaining <= 0:
+                    self._lose(serving, "could not renew it in time")
+                    return
+                sent = time.monotonic()
+                try:
+                    kept = await asyncio.wait_for(self._queue.renew(claim), timeout=remaining)
+                except (TransientError, TimeoutError) as exc:
+                    log.warning("chat %s: lease renewal failed (%s); retrying", claim.chat_id, type(exc).__name__)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(serving.done.wait(), min(0.05, max(fence.remaining(), 0)))
+                    continue
+                if not kept:
+                    self._lose(serving, "another worker holds it")
+                    return
+                fence.valid_until = sent + self._lease
+                break
+
+    def _heartbeat_ended(self, task: asyncio.Task[None], serving: _Serving) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        log.error("chat %s: heartbeat crashed", serving.claim.chat_id, exc_info=task.exception())
+        self._lose(serving, "its heartbeat crashed")  # nothing renews the lease any more
+
+    def _lose(self, serving: _Serving, why: str) -> None:
+        log.warning("chat %s: lease lost (%s); cancelling its update", serving.claim.chat_id, why)
+        serving.lost.set()
+        serving.fence.valid_until = 0.0
+        if serving.work is not None:
+            serving.work.cancel()
+
+
+def _parse(payload: str) -> object:
+    # json, not pydantic's parser: the stdlib accepts lone surrogates ("\ud800"), which Telegram sends
+    return json.loads(payload)

@@ -1,0 +1,1 @@
+"""Everything that speaks Telegram: routers, middlewares, texts, rendering, streamed drafts."""

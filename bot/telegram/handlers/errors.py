@@ -1,0 +1,108 @@
+"""The one error router: every engine error becomes a short message in the user's language."""
+
+from __future__ import annotations
+
+import logging
+
+from aiogram import Bot, Router
+from aiogram.exceptions import TelegramAPIError
+from aiogram.types import ErrorEvent, Update
+
+from bot.runtime.failures import is_transient
+from bot.settings import BotSettings
+from bot.telegram.texts import language_of, text
+from services.errors import (
+    ConcurrentUpdateError,
+    LeaseLostError,
+    LLMBadReplyError,
+    LLMReplyTruncatedError,
+    LLMUnavailableError,
+    MessageTooLongError,
+    StoreError,
+)
+from services.fence import Fence
+from services.metrics import ERRORS
+
+log = logging.getLogger(__name__)
+
+
+def user_text_for(exc: BaseException, language: str) -> str:
+    """The user-facing text for an exception. Never includes the exception's own message."""
+    if isinstance(exc, MessageTooLongError):
+        key = "too_long_chars" if exc.unit == "characters" else "too_long"
+        return text(language, key, tokens=exc.tokens, limit=exc.limit)
+    kinds: list[tuple[type[BaseException], str]] = [
+        (LLMUnavailableError, "llm_unavailable"),
+        (LLMReplyTruncatedError, "reply_truncated"),
+        (LLMBadReplyError, "bad_reply"),
+        (ConcurrentUpdateError, "busy"),
+        (StoreError, "store_unavailable"),
+    ]
+    for kind, key in kinds:
+        if isinstance(exc, kind):
+            return text(language, key)
+    return text(language, "internal_error")
+
+
+_ANSWERED = (MessageTooLongError, LLMReplyTruncatedError, LLMBadReplyError, ConcurrentUpdateError)
+"""Failures of the customer's request itself: told to the customer, and the update is done."""
+
+
+async def on_error(
+    event: ErrorEvent,
+    bot: Bot,
+    settings: BotSettings,
+    queued: bool = False,
+    transient_failures: int = 0,
+    final_attempt: bool = True,
+    fence: Fence | None = None,
+) -> bool:
+    """In queued mode only the customer's own failures are answered here; everything else goes back
+    to the worker, which retries it (transient), or counts it and finally dead-letters it."""
+    exc = event.exception
+    ERRORS.labels(type(exc).__name__).inc()
+    update = event.update
+    if not queued:
+        await _tell(bot, update, exc, settings, None)
+        return True
+    if isinstance(exc, LeaseLostError):
+        raise exc  # abandoned to the chat's new owner: nothing more is sent from here
+    if isinstance(exc, LLMUnavailableError):
+        if transient_failures == 0:  # once: the question waits, it is not lost
+            await _tell(bot, update, exc, settings, fence, key="llm_retrying")
+        raise exc
+    if is_transient(exc):
+        raise exc
+    if isinstance(exc, _ANSWERED):
+        await _tell(bot, update, exc, settings, fence)
+        return True
+    if final_attempt:  # the worker dead-letters it now: the customer hears something
+        await _tell(bot, update, exc, settings, fence)
+    raise exc
+
+
+async def _tell(
+    bot: Bot, update: Update, exc: BaseException, settings: BotSettings, fence: Fence | None, key: str | None = None
+) -> None:
+    if isinstance(exc, (*_ANSWERED, LLMUnavailableError, StoreError)):
+        log.warning("update %s failed: %s: %s", update.update_id, type(exc).__name__, exc)
+    else:
+        log.error("update %s failed with an unexpected error", update.update_id, exc_info=exc)
+    message = update.message
+    if message is None:
+        return
+    language = language_of(message.from_user, settings)
+    if fence is not None:
+        fence.ensure_valid()
+    try:
+        await bot.send_message(
+            message.chat.id, text(language, key) if key else user_text_for(exc, language), parse_mode=None
+        )
+    except TelegramAPIError as send_error:
+        log.warning("could not tell chat %s about the error: %s", message.chat.id, send_error)
+
+
+def make_router() -> Router:
+    router = Router(name="errors")
+    router.errors.register(on_error)
+    return router

@@ -1,0 +1,1 @@
+"""Update middlewares: access (allowlist, groups), language, flood control."""

@@ -1,0 +1,61 @@
+"""Who the bot talks to: optional user/chat allowlists, and in groups only messages addressed to it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiogram import BaseMiddleware, Bot
+from aiogram.types import Message, TelegramObject
+
+from bot.settings import BotSettings
+from bot.telegram.texts import language_of, text
+
+log = logging.getLogger(__name__)
+
+GROUP_TYPES = {"group", "supergroup"}
+
+
+async def addressed_to_bot(message: Message, bot: Bot) -> bool:
+    """In a group: a command, a mention of the bot, or a reply to one of its messages."""
+    if message.text and message.text.startswith("/"):
+        return True
+    me = await bot.me()
+    reply = message.reply_to_message
+    if reply is not None and reply.from_user is not None and reply.from_user.id == me.id:
+        return True
+    if me.username and message.text:
+        for entity in message.entities or []:
+            if entity.type == "mention" and entity.extract_from(message.text).lower() == f"@{me.username.lower()}":
+                return True
+    return False
+
+
+def strip_mention(text: str, username: str | None) -> str:
+    if not username:
+        return text
+    return " ".join(word for word in text.split(" ") if word.lower() != f"@{username.lower()}").strip() or text
+
+
+class AccessMiddleware(BaseMiddleware):
+    """Outer middleware on messages: refuses strangers once per message, skips group chatter."""
+
+    async def __call__(
+        self,
+        handler: Callable[[TelegramObject, dict[str, Any]], Awaitable[Any]],
+        event: TelegramObject,
+        data: dict[str, Any],
+    ) -> Any:
+        if not isinstance(event, Message):
+            return await handler(event, data)
+        settings: BotSettings = data["settings"]
+        bot: Bot = data["bot"]
+        user_id = event.from_user.id if event.from_user else None
+        if not settings.is_allowed(user_id, event.chat.id):
+            log.info("refused chat=%s user=%s (not in the allowlist)", event.chat.id, user_id)
+            await event.answer(text(language_of(event.from_user, settings), "not_allowed"), parse_mode=None)
+            return None
+        if event.chat.type in GROUP_TYPES and settings.group_require_mention and not await addressed_to_bot(event, bot):
+            return None
+        return await handler(event, data)

@@ -1,0 +1,64 @@
+"""Which Redis client to build for ``REDIS_URL``: one server or a Redis Cluster (``REDIS_CLUSTER``).
+
+``auto`` asks the server once at start-up (``INFO cluster``: ``cluster_enabled:1``); ``on``/``off``
+skip the question. In cluster mode every component gets redis-py's asyncio ``RedisCluster``, which
+follows MOVED/ASK redirections, waits out TRYAGAIN, and on a connection error or CLUSTERDOWN
+re-discovers the slot map and tries again (``retry`` below); what is still failing after that is
+translated to the transient ``StoreUnavailableError`` (``services.backends.redis.scripts.redis_errors``) and retried
+with backoff by the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
+
+from services.backends.redis.scripts import AnyRedis, redis_errors
+
+log = logging.getLogger(__name__)
+
+ClusterMode = Literal["auto", "on", "off"]
+
+_COMMON: dict[str, Any] = {
+    # calls fail (and are retried by their callers) instead of hanging on a dead link
+    "health_check_interval": 30,
+    "socket_timeout": 15,
+    "socket_connect_timeout": 5,
+    "socket_keepalive": True,
+}
+
+
+def redis_client(url: str, *, cluster: bool = False) -> AnyRedis:
+    """A client for ``url``: any node of a cluster when ``cluster`` (the others are discovered)."""
+    if cluster:
+        return RedisCluster.from_url(
+            url,
+            retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=5),
+            **_COMMON,
+        )
+    return Redis.from_url(url, **_COMMON)
+
+
+async def is_cluster(url: str) -> bool:
+    """One command to the server ``url`` names: is it a Redis Cluster node? (StoreUnavailableError if
+    it cannot be reached.)"""
+    probe = Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    try:
+        with redis_errors("cannot ask Redis whether it is a cluster"):
+            info = await probe.info("cluster")
+    finally:
+        await probe.aclose()
+    return bool(int(info.get("cluster_enabled", 0)))
+
+
+async def choose_cluster(url: str, mode: ClusterMode) -> bool:
+    """Resolve ``REDIS_CLUSTER`` to cluster mode or not, and log the choice."""
+    cluster = mode == "on" or (mode == "auto" and await is_cluster(url))
+    how = "detected" if mode == "auto" else f"REDIS_CLUSTER={mode}"
+    log.info("Redis mode: %s (%s)", "cluster" if cluster else "single server", how)
+    return cluster

@@ -1,0 +1,352 @@
+"""Durable per-chat work queue on Redis: any worker serves any chat, one chat at a time, in order.
+
+Design (documented in the README, "Scaling" and "Failure model"):
+
+* each chat has an inbox (a sorted set ordered by the item's order key, the Telegram update id, so
+  items taken in by different workers still come out in the sender's order) and a set of item ids
+  already taken in (``seen``), so a redelivered item is stored once. The inbox has no TTL: an update
+  Telegram was told we have is kept until it is processed or dead-lettered;
+* a global sorted set ``ready`` holds the chats that may have work, scored by when they are due
+  (Redis server time, ms);
+* a worker ``claim``s the first due chat (the script pushes its score one lease into the future: a
+  watchdog entry) and takes the chat's lease (``SET NX PX`` with a token unique to this claim);
+* ``next`` (one script) acknowledges the item just processed, then either returns the inbox head —
+  counting the attempt, so an update that keeps killing workers is noticed — or, when the inbox is
+  empty, releases the lease. Every per-chat step is fenced: it does nothing once the lease is lost;
+* a heartbeat ``renew``s the lease and the watchdog; if the worker dies, the lease expires and the
+  watchdog makes the chat due again, so another worker takes over within one lease;
+* every script touches the keys of one chat only or one global key only (Redis Cluster).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Literal, cast
+
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.scripts import LUA_NOW, AnyRedis, redis_errors, register
+from services.errors import StoreUnavailableError
+
+SEEN_KEPT = 5000
+"""How many recent item ids per chat are remembered to recognise redeliveries."""
+
+# KEYS: inbox, seen. ARGV: item_id, item_json, seen_ttl, order. → 1 new, 0 already seen
+_ENQUEUE = (
+    LUA_NOW
+    + """
+if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[2], now, ARGV[1])
+redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -SEEN_KEPT - 1)
+if tonumber(ARGV[3]) > 0 then redis.call('EXPIRE', KEYS[2], ARGV[3]) end
+redis.call('ZADD', KEYS[1], ARGV[4], ARGV[2])
+redis.call('PERSIST', KEYS[1])
+return 1
+""".replace("SEEN_KEPT", str(SEEN_KEPT))
+)
+
+# KEYS: ready. ARGV: chat member. Make the chat due now (never postpones an earlier due time).
+_MARK_READY = (
+    LUA_NOW
+    + """
+redis.call('ZADD', KEYS[1], 'LT', now, ARGV[1])
+return now
+"""
+)
+
+# KEYS: ready. ARGV: lease_ms. → {member, watchdog_score} or nil
+_CLAIM = (
+    LUA_NOW
+    + """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 1)
+if #due == 0 then return nil end
+local watchdog = now + tonumber(ARGV[1])
+redis.call('ZADD', KEYS[1], 'XX', watchdog, due[1])
+return {due[1], watchdog}
+"""
+)
+
+# KEYS: lease, inbox, attempts. ARGV: token, lease_ms, acquire (1 = take the lease first), done member
+# ('' = none), done item id.
+# → {-3} lease busy | {-1} lease lost | {0} inbox empty, released
+#   | {1, head, started, transient, age_ms, order, failed}
+_NEXT = (
+    LUA_NOW
+    + """
+if ARGV[3] == '1' then
+  if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {-3} end
+elseif redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return {-1}
+end
+if ARGV[4] ~= '' then
+  redis.call('ZREM', KEYS[2], ARGV[4])
+  redis.call('HDEL', KEYS[3], 'a:' .. ARGV[5], 't:' .. ARGV[5], 'x:' .. ARGV[5], 'f:' .. ARGV[5])
+end
+local entry = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+local head = entry[1]
+if not head then
+  redis.call('DEL', KEYS[1], KEYS[3])
+  return {0}
+end
+local id = string.match(head, '^{"id":"([^"]*)"') or head
+local started = redis.call('HINCRBY', KEYS[3], 'a:' .. id, 1)
+local transient = tonumber(redis.call('HGET', KEYS[3], 't:' .. id) or '0')
+local failed = tonumber(redis.call('HGET', KEYS[3], 'x:' .. id) or '0')
+local first = tonumber(redis.call('HGET', KEYS[3], 'f:' .. id) or '0')
+local age = 0
+if first > 0 then age = now - first end
+return {1, head, started, transient, age, entry[2], failed}
+"""
+)
+
+# KEYS: lease, attempts. ARGV: token, item id, kind ('t' transient: does not count as a failed attempt,
+# the first one's time bounds how long the item is retried; 'x' failed; 's' set aside unfinished, e.g.
+# on shutdown: counts as nothing).
+_NOTE = (
+    LUA_NOW
+    + """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+local kind = ARGV[3]
+if kind == 's' then kind = 't' else
+  if kind == 't' then redis.call('HSETNX', KEYS[2], 'f:' .. ARGV[2], now) end
+end
+redis.call('HINCRBY', KEYS[2], kind .. ':' .. ARGV[2], 1)
+return 1
+"""
+)
+
+# KEYS: lease. ARGV: token, lease_ms.
+_RENEW_LEASE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+
+# KEYS: ready. ARGV: member, lease_ms → push the watchdog (only later, only if present)
+_PUSH_WATCHDOG = (
+    LUA_NOW
+    + """
+local watchdog = now + tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], 'XX', 'GT', watchdog, ARGV[1])
+return watchdog
+"""
+)
+
+# KEYS: ready. ARGV: member, watchdog score. Drop the watchdog unless new work moved the score — or the
+# watchdog already passed: then new work may have been marked due without moving it (ZADD LT keeps an
+# earlier score), and leaving it costs at most one empty claim.
+_DROP_WATCHDOG = (
+    LUA_NOW
+    + """
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if score and tonumber(score) == tonumber(ARGV[2]) and tonumber(score) > now then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  return 1
+end
+return 0
+"""
+)
+
+# KEYS: lease. ARGV: token.
+_DROP_LEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+# KEYS: ready. → {depth_due, oldest_due_age_ms}
+_STATS = (
+    LUA_NOW
+    + """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1)
+local count = redis.call('ZCOUNT', KEYS[1], '-inf', now)
+if #due == 0 then return {count, 0} end
+return {count, now - tonumber(due[2])}
+"""
+)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueItem:
+    """One queued item at the head of a chat's inbox, with its delivery history."""
+
+    id: str
+    payload: str
+    enqueued_ms: int
+    member: bytes
+    """The inbox entry exactly as stored (what ``next`` acknowledges)."""
+    order: int = 0
+    started: int = 1
+    """Attempts started on this item, this one included."""
+    transient_failures: int = 0
+    failures: int = 0
+    """Earlier attempts that failed for a reason that will not pass by itself."""
+    failing_for: float = 0.0
+    """Seconds since its first transient failure (0: none)."""
+
+    @property
+    def vanished_attempts(self) -> int:
+        """Earlier attempts that left no outcome: the worker died, or lost the chat's lease mid-item."""
+        return self.started - 1 - self.transient_failures - self.failures
+
+
+@dataclass(slots=True)
+class Claim:
+    """A chat this worker holds (or is about to take) the lease of."""
+
+    chat_id: int
+    token: str
+    watchdog: int
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What ``next`` found: an item to process, the chat released (inbox empty), or the lease gone."""
+
+    kind: Literal["item", "released", "lost", "busy"]
+    item: QueueItem | None = None
+
+
+def worker_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def encode_item(item_id: str, payload: str) -> str:
+    """An inbox entry: its id first (scripts read it), the time taken in, the payload."""
+    return json.dumps({"id": item_id, "t": int(time.time() * 1000), "p": payload}, separators=(",", ":"))
+
+
+class ChatWorkQueue:
+    """The per-chat work queue. Redis errors surface as StoreUnavailableError (transient)."""
+
+    def __init__(
+        self, *, redis: AnyRedis, keys: KeySpace | None = None, lease_ms: int = 30_000, ttl_seconds: int = 0
+    ) -> None:
+        self._redis = redis
+        self._keys = keys or KeySpace()
+        self.lease_ms = lease_ms
+        self._seen_ttl = max(ttl_seconds, 0)
+        self._enqueue = register(redis, _ENQUEUE)
+        self._mark_ready = register(redis, _MARK_READY)
+        self._claim = register(redis, _CLAIM)
+        self._next = register(redis, _NEXT)
+        self._note = register(redis, _NOTE)
+        self._renew = register(redis, _RENEW_LEASE)
+        self._push_watchdog = register(redis, _PUSH_WATCHDOG)
+        self._drop_watchdog = register(redis, _DROP_WATCHDOG)
+        self._drop_lease = register(redis, _DROP_LEASE)
+        self._stats = register(redis, _STATS)
+
+    async def enqueue(self, chat_id: int, item_id: str, payload: str, *, order: int) -> bool:
+        """Store an item durably; True if new, False if this id was already taken in. Items of a chat
+        come out by ascending ``order``. Either way the chat is marked due, so a crash between the two
+        steps heals on the sender's redelivery."""
+        keys = self._keys.chat(chat_id)
+        with redis_errors(f"cannot enqueue for chat {chat_id}"):
+            new = await self._enqueue(
+                keys=[keys.inbox, keys.seen], args=[item_id, encode_item(item_id, payload), self._seen_ttl, order]
+            )
+            await self._make_due(chat_id)
+        return bool(new)
+
+    async def _make_due(self, chat_id: int) -> None:
+        await self._mark_ready(keys=[self._keys.ready], args=[str(chat_id)])
+        await self._redis.lpush(self._keys.wake, "1")
+        await self._redis.ltrim(self._keys.wake, 0, 999)
+
+    async def claim(self, token: str) -> Claim | None:
+        """The first due chat (its lease is taken by the first ``next(acquire=True)``), or None."""
+        with redis_errors("cannot claim"):
+            result = await self._claim(keys=[self._keys.ready], args=[self.lease_ms])
+        if not result:
+            return None
+        member, watchdog = result
+        return Claim(int(member), token, int(watchdog))
+
+    async def next(self, claim: Claim, *, done: QueueItem | None = None, acquire: bool = False) -> Step:
+        """Acknowledge ``done`` (processed or dead-lettered), then return the next item; release the chat
+        when its inbox is empty. All of it only while ``claim`` holds the lease."""
+        keys = self._keys.chat(claim.chat_id)
+        done_member: bytes | str = done.member if done else ""
+        args: list[bytes | str | int] = [claim.token, self.lease_ms, "1" if acquire else "0", done_member]
+        args.append(done.id if done else "")
+        with redis_errors(f"chat {claim.chat_id}: queue step failed"):
+            result = await self._next(keys=[keys.lease, keys.inbox, keys.attempts], args=args)
+            status = int(result[0])
+            if status == 0:
+                await self._drop_watchdog(keys=[self._keys.ready], args=[str(claim.chat_id), claim.watchdog])
+                return Step("released")
+            if status == -1:
+                # whoever holds the chat now (or nobody, if the lease expired) must find it due
+                await self._make_due(claim.chat_id)
+                return Step("lost")
+        if status == -3:
+            return Step("busy")  # another worker holds it; the watchdog brings it back in time
+        return Step("item", _decode_item(result))
+
+    async def note(self, claim: Claim, item: QueueItem, outcome: Literal["transient", "failed", "set_aside"]) -> None:
+        """Record how an attempt at ``item`` ended (only while holding the lease)."""
+        keys = self._keys.chat(claim.chat_id)
+        kind = {"transient": "t", "failed": "x", "set_aside": "s"}[outcome]
+        with redis_errors(f"chat {claim.chat_id}: cannot record an attempt"):
+            await self._note(keys=[keys.lease, keys.attempts], args=[claim.token, item.id, kind])
+
+    async def wait_for_work(self, seconds: float) -> None:
+        """Block until something was enqueued (or ``seconds`` pass). Needs its own connection."""
+        with redis_errors("cannot wait for work"):
+            await self._redis.blpop([self._keys.wake], timeout=seconds)
+
+    async def renew(self, claim: Claim) -> bool:
+        """Extend the lease and the watchdog; False if the lease was lost."""
+        keys = self._keys.chat(claim.chat_id)
+        with redis_errors(f"chat {claim.chat_id}: cannot renew"):
+            if not await self._renew(keys=[keys.lease], args=[claim.token, self.lease_ms]):
+                return False
+        try:
+            with redis_errors(f"chat {claim.chat_id}: cannot push the watchdog"):
+                claim.watchdog = int(
+                    await self._push_watchdog(keys=[self._keys.ready], args=[str(claim.chat_id), self.lease_ms])
+                )
+        except StoreUnavailableError:
+            # On a cluster the ready set may live on a master that is down while the chat's is up: the
+            # lease is kept all the same. If the watchdog fires meanwhile, whoever claims the chat finds
+            # the lease busy and leaves it; the lease, not the watchdog, decides who serves the chat.
+            pass
+        return True
+
+    async def hand_back(self, claim: Claim) -> None:
+        """Give the chat up with work possibly left (stopping, or the lease may have lapsed): drop the
+        lease if still ours, and make the chat due so another worker takes it at once."""
+        with redis_errors(f"chat {claim.chat_id}: cannot hand back"):
+            await self._drop_lease(keys=[self._keys.chat(claim.chat_id).lease], args=[claim.token])
+            await self._make_due(claim.chat_id)
+
+    async def stats(self) -> tuple[int, float]:
+        """(chats due now, age in seconds of the longest-waiting due chat)."""
+        with redis_errors("cannot read queue stats"):
+            count, age_ms = await self._stats(keys=[self._keys.ready])
+        return int(count), int(age_ms) / 1000
+
+
+def _decode_item(result: list[object]) -> QueueItem:
+    member = cast(bytes, result[1])
+    started, transient, age_ms = (int(cast(int, value)) for value in result[2:5])
+    try:
+        data = json.loads(member)
+        item_id, payload, enqueued = str(data["id"]), str(data["p"]), int(data.get("t", 0))
+    except (ValueError, KeyError, TypeError):
+        item_id, payload, enqueued = member.decode(errors="replace"), "", 0
+    return QueueItem(
+        id=item_id,
+        payload=payload,
+        enqueued_ms=enqueued,
+        member=member,
+        order=int(float(cast(bytes, result[5]))),
+        started=started,
+        transient_failures=transient,
+        failures=int(cast(int, result[6])),
+        failing_for=age_ms / 1000,
+    )

@@ -1,0 +1,141 @@
+"""What every Redis-backed component shares: the client type (one server or a Redis Cluster), the one
+way to register a Lua script (single-slot checked), Lua snippets and the translation of redis-py's
+errors."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeAlias
+
+import redis
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
+from redis.exceptions import CrossSlotTransactionError, RedisClusterException, RedisError, ResponseError
+
+from services.errors import CorruptSessionError, StoreError, StoreUnavailableError
+
+AnyRedis: TypeAlias = Redis | RedisCluster
+"""A client of one Redis server or of a Redis Cluster (``REDIS_CLUSTER``); every component takes either."""
+
+
+class CrossSlotError(StoreError):
+    """A script or transaction was given keys of more than one hash slot: a bug, never retried (it
+    would fail on Redis Cluster with CROSSSLOT, so it is refused on a single server too)."""
+
+
+def slot_of(key: str | bytes) -> int:
+    """The Redis Cluster hash slot of ``key`` (its ``{tag}`` if it has one)."""
+    return int(key_slot(key.encode() if isinstance(key, str) else key))
+
+
+def check_one_slot(keys: Sequence[str | bytes], what: str = "script") -> None:
+    """Raise CrossSlotError unless every key of ``keys`` is in the same hash slot."""
+    slots = {slot_of(key) for key in keys}
+    if len(slots) > 1:
+        raise CrossSlotError(f"{what} touches keys of {len(slots)} hash slots: {[_text(k) for k in keys]}")
+
+
+def _text(key: str | bytes) -> str:
+    return key.decode(errors="replace") if isinstance(key, bytes) else key
+
+
+class SlotScript:
+    """A registered Lua script that refuses keys of more than one hash slot, on every deployment."""
+
+    def __init__(self, redis: AnyRedis, source: str) -> None:
+        self._script = redis.register_script(source)
+        self.source = source
+
+    async def __call__(self, *, keys: Sequence[str | bytes], args: Iterable[Any] = ()) -> Any:
+        check_one_slot(keys)
+        return await self._script(keys=list(keys), args=list(args))
+
+
+def register(redis: AnyRedis, source: str) -> SlotScript:
+    """The one way the code base registers a Lua script (a test checks there is no other)."""
+    return SlotScript(redis, source)
+
+
+LUA_NOW = "local t = redis.call('TIME'); local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+"""Defines ``now``: the Redis server's clock in milliseconds (one clock for every worker)."""
+
+LUA_FENCE = """
+local function holds(lease_key, token)
+  return token == '' or redis.call('GET', lease_key) == token
+end
+"""
+"""Defines ``holds(lease_key, token)``: the fencing check every per-chat write of a worker starts with
+(an empty token means: not written on behalf of a lease, e.g. the single-process mode)."""
+
+FENCE_LOST = -2
+"""What a fenced script returns when the caller no longer holds the chat's lease."""
+
+
+_TRANSIENT_REPLIES = frozenset(
+    {"BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY", "MOVED", "ASK", "NOREPLICAS", "OOM"}
+)
+"""Error replies after which the same command succeeds later (failover, loading, memory freed)."""
+
+
+@contextmanager
+def redis_errors(action: str) -> Iterator[None]:
+    """Translate redis-py's errors into the engine's transient store error.
+
+    On a cluster, redirections (MOVED, ASK), TRYAGAIN and CLUSTERDOWN are first retried by the client
+    (``services.backends.redis.connection``); what is left — a master down longer than those retries, the cluster not
+    reachable or not covering every slot yet — is transient too. Only a cross-slot request is a bug.
+    A key of the wrong type is a damaged record (CorruptSessionError: quarantined, not retried); any
+    other error reply (a script bug) is a permanent StoreError, never retried forever."""
+    try:
+        yield
+    except ResponseError as exc:
+        code = str(exc).split(" ", 1)[0].upper()
+        if code in _TRANSIENT_REPLIES:
+            raise StoreUnavailableError(f"{action}: {exc}") from exc
+        if code == "CROSSSLOT":
+            raise CrossSlotError(f"{action}: {exc}") from exc
+        if code == "WRONGTYPE" or "WRONGTYPE" in str(exc):
+            raise CorruptSessionError(f"{action}: a key holds the wrong type: {exc}") from exc
+        raise StoreError(f"{action}: {type(exc).__name__}: {exc}") from exc
+    except RedisError as exc:
+        raise StoreUnavailableError(f"{action}: {type(exc).__name__}: {exc}") from exc
+    except CrossSlotTransactionError as exc:
+        raise CrossSlotError(f"{action}: {exc}") from exc
+    except RedisClusterException as exc:
+        if "same key slot" in str(exc) or "same slot" in str(exc):
+            raise CrossSlotError(f"{action}: {exc}") from exc
+        raise StoreUnavailableError(f"{action}: {type(exc).__name__}: {exc}") from exc
+    except (AttributeError, TypeError, RuntimeError) as exc:
+        # redis-py's asyncio cluster client can trip over a connection another task is tearing down
+        # while a node fails (e.g. "'NoneType' object has no attribute 'writelines'"; redis/redis-py
+        # #3546, #3835; under uvloop the same shows as RuntimeError "unable to perform operation on
+        # <TCPTransport closed=True>"): a client bug during a transient fault, not ours. Our own bugs
+        # stay bugs.
+        if not _raised_inside_redis_py(exc):
+            raise
+        raise StoreUnavailableError(f"{action}: redis-py {type(exc).__name__} during a fault: {exc}") from exc
+
+
+_REDIS_PY = os.path.dirname(redis.__file__) + os.sep
+_ASYNCIO = os.path.dirname(asyncio.__file__) + os.sep
+
+
+def _is_uvloop(filename: str) -> bool:
+    return filename.startswith("uvloop" + os.sep) or f"{os.sep}uvloop{os.sep}" in filename
+
+
+def _raised_inside_redis_py(exc: BaseException) -> bool:
+    """True if the innermost frame that raised ``exc``, past the event loop's own (the asyncio stdlib,
+    uvloop), is redis-py's."""
+    innermost = None
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not filename.startswith(_ASYNCIO) and not _is_uvloop(filename):
+            innermost = filename
+        tb = tb.tb_next
+    return innermost is not None and innermost.startswith(_REDIS_PY)

@@ -1,0 +1,82 @@
+"""Builders that assemble the engine from settings (used by the bot's composition root, the console,
+the evaluation runner and the benchmarks)."""
+
+from __future__ import annotations
+
+from openai import AsyncOpenAI
+
+from prompts import PromptRegistry, default_registry
+from services.engine.chat import ChatService
+from services.engine.llm import LLMClient
+from services.engine.policy import CompactionPolicy
+from services.engine.summarizer import Summarizer
+from services.engine.tokens import TokenCounter
+from services.engine.turns import TurnObserver
+from services.errors import ConfigurationError
+from services.ports import SessionStore
+from services.settings import LLMSettings, MemorySettings
+
+
+def build_llm_client(settings: LLMSettings, memory: MemorySettings) -> LLMClient:
+    """Raises ConfigurationError when OPENAI_API_KEY is empty (no placeholder key is ever sent)."""
+    api_key = settings.openai_api_key.get_secret_value().strip()
+    if not api_key:
+        raise ConfigurationError("OPENAI_API_KEY is not set")
+    client = AsyncOpenAI(
+        api_key=api_key,
+        base_url=settings.openai_base_url,
+        timeout=settings.openai_timeout_seconds,
+        max_retries=settings.openai_max_retries,
+    )
+    return LLMClient(
+        client=client,
+        chat_model=settings.openai_model,
+        summary_model=settings.effective_summary_model,
+        max_output_tokens=settings.max_output_tokens,
+        summary_max_tokens=memory.summary_max_tokens,
+        token_limit_param=settings.openai_token_limit_param,
+        summary_response_format=settings.summary_response_format,
+        temperature=settings.openai_temperature,
+        max_concurrency=settings.llm_max_concurrency,
+    )
+
+
+def build_chat_service(
+    *,
+    llm: LLMClient,
+    store: SessionStore,
+    memory: MemorySettings,
+    instruction_role: str,
+    counter: TokenCounter | None = None,
+    prompts: PromptRegistry | None = None,
+    observer: TurnObserver | None = None,
+) -> ChatService:
+    """A ChatService wired from settings. Raises ConfigurationError for an unusable budget."""
+    counter = counter or TokenCounter.for_encoding(memory.tokenizer_encoding)
+    prompts = prompts or default_registry()
+    chat_prompt = prompts.get("support_chat", memory.chat_prompt_version)
+    summary_prompt = prompts.get("summary", memory.summary_prompt_version)
+    summarizer = Summarizer(
+        llm=llm,
+        counter=counter,
+        prompt=summary_prompt,
+        max_tokens=memory.summary_max_tokens,
+        instruction_role=instruction_role,
+    )
+    return ChatService(
+        store=store,
+        llm=llm,
+        summarizer=summarizer,
+        counter=counter,
+        instruction=chat_prompt.render(company=memory.support_company_name),
+        instruction_role=instruction_role,
+        budget=memory.chat_input_token_budget,
+        summary_max_tokens=memory.summary_max_tokens,
+        policy=CompactionPolicy(
+            high_water=memory.history_high_water,
+            low_water=memory.history_low_water,
+            min_verbatim_turns=memory.history_min_verbatim_turns,
+        ),
+        max_message_chars=memory.max_message_chars,
+        observer=observer,
+    )

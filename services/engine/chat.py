@@ -1,0 +1,327 @@
+"""Chat orchestration: one customer message in, one reply out, memory kept within the token budget."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+from services.engine.llm import LLMClient, OnDelta
+from services.engine.models import Compaction, NewMessage, PromptPart, Session, StoredMessage
+from services.engine.policy import CompactionPolicy
+from services.engine.prompt_format import clean_text, customer_block
+from services.engine.summarizer import Summarizer
+from services.engine.tokens import REPLY_PRIMER_TOKENS, TokenCounter
+from services.engine.turns import CompactionReport, NoObserver, TurnObserver, TurnResult
+from services.engine.window import Window, build_window
+from services.errors import (
+    ConcurrentUpdateError,
+    ConfigurationError,
+    CorruptHistoryError,
+    CorruptSessionError,
+    MessageTooLongError,
+    StoreError,
+    SummaryError,
+)
+from services.fence import Fence
+from services.ports import SessionStore, TurnStatus
+
+log = logging.getLogger(__name__)
+
+
+Deliver = Callable[[TurnResult], Awaitable[None]]
+
+
+def render_stored(message: StoredMessage) -> PromptPart:
+    """A stored message as prompt text: customer text goes inside its data fence."""
+    content = customer_block(message.content) if message.role == "user" else message.content
+    return PromptPart(message.role, content, message.tokens)
+
+
+class ChatService:
+    """Builds the budgeted prompt, calls the model, commits the turn atomically, compacts memory."""
+
+    def __init__(
+        self,
+        *,
+        store: SessionStore,
+        llm: LLMClient,
+        summarizer: Summarizer,
+        counter: TokenCounter,
+        instruction: str,
+        instruction_role: str,
+        budget: int,
+        summary_max_tokens: int,
+        policy: CompactionPolicy,
+        commit_attempts: int = 3,
+        max_message_chars: int = 4096,
+        observer: TurnObserver | None = None,
+    ) -> None:
+        self._store = store
+        self._llm = llm
+        self._summarizer = summarizer
+        self._counter = counter
+        self._instruction = PromptPart(
+            instruction_role, instruction, counter.count_message(instruction_role, instruction)
+        )
+        self._budget = budget
+        self._policy = policy
+        self._commit_attempts = commit_attempts
+        self._max_message_chars = max_message_chars
+        self._observer = observer or NoObserver()
+        self.history_room = budget - self._instruction.tokens - summary_max_tokens - REPLY_PRIMER_TOKENS
+        if self.history_room <= 0:
+            raise ConfigurationError(
+                f"CHAT_INPUT_TOKEN_BUDGET={budget} leaves no room for history: the instruction takes "
+                f"{self._instruction.tokens} tokens and SUMMARY_MAX_TOKENS={summary_max_tokens}"
+            )
+
+    @property
+    def store(self) -> SessionStore:
+        return self._store
+
+    async def handle(
+        self,
+        chat_id: int,
+        text: str,
+        *,
+        deliver: Deliver,
+        on_delta: OnDelta | None = None,
+        turn_id: str | None = None,
+        fence: Fence | None = None,
+    ) -> TurnResult:
+        """Reply, hand the reply to ``deliver``, then compact memory if it passed the high-water mark,
+        so the customer never waits for compaction.
+
+        With a ``turn_id`` (the update id) a redelivered message is recognised: a turn already
+        answered is skipped; a turn committed but maybe not answered gets its stored reply again.
+        With a ``fence`` (queued mode) every write is fenced by the chat's lease and nothing is
+        delivered once the lease may have expired (LeaseLostError). Every handled turn is reported
+        to the observer."""
+        result = await self._handle(chat_id, text, deliver, on_delta, turn_id, fence)
+        self._observer.turn_finished(result)
+        return result
+
+    async def _handle(
+        self,
+        chat_id: int,
+        text: str,
+        deliver: Deliver,
+        on_delta: OnDelta | None,
+        turn_id: str | None,
+        fence: Fence | None,
+    ) -> TurnResult:
+        quarantined = False
+        if turn_id is not None:
+            try:
+                status = await self._store.turn_status(chat_id, turn_id)
+            except CorruptSessionError as exc:
+                await self._quarantine(chat_id, exc, fence)
+                status, quarantined = TurnStatus(), True
+            if status.replied:
+                return TurnResult(reply="", duplicate=True)
+            if status.committed:
+                return await self._redeliver(chat_id, turn_id, status, deliver, fence)
+        result = await self.respond(chat_id, text, on_delta=on_delta, turn_id=turn_id, fence=fence)
+        if quarantined:
+            result = replace(result, quarantined=True)
+        if turn_id is not None and result.duplicate:  # another worker committed it meanwhile
+            status = await self._store.turn_status(chat_id, turn_id)
+            return result if status.replied else await self._redeliver(chat_id, turn_id, status, deliver, fence)
+        if fence is not None:
+            fence.ensure_valid()
+        await deliver(result)
+        if turn_id is not None:
+            await self._store.mark_replied(chat_id, turn_id, fence=fence)
+        if not self._policy.should_compact(result.history_tokens, result.stored_messages, self.history_room):
+            return result  # the common case: no second round trip to the store
+        try:
+            report = await self.compact_if_needed(chat_id, fence=fence)
+        except StoreError as exc:
+            log.warning("chat %s: proactive compaction skipped: %s", chat_id, exc)
+            report = CompactionReport(failed=True)
+        return replace(result, proactive_compaction=report)
+
+    async def _redeliver(
+        self, chat_id: int, turn_id: str, status: TurnStatus, deliver: Deliver, fence: Fence | None
+    ) -> TurnResult:
+        if status.reply is None:
+            log.error("chat %s turn %s: committed but its reply is no longer stored; cannot resend", chat_id, turn_id)
+            await self._store.mark_replied(chat_id, turn_id, fence=fence)
+            return TurnResult(reply="", duplicate=True)
+        log.warning("chat %s turn %s: committed earlier, reply possibly unsent: sending it", chat_id, turn_id)
+        result = TurnResult(reply=status.reply, duplicate=True, redelivered=True)
+        if fence is not None:
+            fence.ensure_valid()
+        await deliver(result)
+        await self._store.mark_replied(chat_id, turn_id, fence=fence)
+        return result
+
+    async def _quarantine(self, chat_id: int, exc: Exception, fence: Fence | None) -> None:
+        log.error(
+            "chat %s: stored session unreadable (%s); moved aside for an operator (python -m bot quarantine "
+            "show %s), the chat starts over",
+            chat_id,
+            exc,
+            chat_id,
+        )
+        await self._store.quarantine(chat_id, reason=f"{type(exc).__name__}: {exc}", fence=fence)
+
+    async def _load(self, chat_id: int, fence: Fence | None) -> tuple[Session, bool]:
+        """The session, or a fresh one after quarantining an unreadable one (True)."""
+        try:
+            return await self._store.load(chat_id), False
+        except CorruptSessionError as exc:
+            await self._quarantine(chat_id, exc, fence)
+        return await self._store.load(chat_id), True
+
+    async def respond(
+        self,
+        chat_id: int,
+        text: str,
+        *,
+        on_delta: OnDelta | None = None,
+        turn_id: str | None = None,
+        fence: Fence | None = None,
+    ) -> TurnResult:
+        """Produce and store one turn. Nothing is written unless the model replied."""
+        if len(text) > self._max_message_chars:  # checked before tokenizing megabytes of text
+            raise MessageTooLongError(tokens=len(text), limit=self._max_message_chars, unit="characters")
+        text = clean_text(text)
+        content = customer_block(text)
+        new_part = PromptPart("user", content, self._counter.count_message("user", content))
+        quarantined = False
+        for attempt in range(1, self._commit_attempts + 1):
+            session, fresh = await self._load(chat_id, fence)
+            try:
+                window = self._window(self._summary_part(session), session.messages, new_part)
+            except CorruptHistoryError as exc:
+                await self._quarantine(chat_id, exc, fence)
+                session, fresh = await self._store.load(chat_id), True
+                window = self._window(None, session.messages, new_part)
+            quarantined = quarantined or fresh
+            forced: CompactionReport | None = None
+            compaction: Compaction | None = None
+            if window.removed_history_messages:
+                compaction, window, forced = await self._forced_compaction(session, new_part, window)
+            completion = await self._llm.chat(window.messages, on_delta=on_delta)
+            reply = NewMessage("assistant", completion.text, self._counter.count_message("assistant", completion.text))
+            try:
+                commit = await self._store.commit_turn(
+                    chat_id,
+                    expected_version=session.version,
+                    messages=[NewMessage("user", text, new_part.tokens), reply],
+                    compaction=compaction,
+                    turn_id=turn_id,
+                    fence=fence,
+                )
+            except ConcurrentUpdateError:
+                if attempt == self._commit_attempts:
+                    raise
+                log.info("chat %s changed during the turn; retrying (%d)", chat_id, attempt)
+                continue
+            folded = compaction.fold_count if compaction else 0
+            return TurnResult(
+                reply=completion.text,
+                duplicate=commit.duplicate,
+                version=commit.version,
+                estimated_tokens=window.estimated_tokens,
+                context_history_messages=window.context_history_messages,
+                removed_history_messages=window.removed_history_messages,
+                stored_messages=0 if commit.duplicate else len(session.messages) - folded + 2,
+                history_tokens=sum(m.tokens for m in session.messages[folded:]) + new_part.tokens + reply.tokens,
+                summary_present=compaction is not None or session.summary is not None,
+                usage=completion.usage,
+                llm_seconds=completion.seconds,
+                forced_compaction=forced,
+                attempts=attempt,
+                quarantined=quarantined,
+            )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _window(self, summary: PromptPart | None, history: tuple[StoredMessage, ...], new: PromptPart) -> Window:
+        return build_window(
+            instruction=self._instruction,
+            context=[summary] if summary else [],
+            history=history,
+            new_message=new,
+            budget=self._budget,
+            render=render_stored,
+        )
+
+    def _summary_part(self, session: Session) -> PromptPart | None:
+        if session.summary is None:
+            return None
+        return self._summarizer.block_part(session.summary, tokens=session.summary_tokens or None)
+
+    async def _fold(self, session: Session, fold: int) -> tuple[Compaction | None, CompactionReport]:
+        """Summarize the ``fold`` oldest messages into a new summary (nothing is written here)."""
+        started = time.perf_counter()
+        try:
+            outcome = await self._summarizer.fold(session.summary, session.messages[:fold])
+        except SummaryError as exc:
+            log.warning("chat %s: compaction failed, kept everything stored: %s", session.chat_id, exc)
+            return None, CompactionReport(failed=True, seconds=time.perf_counter() - started)
+        report = CompactionReport(
+            folded_messages=fold,
+            restored_identifiers=len(outcome.restored),
+            summary_tokens=outcome.block_tokens,
+            usage=outcome.usage,
+            seconds=time.perf_counter() - started,
+        )
+        return Compaction(fold, outcome.summary, outcome.block_tokens), report
+
+    async def _forced_compaction(
+        self, session: Session, new_part: PromptPart, window: Window
+    ) -> tuple[Compaction | None, Window, CompactionReport]:
+        """The prompt cannot hold the whole history: fold before replying. On failure the reply uses
+        the plain window and nothing is folded."""
+        must_fit = max(self.history_room - new_part.tokens, 0)
+        fold = self._policy.plan_fold(session.messages, room=self.history_room, must_fit=must_fit)
+        if fold == 0:
+            return None, window, CompactionReport()
+        compaction, report = await self._fold(session, fold)
+        if compaction is None:
+            return None, window, report
+        summary = self._summarizer.block_part(compaction.summary, tokens=compaction.summary_tokens)
+        try:
+            compacted = self._window(summary, session.messages[fold:], new_part)
+        except MessageTooLongError:
+            log.warning("chat %s: new summary leaves no room for the message; not applied", session.chat_id)
+            return None, window, replace(report, folded_messages=0, failed=True)
+        return compaction, compacted, report
+
+    async def compact_if_needed(self, chat_id: int, *, fence: Fence | None = None) -> CompactionReport | None:
+        """Proactive compaction: fold the oldest turns if the stored history passed the high-water mark.
+        A failure leaves everything stored; the next turn tries again."""
+        session = await self._store.load(chat_id)
+        if not self._policy.should_compact(session.history_tokens, len(session.messages), self.history_room):
+            return None
+        fold = self._policy.plan_fold(session.messages, room=self.history_room)
+        if fold == 0:
+            return None
+        compaction, report = await self._fold(session, fold)
+        if compaction is None:
+            return report
+        try:
+            await self._store.apply_compaction(
+                chat_id, expected_version=session.version, compaction=compaction, fence=fence
+            )
+        except ConcurrentUpdateError:
+            log.info("chat %s changed during compaction; it will be redone on a later turn", chat_id)
+            return replace(report, folded_messages=0, failed=True)
+        return report
+
+    async def reset(self, chat_id: int, *, fence: Fence | None = None) -> None:
+        """/new: the conversation starts over; no turn loaded before can be committed after."""
+        await self._store.reset(chat_id, fence=fence)
+
+    async def forget(self, chat_id: int, *, fence: Fence | None = None) -> None:
+        """/forget: every stored byte of the conversation goes; nothing loaded before comes back."""
+        await self._store.forget(chat_id, fence=fence)
+
+    async def close(self) -> None:
+        """Close the LLM client and the store connection."""
+        await self._llm.close()
+        await self._store.close()

@@ -1,0 +1,128 @@
+"""Deterministic extraction of identifiers (order numbers, codes, e-mails, phones, URLs) from text.
+
+Used to guarantee that compaction never silently drops a fact the customer gave. Pure code.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from services.engine.models import StoredMessage
+from services.engine.summary_state import SummaryState
+
+# Order matters: earlier patterns win where matches overlap (a phone number is not also "a number").
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("url", re.compile(r"\bhttps?://[^\s<>\"']+[^\s<>\"'.,;:!?)\]]")),
+    ("email", re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")),
+    (
+        "phone",
+        re.compile(r"(?<![\w+])\+\d[\d ()-]{6,}\d(?!\w)|(?<!\w)\(?\d{3}\)?[ -]\d{3}[ -]\d{2}[ -]?\d{2}(?!\w)"),
+    ),
+    # Digit groups joined by hyphens (tracking numbers): 7700-1234-5566
+    ("number-group", re.compile(r"(?<![\w-])\d{3,}(?:-\d{2,})+(?![\w-])")),
+    # Hexadecimal error codes: 0x80070005
+    ("code", re.compile(r"\b0x[0-9a-fA-F]{2,}\b")),
+    # Codes mixing letters and digits: ORD-7718, AB12345, E-042, SN: X7K-99, #A12
+    (
+        "code",
+        re.compile(
+            r"(?<![\w-])#?(?=[\w-]*\d)(?=[\w-]*[^\W\d_])[^\W_][\w]*(?:-[\w]+)+(?![\w-])"
+            r"|(?<![\w-])(?=\w*\d)[^\W\d_]{1,6}\d{2,}\w*(?![\w-])"
+        ),
+    ),
+    # Numbers with 3+ digits, also with separators: 7718, 1299.50, 12.03.2026, 2.4.1
+    ("number", re.compile(r"(?<![\w.,])#?\d+(?:[.,:/]\d+)*(?![\w])")),
+)
+_MIN_NUMBER_DIGITS = 3
+_PHRASE_RADIUS = 40
+
+
+@dataclass(frozen=True, slots=True)
+class Identifier:
+    kind: str
+    value: str
+    phrase: str
+
+
+def _phrase_around(text: str, start: int, end: int) -> str:
+    left = max(0, start - _PHRASE_RADIUS)
+    right = min(len(text), end + _PHRASE_RADIUS)
+    # widen to word boundaries so the phrase does not start or end mid-word
+    while left > 0 and not text[left - 1].isspace():
+        left -= 1
+    while right < len(text) and not text[right].isspace():
+        right += 1
+    snippet = " ".join(text[left:right].split())
+    return snippet
+
+
+def extract_identifiers(text: str) -> list[Identifier]:
+    """Identifiers in order of appearance, each once, with the phrase around its first mention."""
+    taken: list[tuple[int, int]] = []
+    found: list[tuple[int, Identifier]] = []
+    seen: set[str] = set()
+    for kind, pattern in _PATTERNS:
+        for match in pattern.finditer(text):
+            start, end = match.span()
+            if any(start < t_end and t_start < end for t_start, t_end in taken):
+                continue
+            value = match.group(0)
+            if kind == "number" and sum(ch.isdigit() for ch in value) < _MIN_NUMBER_DIGITS:
+                continue
+            taken.append((start, end))
+            key = value.casefold()
+            if key in seen:
+                continue
+            seen.add(key)
+            found.append((start, Identifier(kind, value, _phrase_around(text, start, end))))
+    found.sort(key=lambda pair: pair[0])
+    return [identifier for _, identifier in found]
+
+
+def mentions(text: str, value: str) -> bool:
+    """Whether ``value`` appears in ``text`` as a whole token (7718 is not mentioned by 77180)."""
+    core = value.lstrip("#")
+    if not core:
+        return False
+    pattern = rf"(?<![\w]){re.escape(core)}(?![\w])"
+    return re.search(pattern, text, flags=re.IGNORECASE) is not None
+
+
+def summary_text(summary: SummaryState) -> str:
+    return "\n".join(
+        [
+            summary.topic,
+            summary.next_step,
+            *summary.key_facts,
+            *summary.actions_taken,
+            *summary.decisions,
+            *summary.pending_questions,
+        ]
+    )
+
+
+def restore_identifiers(
+    summary: SummaryState, *, messages: Iterable[StoredMessage] = (), previous: SummaryState | None = None
+) -> tuple[SummaryState, list[Identifier]]:
+    """Add back to ``key_facts`` every identifier of the folded messages (and of the previous summary)
+    that the new summary lost, with its surrounding phrase. Returns the summary and what was restored."""
+    text = summary_text(summary)
+    restored: list[Identifier] = []
+    facts = list(summary.key_facts)
+    sources: list[tuple[str, str]] = [(m.role, m.content) for m in messages]
+    if previous is not None:
+        sources.insert(0, ("summary", summary_text(previous)))
+    for role, content in sources:
+        for identifier in extract_identifiers(content):
+            if mentions(text, identifier.value):
+                continue
+            who = {"user": "customer", "assistant": "support"}.get(role, "earlier summary")
+            fact = f'{identifier.value} ({who}: "{identifier.phrase}")'
+            facts.append(fact)
+            text += "\n" + fact
+            restored.append(identifier)
+    if not restored:
+        return summary, []
+    return summary.model_copy(update={"key_facts": facts}), restored

@@ -1,0 +1,214 @@
+"""The language-model client: chat replies (plain or streamed) and structured summary calls.
+
+Built on ``openai.AsyncOpenAI`` so any OpenAI-compatible endpoint works. openai's errors are
+translated here into the engine's LLMError family.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import openai
+from openai import AsyncOpenAI, AsyncStream
+
+from services.engine.models import PromptPart
+from services.errors import LLMBadReplyError, LLMError, LLMReplyTruncatedError, LLMUnavailableError
+
+log = logging.getLogger(__name__)
+
+OnDelta = Callable[[str], Awaitable[None]]
+CHAT_COMPLETIONS = "/chat/completions"
+TokenLimitParam = Literal["max_completion_tokens", "max_tokens"]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    """Prompt tokens the provider served from its prompt cache (``prompt_tokens_details.cached_tokens``;
+    0 when the provider does not report it)."""
+
+    @classmethod
+    def from_json(cls, usage: object) -> Usage | None:
+        """From the ``usage`` object of a chat completion (or of the last chunk of a stream)."""
+        if not isinstance(usage, dict):
+            return None
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        return cls(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0), int(cached or 0))
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    text: str
+    finish_reason: str
+    usage: Usage | None
+    model: str
+    seconds: float
+
+
+def translate_openai_error(exc: openai.OpenAIError) -> LLMError:
+    """Map an openai exception to the engine's error kinds."""
+    if isinstance(exc, openai.RateLimitError | openai.InternalServerError | openai.APIConnectionError):
+        return LLMUnavailableError(f"LLM provider unavailable: {type(exc).__name__}")
+    if isinstance(exc, openai.APIStatusError) and exc.status_code >= 500:
+        return LLMUnavailableError(f"LLM provider error {exc.status_code}")
+    if isinstance(exc, openai.APIStatusError):
+        return LLMBadReplyError(f"LLM request refused with HTTP {exc.status_code}: {type(exc).__name__}")
+    return LLMBadReplyError(f"LLM call failed: {type(exc).__name__}")
+
+
+class LLMClient:
+    """Chat and summary calls. Transport retries (429/5xx/timeouts, with backoff and jitter) are done
+    by the injected AsyncOpenAI client (its ``max_retries``)."""
+
+    def __init__(
+        self,
+        *,
+        client: AsyncOpenAI,
+        chat_model: str,
+        summary_model: str,
+        max_output_tokens: int,
+        summary_max_tokens: int,
+        token_limit_param: TokenLimitParam = "max_completion_tokens",
+        summary_response_format: Literal["json_schema", "json_object"] = "json_schema",
+        temperature: float | None = None,
+        max_concurrency: int = 32,
+    ) -> None:
+        self._client = client
+        self.chat_model = chat_model
+        self.summary_model = summary_model
+        self._max_output_tokens = max_output_tokens
+        self._summary_max_tokens = summary_max_tokens
+        self._token_limit_param = token_limit_param
+        self._summary_response_format = summary_response_format
+        self._temperature = temperature
+        self._slots = asyncio.Semaphore(max_concurrency)
+        self.in_flight = 0
+        self.on_in_flight: Callable[[int], None] = lambda _count: None
+        """Told the number of calls running after each change (the bot sets a gauge with it)."""
+
+    async def _post(self, model: str, messages: Sequence[PromptPart], extra: dict[str, Any], stream: bool) -> Any:
+        """POST /chat/completions through the official client's generic ``post`` (its documented way to
+        call an endpoint with a body we build ourselves): auth, retries with backoff, timeouts, error
+        classes and SSE decoding stay the client's. Unlike the typed ``chat.completions.create`` it
+        neither re-walks the request through its TypedDict transform nor builds pydantic models of
+        the reply and of every stream chunk (``cast_to=object`` hands back the decoded JSON); those two
+        were about an eighth of a worker's CPU per turn (benchmarks/RESULTS.md)."""
+        body: dict[str, Any] = {"model": model, "messages": [m.as_openai() for m in messages], **extra}
+        if not stream:
+            return await self._client.post(CHAT_COMPLETIONS, body=body, cast_to=object)
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+        return await self._client.post(
+            CHAT_COMPLETIONS, body=body, cast_to=object, stream=True, stream_cls=AsyncStream[object]
+        )
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """Per-process cap on concurrent LLM calls (a streamed call holds its slot until the end)."""
+        async with self._slots:
+            self.in_flight += 1
+            self.on_in_flight(self.in_flight)
+            try:
+                yield
+            finally:
+                self.in_flight -= 1
+                self.on_in_flight(self.in_flight)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def chat(self, messages: Sequence[PromptPart], *, on_delta: OnDelta | None = None) -> Completion:
+        """A support reply. With ``on_delta`` the reply is streamed and each text delta is passed on."""
+        extra: dict[str, Any] = {self._token_limit_param: self._max_output_tokens}
+        if self._temperature is not None:
+            extra["temperature"] = self._temperature
+        async with self._slot():
+            if on_delta is None:
+                return await self._complete(self.chat_model, messages, extra)
+            return await self._stream(self.chat_model, messages, extra, on_delta)
+
+    async def summarize(self, messages: Sequence[PromptPart], *, schema: dict[str, Any]) -> Completion:
+        """A structured-output call; the text is the model's JSON (not yet validated)."""
+        response_format: dict[str, Any]
+        if self._summary_response_format == "json_schema":
+            response_format = {
+                "type": "json_schema",
+                "json_schema": {"name": "conversation_summary", "strict": True, "schema": schema},
+            }
+        else:
+            response_format = {"type": "json_object"}
+        extra: dict[str, Any] = {
+            self._token_limit_param: self._summary_max_tokens * 2,
+            "response_format": response_format,
+        }
+        async with self._slot():
+            return await self._complete(self.summary_model, messages, extra)
+
+    async def _complete(self, model: str, messages: Sequence[PromptPart], extra: dict[str, Any]) -> Completion:
+        started = time.perf_counter()
+        try:
+            response = await self._post(model, messages, extra, stream=False)
+        except openai.OpenAIError as exc:
+            raise translate_openai_error(exc) from exc
+        choice = _first_choice(response)
+        if choice is None:
+            raise LLMBadReplyError("LLM answered with no choices")
+        message = choice.get("message")
+        text = message.get("content") if isinstance(message, dict) else None
+        usage = Usage.from_json(response.get("usage"))
+        return self._checked(text if isinstance(text, str) else "", _finish(choice), usage, model, started)
+
+    async def _stream(
+        self, model: str, messages: Sequence[PromptPart], extra: dict[str, Any], on_delta: OnDelta
+    ) -> Completion:
+        started = time.perf_counter()
+        parts: list[str] = []
+        finish_reason = ""
+        usage: Usage | None = None
+        try:
+            stream = await self._post(model, messages, extra, stream=True)
+            async for chunk in stream:
+                choice = _first_choice(chunk)
+                if isinstance(chunk, dict) and chunk.get("usage") is not None:
+                    usage = Usage.from_json(chunk["usage"])
+                if choice is None:
+                    continue
+                finish_reason = _finish(choice) or finish_reason
+                delta = choice.get("delta")
+                text = delta.get("content") if isinstance(delta, dict) else None
+                if text and isinstance(text, str):
+                    parts.append(text)
+                    await on_delta(text)
+        except openai.OpenAIError as exc:
+            raise translate_openai_error(exc) from exc
+        return self._checked("".join(parts), finish_reason, usage, model, started)
+
+    @staticmethod
+    def _checked(text: str, finish_reason: str, usage: Usage | None, model: str, started: float) -> Completion:
+        if finish_reason == "length":
+            raise LLMReplyTruncatedError("the reply hit the output-token limit")
+        if finish_reason == "content_filter":
+            raise LLMBadReplyError("the reply was blocked by the provider's content filter")
+        if not text.strip():
+            raise LLMBadReplyError("the model returned an empty reply")
+        return Completion(text, finish_reason, usage, model, time.perf_counter() - started)
+
+
+def _first_choice(data: object) -> dict[str, Any] | None:
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return None
+    return choices[0]
+
+
+def _finish(choice: dict[str, Any]) -> str:
+    reason = choice.get("finish_reason")
+    return reason if isinstance(reason, str) else ""

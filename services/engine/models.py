@@ -1,0 +1,85 @@
+"""Plain data shared by the window, the store and the chat service."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from services.engine.summary_state import SummaryState
+
+Role = Literal["user", "assistant"]
+
+
+@dataclass(frozen=True, slots=True)
+class PromptPart:
+    """One chat message as it goes to the model, with its token cost (framing included)."""
+
+    role: str
+    content: str
+    tokens: int
+
+    def as_openai(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message of the verbatim history. ``content`` is the prompt text, ``tokens`` its cost, counted once."""
+
+    seq: int
+    role: Role
+    content: str
+    tokens: int
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"s": self.seq, "r": self.role, "c": self.content, "t": self.tokens},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> StoredMessage:
+        data: dict[str, Any] = json.loads(raw)
+        role = data["r"]
+        if role not in ("user", "assistant"):
+            raise ValueError(f"bad role {role!r}")
+        return cls(seq=int(data["s"]), role=role, content=str(data["c"]), tokens=int(data["t"]))
+
+    def as_prompt_part(self) -> PromptPart:
+        return PromptPart(role=self.role, content=self.content, tokens=self.tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message about to be appended; the store gives it its sequence number."""
+
+    role: Role
+    content: str
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """Replace the running summary and drop the ``fold_count`` oldest stored messages, atomically."""
+
+    fold_count: int
+    summary: SummaryState
+    summary_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """One chat's memory as loaded from the store."""
+
+    chat_id: int
+    version: int = 0
+    next_seq: int = 0
+    summary: SummaryState | None = None
+    summary_tokens: int = 0
+    messages: tuple[StoredMessage, ...] = field(default_factory=tuple)
+
+    @property
+    def history_tokens(self) -> int:
+        return sum(m.tokens for m in self.messages)

@@ -1,0 +1,60 @@
+"""What a turn produced, and who is told about it (the engine reports every turn to an observer)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from services.engine.llm import Usage
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionReport:
+    folded_messages: int = 0
+    failed: bool = False
+    restored_identifiers: int = 0
+    summary_tokens: int = 0
+    usage: list[Usage] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """What one turn produced, with the figures operators look at."""
+
+    reply: str
+    duplicate: bool = False
+    version: int = 0
+    estimated_tokens: int = 0
+    context_history_messages: int = 0
+    removed_history_messages: int = 0
+    stored_messages: int = 0
+    summary_present: bool = False
+    usage: Usage | None = None
+    llm_seconds: float = 0.0
+    forced_compaction: CompactionReport | None = None
+    proactive_compaction: CompactionReport | None = None
+    attempts: int = 1
+    history_tokens: int = 0
+    """Tokens of the verbatim history stored after this turn (decides proactive compaction)."""
+    redelivered: bool = False
+    """The turn was committed earlier but its reply may not have been sent: it was sent (again)."""
+    quarantined: bool = False
+    """The stored session could not be read: it was moved aside and this turn started a fresh one."""
+
+    @property
+    def summary_updated(self) -> bool:
+        return any(r is not None and r.folded_messages > 0 for r in (self.forced_compaction, self.proactive_compaction))
+
+
+class TurnObserver(Protocol):
+    """Told about every turn the engine handled (metrics in the bot; anything else elsewhere)."""
+
+    def turn_finished(self, result: TurnResult) -> None: ...
+
+
+class NoObserver:
+    """Records nothing."""
+
+    def turn_finished(self, result: TurnResult) -> None:
+        return None
