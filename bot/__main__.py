@@ -8,118 +8,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from bot.logs import setup_logging
 from bot.preflight import check_api_key, missing_message, missing_settings
 from bot.runtime.fastpath import install_event_loop
-from bot.runtime.startup import StartupError
 from bot.settings import Settings, WorkerSettings
-from services.errors import ConfigurationError, StoreError, SupportBotError
+from services.errors import ConfigurationError, SupportBotError
 
-# aiogram, aiohttp and openai take seconds to import: they are loaded only once the settings are
-# checked, so the first log line (and any "setting missing" message) comes at once.
-if TYPE_CHECKING:
-    from bot.factory import Backend
-    from bot.runtime.ops import ReadyCheck
+# aiogram, aiohttp and openai take seconds to import: the runners are loaded only once the settings
+# are checked, so the first log line (and any "setting missing" message) comes at once.
 
 log = logging.getLogger("bot")
-
-
-def readiness(backend: Backend, running: Callable[[], bool]) -> ReadyCheck:
-    async def ready() -> dict[str, bool]:
-        try:
-            await backend.ping()
-            store_ok = True
-        except StoreError:
-            store_ok = False
-        return {"store": store_ok, "consuming": running()}
-
-    return ready
-
-
-async def run_polling(settings: Settings) -> None:
-    from bot.factory import build_backend, build_bot, build_dispatcher, build_engine, set_commands
-    from bot.runtime.ops import start_ops_server
-    from bot.runtime.startup import with_startup_retries
-
-    backend = build_backend(settings)
-    chat = build_engine(settings, backend.store)
-    bot = build_bot(settings.bot)
-    try:
-        await with_startup_retries("connecting to Telegram", bot.get_me)
-    except SupportBotError:
-        await bot.session.close()
-        raise
-    dispatcher = build_dispatcher(chat, settings.bot, limiter=backend.limiter)
-    await bot.delete_webhook(drop_pending_updates=False)  # getUpdates is refused while a webhook is set
-    await set_commands(bot)
-    polling = asyncio.Event()
-    dispatcher.startup.register(polling.set)
-    dispatcher.shutdown.register(polling.clear)
-    try:
-        ops = await start_ops_server(
-            host=settings.bot.metrics_host, port=settings.bot.metrics_port, ready=readiness(backend, polling.is_set)
-        )
-    except OSError as exc:
-        await bot.session.close()
-        raise StartupError(f"cannot listen on METRICS_PORT={settings.bot.metrics_port}: {exc}") from None
-    log.info("starting in polling mode")
-    try:
-        await dispatcher.start_polling(bot, allowed_updates=dispatcher.resolve_used_update_types())
-    finally:
-        if ops is not None:
-            await ops.cleanup()
-
-
-def run_webhook(settings: Settings) -> None:
-    from aiohttp import web
-
-    from bot.factory import build_backend, build_bot, build_dispatcher, build_engine, set_commands
-    from bot.runtime.ops import add_health_routes, start_ops_server
-    from bot.runtime.startup import with_startup_retries
-    from bot.runtime.webhook import build_webhook_app
-
-    backend = build_backend(settings)
-    chat = build_engine(settings, backend.store)
-    bot = build_bot(settings.bot)
-    dispatcher = build_dispatcher(chat, settings.bot, limiter=backend.limiter)
-
-    async def on_startup() -> None:
-        try:
-            await with_startup_retries("connecting to Telegram", bot.get_me)
-        except SupportBotError:
-            await bot.session.close()
-            raise
-        await set_commands(bot)
-        log.info(
-            "webhook server on %s:%s%s", settings.bot.webhook_host, settings.bot.webhook_port, settings.bot.webhook_path
-        )
-
-    dispatcher.startup.register(on_startup)
-    app = build_webhook_app(bot=bot, dispatcher=dispatcher, settings=settings.bot)
-    ready = readiness(backend, lambda: True)
-    add_health_routes(app, ready)
-    ops: list[web.AppRunner] = []
-
-    async def start_ops(_app: web.Application) -> None:
-        runner = await start_ops_server(host=settings.bot.metrics_host, port=settings.bot.metrics_port, ready=ready)
-        ops.extend([runner] if runner else [])
-
-    async def stop_ops(_app: web.Application) -> None:
-        for runner in ops:
-            await runner.cleanup()
-
-    app.on_startup.append(start_ops)
-    app.on_cleanup.append(stop_ops)
-    try:
-        web.run_app(app, host=settings.bot.webhook_host, port=settings.bot.webhook_port, print=None)
-    except OSError as exc:  # the port is taken (at start: run_app binds before serving)
-        raise StartupError(f"cannot listen on {settings.bot.webhook_host}:{settings.bot.webhook_port}: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -182,14 +84,18 @@ def _run(args: argparse.Namespace, settings: Settings, workers: WorkerSettings) 
 
         asyncio.run(run_queued(settings, workers))
     elif settings.bot.bot_mode == "webhook":
+        from bot.runners.inprocess import run_webhook
+
         run_webhook(settings)
     else:
+        from bot.runners.inprocess import run_polling
+
         asyncio.run(run_polling(settings))
 
 
 async def _admin(args: argparse.Namespace, settings: Settings) -> int:
     from bot import admin
-    from bot.factory import open_backend
+    from bot.factory import open_redis_backend
 
     if settings.redis.redis_url is None:
         log.error("%s needs REDIS_URL (the in-process mode keeps no dead letters)", args.command)
@@ -198,7 +104,7 @@ async def _admin(args: argparse.Namespace, settings: Settings) -> int:
     if args.action not in actions[args.command]:
         log.error("%s: unknown action %r (one of %s)", args.command, args.action, ", ".join(actions[args.command]))
         return 2
-    backend = await open_backend(settings)
+    backend = await open_redis_backend(settings)
     try:
         if args.command == "dead-letters":
             return await admin.dead_letters(backend, args.action, args.target)

@@ -10,23 +10,18 @@ import json
 import sys
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TextIO
 
-from bot.factory import Backend
-from services.backends.redis.queue import ChatWorkQueue
-
-
-def _text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+from services.backends.redis.backend import RedisBackend
 
 
 def _when(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-async def dead_letters(backend: Backend, action: str, letter_id: str | None, out: TextIO = sys.stdout) -> int:
+async def dead_letters(backend: RedisBackend, action: str, letter_id: str | None, out: TextIO = sys.stdout) -> int:
     """Returns the exit status."""
-    store = backend.dead_letters()
+    store = backend.dead_letters
     if action == "list":
         letters = await store.list(limit=200)
         for letter in letters:
@@ -45,7 +40,7 @@ async def dead_letters(backend: Backend, action: str, letter_id: str | None, out
         record = {**asdict(letter), "at": _when(letter.at), "payload": json.loads(letter.payload or "null")}
         out.write(json.dumps(record, ensure_ascii=False, indent=2) + "\n")
     elif action == "replay":
-        queue = ChatWorkQueue(redis=backend.need_redis(), keys=backend.keys, ttl_seconds=backend.ttl_seconds)
+        queue = backend.queue()
         item_id = f"{letter.item_id}:replay:{int(letter.at * 1000)}"
         await queue.enqueue(letter.chat_id, item_id, letter.payload, order=letter.order)
         await store.drop(letter.id)
@@ -56,35 +51,24 @@ async def dead_letters(backend: Backend, action: str, letter_id: str | None, out
     return 0
 
 
-async def quarantine(backend: Backend, action: str, chat_id: int | None, out: TextIO = sys.stdout) -> int:
-    redis = backend.need_redis()
+async def quarantine(backend: RedisBackend, action: str, chat_id: int | None, out: TextIO = sys.stdout) -> int:
+    store = backend.quarantined
     if action == "list":
-        count = 0
-        async for key in redis.scan_iter(match=backend.keys.chat_pattern("q_info"), count=1000):
-            name = _text(key)
-            info = {_text(k): _text(v) for k, v in (await redis.hgetall(name)).items()}
-            out.write(f"{backend.keys.chat_id_of(name)}\t{_when(float(info.get('at', 0)))}\t{info.get('reason', '')}\n")
-            count += 1
-        out.write(f"{count} quarantined session(s)\n")
+        found = await store.list()
+        for entry in found:
+            out.write(f"{entry.chat_id}\t{_when(entry.at)}\t{entry.reason}\n")
+        out.write(f"{len(found)} quarantined session(s)\n")
         return 0
     if chat_id is None:
         out.write(f"quarantine {action} needs a CHAT_ID (see quarantine list)\n")
         return 2
-    keys = backend.keys.chat(chat_id)
     if action == "drop":
-        removed = await redis.delete(keys.q_meta, keys.q_msgs, keys.q_info)
+        removed = await store.drop(chat_id)
         out.write(f"dropped {removed} key(s) of chat {chat_id}\n")
         return 0
-    found = await redis.hgetall(keys.q_info)
-    if not found:
+    record = await store.show(chat_id)
+    if record is None:
         out.write(f"chat {chat_id} has no quarantined session\n")
         return 1
-    meta = await redis.hgetall(keys.q_meta)
-    messages = await redis.lrange(keys.q_msgs, 0, -1)
-    record = {
-        "info": {_text(k): _text(v) for k, v in found.items()},
-        "meta": {_text(k): _text(v) for k, v in meta.items()},
-        "messages": [_text(m) for m in messages],
-    }
     out.write(json.dumps(record, ensure_ascii=False, indent=2) + "\n")
     return 0

@@ -1,17 +1,15 @@
-"""The composition root: settings → store, LLM client, chat service, aiogram Bot and Dispatcher."""
+"""The only composition root: settings → backend → engine → aiogram Bot and Dispatcher. Nothing
+else builds a component from settings or looks at a backend's concrete type."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 
 from aiogram import Bot, Dispatcher
 from aiogram.client.default import DefaultBotProperties
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.fsm.storage.memory import SimpleEventIsolation
-from aiogram.types import BotCommand
 
 from bot.runtime.fastpath import json_codec
 from bot.runtime.startup import with_startup_retries
@@ -20,32 +18,19 @@ from bot.settings import Settings as Settings  # re-exported: importers of bot.f
 from bot.telegram.handlers import all_routers
 from bot.telegram.middlewares.access import AccessMiddleware
 from bot.telegram.middlewares.flood import RetryAfterMiddleware
-from services.backends.memory import InMemorySessionStore
+from bot.telegram.middlewares.language import LanguageMiddleware
+from bot.telegram.texts import bot_commands
+from services.backends.memory import MemoryBackend
+from services.backends.redis.backend import RedisBackend
 from services.backends.redis.connection import choose_cluster, redis_client
-from services.backends.redis.deadletters import DeadLetterStore
 from services.backends.redis.keys import KeySpace, bot_id_of
-from services.backends.redis.ratelimit import InMemoryRateLimiter, RateLimiter, RedisRateLimiter
-from services.backends.redis.scripts import AnyRedis, redis_errors
-from services.backends.redis.store import RedisSessionStore
 from services.engine.builders import build_chat_service, build_llm_client
 from services.engine.chat import ChatService
+from services.errors import ConfigurationError
 from services.metrics import LLM_IN_FLIGHT, PrometheusObserver
-from services.ports import SessionStore
+from services.ports import Backend, SessionStore
 
 log = logging.getLogger(__name__)
-
-COMMANDS = {
-    "en": [
-        BotCommand(command="new", description="Start a new conversation"),
-        BotCommand(command="forget", description="Delete everything stored about this chat"),
-        BotCommand(command="help", description="What I can do"),
-    ],
-    "ru": [
-        BotCommand(command="new", description="Начать новый разговор"),
-        BotCommand(command="forget", description="Удалить всё, что хранится об этом чате"),
-        BotCommand(command="help", description="Что я умею"),
-    ],
-}
 
 
 def key_space(settings: Settings) -> KeySpace:
@@ -53,44 +38,7 @@ def key_space(settings: Settings) -> KeySpace:
     return KeySpace(settings.redis.redis_key_prefix, bot_id_of(settings.bot.bot_token.get_secret_value()))
 
 
-@dataclass
-class Backend:
-    """Everything that keeps state, built once from the settings: the session store, the rate limiter
-    and, with Redis, the one client the queue, the poller and the dead letters share."""
-
-    store: SessionStore
-    limiter: RateLimiter
-    keys: KeySpace
-    ttl_seconds: int
-    redis: AnyRedis | None = None
-    cluster: bool = False
-
-    def need_redis(self) -> AnyRedis:
-        if self.redis is None:
-            raise ValueError("this needs REDIS_URL")
-        return self.redis
-
-    def dead_letters(self) -> DeadLetterStore:
-        return DeadLetterStore(redis=self.need_redis(), keys=self.keys)
-
-    async def ping(self) -> None:
-        """Raise StoreUnavailableError if the backend cannot be reached."""
-        await self.store.ping()
-
-    async def forget_chat(self, chat_id: int) -> None:
-        """What /forget deletes besides the session: the rate-limit window and the chat's dead letters."""
-        await self.limiter.forget(chat_id)
-        if self.redis is not None:
-            await self.dead_letters().drop_chat(chat_id)
-
-    async def close(self) -> None:
-        await self.store.close()
-        if self.redis is not None:
-            with redis_errors("closing"):
-                await self.redis.aclose()
-
-
-async def open_backend(settings: Settings) -> Backend:
+async def open_backend(settings: Settings) -> MemoryBackend | RedisBackend:
     """``build_backend`` after resolving ``REDIS_CLUSTER`` (``auto`` asks the server once, retrying
     while it cannot be reached; StartupError if it never answers)."""
     if settings.redis.redis_url is None:
@@ -101,31 +49,30 @@ async def open_backend(settings: Settings) -> Backend:
     return build_backend(settings, cluster=cluster)
 
 
-def build_backend(settings: Settings, *, cluster: bool = False) -> Backend:
-    """Everything that keeps state; with ``REDIS_URL``, one client (a cluster client if ``cluster``)."""
+async def open_redis_backend(settings: Settings) -> RedisBackend:
+    """The shared backend queued mode and the operator commands need (ConfigurationError without
+    ``REDIS_URL``)."""
+    backend = await open_backend(settings)
+    if not isinstance(backend, RedisBackend):
+        await backend.close()
+        raise ConfigurationError("this needs REDIS_URL (the in-process mode keeps no queue or dead letters)")
+    return backend
+
+
+def build_backend(settings: Settings, *, cluster: bool = False) -> MemoryBackend | RedisBackend:
+    """Redis with ``REDIS_URL`` (one client; a cluster client if ``cluster``), else the in-process one."""
     ttl = settings.memory.session_ttl_seconds
-    keys = key_space(settings)
     per_minute = settings.bot.rate_limit_per_minute
     if settings.redis.redis_url is None:
         log.warning(
             "REDIS_URL is unset: using the in-process session store (one process only; sessions are "
             "lost on restart). Set REDIS_URL for production and for more than one worker."
         )
-        return Backend(InMemorySessionStore(ttl_seconds=ttl), InMemoryRateLimiter(per_minute=per_minute), keys, ttl)
+        return MemoryBackend(ttl_seconds=ttl, per_minute=per_minute)
+    keys = key_space(settings)
     client = redis_client(settings.redis.redis_url.get_secret_value(), cluster=cluster)
     log.info("session store: Redis%s (keys under %r)", " Cluster" if cluster else "", keys.namespace)
-    return Backend(
-        RedisSessionStore(redis=client, ttl_seconds=ttl, keys=keys),
-        RedisRateLimiter(redis=client, per_minute=per_minute, keys=keys, ttl_seconds=ttl),
-        keys,
-        ttl,
-        client,
-        cluster,
-    )
-
-
-def build_store(settings: Settings) -> SessionStore:
-    return build_backend(settings).store
+    return RedisBackend(redis=client, keys=keys, ttl_seconds=ttl, per_minute=per_minute, cluster=cluster)
 
 
 def build_engine(settings: Settings, store: SessionStore | None = None) -> ChatService:
@@ -134,7 +81,7 @@ def build_engine(settings: Settings, store: SessionStore | None = None) -> ChatS
     llm.on_in_flight = LLM_IN_FLIGHT.set
     return build_chat_service(
         llm=llm,
-        store=store or build_store(settings),
+        store=store or build_backend(settings).store,
         memory=settings.memory,
         instruction_role=settings.llm.openai_instruction_role,
         observer=PrometheusObserver(drift_warn_ratio=settings.bot.token_drift_warn_ratio),
@@ -153,24 +100,20 @@ def build_bot(settings: BotSettings) -> Bot:
     return Bot(settings.require_token(), session=session, default=DefaultBotProperties(parse_mode=None))
 
 
-def build_dispatcher(
-    chat: ChatService,
-    settings: BotSettings,
-    *,
-    limiter: RateLimiter | None = None,
-    erasers: Sequence[Callable[[int], Awaitable[None]]] = (),
-) -> Dispatcher:
-    """``erasers``: extra per-chat records /forget must delete (see ``Backend.forget_chat``)."""
-    limiter = limiter or InMemoryRateLimiter(per_minute=settings.rate_limit_per_minute)
+def build_dispatcher(chat: ChatService, settings: BotSettings, *, backend: Backend) -> Dispatcher:
+    """Handlers get ``chat`` (the engine), ``settings``, ``limiter`` and ``backend`` (for /forget,
+    which deletes every record of the chat through ``backend.forget_chat``), and ``say`` (the
+    customer's texts) from the language middleware."""
     # SimpleEventIsolation: updates of one chat are handled one at a time, in order, within this process
     # (across processes the work queue's per-chat lease does the same)
     dispatcher = Dispatcher(
         events_isolation=SimpleEventIsolation(),
         chat=chat,
         settings=settings,
-        limiter=limiter,
-        erasers=list(erasers),
+        limiter=backend.limiter,
+        backend=backend,
     )
+    dispatcher.message.outer_middleware(LanguageMiddleware(settings))
     dispatcher.message.outer_middleware(AccessMiddleware())
     dispatcher.include_routers(*all_routers())
 
@@ -182,5 +125,6 @@ def build_dispatcher(
 
 
 async def set_commands(bot: Bot) -> None:
-    await bot.set_my_commands(COMMANDS["en"])
-    await bot.set_my_commands(COMMANDS["ru"], language_code="ru")
+    """The command menu in every language the bot speaks (descriptions live with the texts)."""
+    for language, commands in bot_commands().items():
+        await bot.set_my_commands(commands, language_code=None if language == "en" else language)

@@ -40,12 +40,11 @@ async def run(args: argparse.Namespace) -> list[DialogueOutcome]:
         chat_input_token_budget=args.budget,  # type: ignore[call-arg]
         summary_max_tokens=args.summary_max_tokens,
     )
-    chat = build_chat_service(
-        llm=llm, store=InMemorySessionStore(), memory=memory, instruction_role=args.instruction_role
-    )
+    store = InMemorySessionStore()
+    chat = build_chat_service(llm=llm, store=store, memory=memory, instruction_role=args.instruction_role)
     try:
         return [
-            await run_dialogue(chat, dialogue, chat_id=index)
+            await run_dialogue(chat, store, dialogue, chat_id=index)
             for index, dialogue in enumerate(DIALOGUES, 1)
             if not args.only or dialogue.name in args.only
         ]

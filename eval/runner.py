@@ -8,6 +8,7 @@ from eval.dialogues import Dialogue
 from services.engine.chat import ChatService
 from services.engine.identifiers import mentions, summary_text
 from services.engine.turns import TurnResult
+from services.ports import SessionStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +32,7 @@ def _normalized(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
-async def run_dialogue(chat: ChatService, dialogue: Dialogue, *, chat_id: int) -> DialogueOutcome:
+async def run_dialogue(chat: ChatService, store: SessionStore, dialogue: Dialogue, *, chat_id: int) -> DialogueOutcome:
     """Play the dialogue, then ask the final question; a fact counts as answered if the reply contains it."""
     await chat.reset(chat_id)
     compactions = 0
@@ -42,7 +43,7 @@ async def run_dialogue(chat: ChatService, dialogue: Dialogue, *, chat_id: int) -
     for message in dialogue.messages:
         result = await chat.handle(chat_id, message, deliver=deliver)
         compactions += int(result.summary_updated)
-    session = await chat.store.load(chat_id)
+    session = await store.load(chat_id)
     summary = summary_text(session.summary) if session.summary else ""
     verbatim = "\n".join(m.content for m in session.messages)
     final = await chat.handle(chat_id, dialogue.final_question, deliver=deliver)

@@ -1,12 +1,16 @@
-"""The contract every session store fulfils."""
+"""The ports of the engine and the runtime: what a backend (services/backends) and the model client
+provide, as Protocols. Adding a backend means implementing these; nothing outside the factory
+looks at concrete types."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
-from services.engine.models import Compaction, NewMessage, Session
+from services.engine.llm import Completion, OnDelta
+from services.engine.models import Compaction, NewMessage, PromptPart, Session
+from services.engine.turns import TurnResult
 from services.fence import Fence
 
 
@@ -91,3 +95,163 @@ class SessionStore(Protocol):
 
 TURN_IDS_KEPT = 1000
 """How many recent turn ids a chat remembers for deduplication."""
+
+
+class TurnObserver(Protocol):
+    """Told about every turn the engine handled (Prometheus in the bot; a collector elsewhere)."""
+
+    def turn_finished(self, result: TurnResult) -> None: ...
+
+
+class ChatModel(Protocol):
+    """The language model as the engine uses it (services.engine.llm.LLMClient over AsyncOpenAI)."""
+
+    async def chat(self, messages: Sequence[PromptPart], *, on_delta: OnDelta | None = None) -> Completion:
+        """The reply to ``messages``; raises LLMError subclasses."""
+        ...
+
+    async def summarize(self, messages: Sequence[PromptPart], *, schema: dict[str, Any]) -> Completion:
+        """A structured (JSON) completion for the summarizer."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+RATE_WINDOW_SECONDS = 60
+
+
+@dataclass(frozen=True, slots=True)
+class RateDecision:
+    allowed: bool
+    notify: bool = False
+    """Refused, and the first refusal of this window: tell the customer once."""
+    retry_after: float = 0.0
+
+
+class RateLimiter(Protocol):
+    """Per-chat message rate limit (a sliding window of one minute)."""
+
+    async def hit(self, chat_id: int, *, key: str | None = None) -> RateDecision:
+        """Count one message of the chat. The same ``key`` (an update id) is counted once: a retried
+        update is never refused because of its own earlier attempt."""
+        ...
+
+    async def forget(self, chat_id: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class QueueItem:
+    """One queued item at the head of a chat's inbox, with its delivery history."""
+
+    id: str
+    payload: str
+    enqueued_ms: int
+    member: bytes
+    """The inbox entry exactly as stored (what ``next`` acknowledges)."""
+    order: int = 0
+    started: int = 1
+    """Attempts started on this item, this one included."""
+    transient_failures: int = 0
+    failures: int = 0
+    """Earlier attempts that failed for a reason that will not pass by itself."""
+    failing_for: float = 0.0
+    """Seconds since its first transient failure (0: none)."""
+
+    @property
+    def vanished_attempts(self) -> int:
+        """Earlier attempts that left no outcome: the worker died, or lost the chat's lease mid-item."""
+        return self.started - 1 - self.transient_failures - self.failures
+
+
+@dataclass(slots=True)
+class Claim:
+    """A chat this worker holds (or is about to take) the lease of."""
+
+    chat_id: int
+    token: str
+    watchdog: int
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What ``next`` found: an item to process, the chat released (inbox empty), or the lease gone."""
+
+    kind: Literal["item", "released", "lost", "busy"]
+    item: QueueItem | None = None
+
+
+class WorkQueue(Protocol):
+    """A durable per-chat work queue: any worker serves any chat, one chat at a time, in order.
+    Errors of the backend surface as StoreUnavailableError (transient)."""
+
+    lease_ms: int
+
+    async def enqueue(self, chat_id: int, item_id: str, payload: str, *, order: int) -> bool:
+        """Store an item once (False: already taken in) and make its chat due."""
+        ...
+
+    async def claim(self, token: str) -> Claim | None:
+        """The first due chat, its lease not yet taken (``next(acquire=True)`` takes it)."""
+        ...
+
+    async def next(self, claim: Claim, *, done: QueueItem | None = None, acquire: bool = False) -> Step:
+        """Acknowledge ``done``, then the inbox head, or the chat released when the inbox is empty."""
+        ...
+
+    async def note(self, claim: Claim, item: QueueItem, outcome: Literal["transient", "failed", "set_aside"]) -> None:
+        """Record how an attempt on ``item`` ended (counted towards giving up on it)."""
+        ...
+
+    async def wait_for_work(self, seconds: float) -> None: ...
+
+    async def renew(self, claim: Claim) -> bool:
+        """Extend the chat's lease; False once it is lost."""
+        ...
+
+    async def hand_back(self, claim: Claim) -> None:
+        """Give the chat up (due again at once for any worker)."""
+        ...
+
+    async def stats(self) -> tuple[int, float]:
+        """Chats due now, and the age in seconds of the oldest due one."""
+        ...
+
+
+
+class PollingLease(Protocol):
+    """Who polls getUpdates (one worker at a time) and the offset only the leader may move."""
+
+    lease_ms: int
+
+    async def lead(self) -> bool:
+        """Take or renew the leadership; False while another worker holds it."""
+        ...
+
+    async def offset(self) -> int | None: ...
+
+    async def set_offset(self, offset: int) -> bool:
+        """Move the offset, only while still leading (False otherwise)."""
+        ...
+
+    async def resign(self) -> None: ...
+
+
+class Backend(Protocol):
+    """Everything that keeps state, built once by the factory: the session store, the rate limiter,
+    a readiness ping and the one place that knows every record of a chat (``forget_chat``)."""
+
+    @property
+    def store(self) -> SessionStore: ...
+
+    @property
+    def limiter(self) -> RateLimiter: ...
+
+    async def ping(self) -> None:
+        """Raise StoreUnavailableError if the backend cannot be reached."""
+        ...
+
+    async def forget_chat(self, chat_id: int, *, fence: Fence | None = None) -> None:
+        """/forget: every record of the chat's conversation goes (only the version counter stays)."""
+        ...
+
+    async def close(self) -> None: ...

@@ -5,11 +5,10 @@ from __future__ import annotations
 from prompts import default_registry
 from services.engine.chat import ChatService
 from services.engine.llm import LLMClient
-from services.engine.policy import CompactionPolicy
+from services.engine.policy import CompactionPolicy, WaterMarkPolicy
 from services.engine.summarizer import Summarizer
 from services.engine.tokens import TokenCounter
-from services.engine.turns import TurnObserver
-from services.ports import SessionStore
+from services.ports import SessionStore, TurnObserver
 
 
 def make_service(
@@ -33,7 +32,7 @@ def make_service(
         instruction_role="system",
         budget=budget,
         summary_max_tokens=summary_max_tokens,
-        policy=policy or CompactionPolicy(),
+        policy=policy or WaterMarkPolicy(),
         observer=observer,
     )
 

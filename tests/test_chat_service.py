@@ -172,7 +172,8 @@ async def test_two_clients_on_one_chat_lose_no_turn(
     stub_llm: StubOpenAI, llm: LLMClient, counter: TokenCounter, real_redis: Redis, redis_server: RedisServer
 ) -> None:
     stub_llm.latency = 0.05
-    a = make_service(store=RedisSessionStore(redis=real_redis, keys=KeySpace("t", "123456")), llm=llm, counter=counter)
+    store_a = RedisSessionStore(redis=real_redis, keys=KeySpace("t", "123456"))
+    a = make_service(store=store_a, llm=llm, counter=counter)
     other_client = Redis.from_url(redis_server.url)
     b = make_service(
         store=RedisSessionStore(redis=other_client, keys=KeySpace("t", "123456")), llm=llm, counter=counter
@@ -181,7 +182,7 @@ async def test_two_clients_on_one_chat_lose_no_turn(
         a.handle(8, "from client A", deliver=noop), b.handle(8, "from client B", deliver=noop)
     )
     assert sorted(r.attempts for r in results) == [1, 2]
-    session = await a.store.load(8)
+    session = await store_a.load(8)
     users = [m.content for m in session.messages if m.role == "user"]
     assert sorted(users) == ["from client A", "from client B"]
     assert [m.role for m in session.messages] == ["user", "assistant"] * 2

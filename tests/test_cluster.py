@@ -15,12 +15,12 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException
 
 from bot import admin
-from bot.factory import Backend, open_backend
+from bot.factory import open_redis_backend
+from services.backends.redis.backend import RedisBackend
 from services.backends.redis.connection import choose_cluster, is_cluster, redis_client
 from services.backends.redis.deadletters import DeadLetterStore
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.queue import ChatWorkQueue
-from services.backends.redis.ratelimit import RedisRateLimiter
 from services.backends.redis.scripts import AnyRedis, CrossSlotError, redis_errors, register, slot_of
 from services.backends.redis.store import RedisSessionStore
 from services.errors import StoreUnavailableError
@@ -50,7 +50,7 @@ async def test_open_backend_builds_a_cluster_client_that_serves_the_session(
     redis_cluster: RedisClusterServers, cluster_redis: AnyRedis
 ) -> None:
     settings = make_settings("http://127.0.0.1:9", "http://127.0.0.1:9", redis_cluster.url)
-    backend = await open_backend(settings)
+    backend = await open_redis_backend(settings)
     try:
         assert backend.cluster
         await backend.ping()
@@ -144,8 +144,8 @@ async def test_wait_for_work_wakes_on_a_cluster(cluster_redis: AnyRedis) -> None
 
 async def test_operator_commands_see_every_master(cluster_redis: AnyRedis) -> None:
     """SCAN on a cluster client walks every master: quarantined sessions on all three are listed."""
-    store = RedisSessionStore(redis=cluster_redis, keys=KEYS)
-    backend = Backend(store, RedisRateLimiter(redis=cluster_redis, per_minute=5, keys=KEYS), KEYS, 0, cluster_redis)
+    backend = RedisBackend(redis=cluster_redis, keys=KEYS, ttl_seconds=0, per_minute=5, cluster=True)
+    store = backend.store
     chats = list(range(1, 31))
     for chat in chats:
         await store.commit_turn(chat, expected_version=0, messages=[])

@@ -42,8 +42,9 @@ async def test_every_identifier_survives(
 ) -> None:
     stub_llm.summary_reply = summarizer
     stub_llm.chat_reply = reading_reply
-    service = make_service(store=InMemorySessionStore(), llm=llm, counter=counter, budget=1500, summary_max_tokens=400)
-    outcomes = [await run_dialogue(service, d, chat_id=i) for i, d in enumerate(DIALOGUES, 1)]
+    store = InMemorySessionStore()
+    service = make_service(store=store, llm=llm, counter=counter, budget=1500, summary_max_tokens=400)
+    outcomes = [await run_dialogue(service, store, d, chat_id=i) for i, d in enumerate(DIALOGUES, 1)]
     print("\n" + table(outcomes))
     assert len(outcomes) >= 6 and {d.language for d in DIALOGUES} == {"en", "ru"}
     assert all(o.compactions >= 2 for o in outcomes), [o.compactions for o in outcomes]

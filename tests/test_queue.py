@@ -10,8 +10,9 @@ import pytest
 from redis.asyncio import Redis
 
 from services.backends.redis.keys import KeySpace
-from services.backends.redis.queue import ChatWorkQueue, Claim, Step
+from services.backends.redis.queue import ChatWorkQueue
 from services.backends.redis.scripts import AnyRedis
+from services.ports import Claim, Step
 from tests.conftest import flushed_cluster_client
 
 

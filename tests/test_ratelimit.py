@@ -7,8 +7,9 @@ import asyncio
 import fakeredis
 from redis.asyncio import Redis
 
+from services.backends.memory import InMemoryRateLimiter
 from services.backends.redis.keys import KeySpace
-from services.backends.redis.ratelimit import InMemoryRateLimiter, RedisRateLimiter
+from services.backends.redis.ratelimit import RedisRateLimiter
 from tests.conftest import RedisServer
 
 

@@ -17,11 +17,13 @@ from bot.factory import build_bot, build_dispatcher
 from bot.runtime.worker import Worker
 from bot.settings import BotSettings
 from bot.telegram.texts import TEXTS
+from services.backends.memory import MemoryBackend
 from services.backends.redis.deadletters import DeadLetter, DeadLetterStore
 from services.backends.redis.keys import KeySpace
-from services.backends.redis.queue import ChatWorkQueue, Claim, QueueItem, Step
+from services.backends.redis.queue import ChatWorkQueue
 from services.errors import LLMUnavailableError, StoreUnavailableError
 from services.fence import Fence
+from services.ports import Claim, QueueItem, Step
 from tests.stubs.telegram_server import StubTelegram
 
 KEYS = KeySpace("w", "123456")
@@ -243,7 +245,7 @@ async def run_with_error_router(
     chat = FailingChat(error)
     settings = BotSettings(_env_file=None, bot_token=TOKEN, telegram_api_url=telegram.base_url)  # type: ignore[call-arg]
     bot = build_bot(settings)
-    dispatcher = build_dispatcher(chat, settings)  # type: ignore[arg-type]
+    dispatcher = build_dispatcher(chat, settings, backend=MemoryBackend())  # type: ignore[arg-type]
     worker = make_worker(queue, dispatcher, bot, **options)
     dead = DeadLetterStore(redis=redis, keys=KEYS)
     await queue.enqueue(9, "u1", update(1, 9, "help"), order=1)

@@ -12,23 +12,25 @@ from collections.abc import Awaitable
 from aiogram import Bot
 from aiohttp import web
 
-from bot.factory import Backend, Settings, build_bot, build_dispatcher, build_engine, open_backend, set_commands
+from bot.factory import Settings, build_bot, build_dispatcher, build_engine, open_redis_backend, set_commands
 from bot.runtime.intake import Intake, Poller, webhook_handler
 from bot.runtime.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.runtime.startup import StartupError, with_startup_retries
 from bot.runtime.supervisor import Supervisor
 from bot.runtime.worker import Worker
 from bot.settings import WorkerSettings
+from services.backends.redis.backend import RedisBackend
 from services.backends.redis.deadletters import DeadLetterStore
-from services.backends.redis.queue import ChatWorkQueue, worker_identity
+from services.backends.redis.queue import worker_identity
 from services.errors import TransientError
 from services.metrics import DEAD_LETTERS_WAITING, QUEUE_DUE, QUEUE_OLDEST_AGE
+from services.ports import WorkQueue
 
 log = logging.getLogger(__name__)
 
 
 async def run_queued(settings: Settings, workers: WorkerSettings) -> None:
-    backend = await open_backend(settings)
+    backend = await open_redis_backend(settings)
     bot = build_bot(settings.bot)
     try:
         await _run(settings, workers, backend, bot)
@@ -39,17 +41,16 @@ async def run_queued(settings: Settings, workers: WorkerSettings) -> None:
             await backend.close()
 
 
-async def _run(settings: Settings, workers: WorkerSettings, backend: Backend, bot: Bot) -> None:
+async def _run(settings: Settings, workers: WorkerSettings, backend: RedisBackend, bot: Bot) -> None:
     identity = worker_identity()
     lease_ms = int(workers.worker_lease_seconds * 1000)
-    redis = backend.need_redis()
     await with_startup_retries("connecting to Redis", backend.ping)
     await with_startup_retries("connecting to Telegram", bot.get_me)
     chat = build_engine(settings, backend.store)
-    queue = ChatWorkQueue(redis=redis, keys=backend.keys, lease_ms=lease_ms, ttl_seconds=backend.ttl_seconds)
-    dead_letters = backend.dead_letters()
+    queue = backend.queue(lease_ms=lease_ms)
+    dead_letters = backend.dead_letters
     intake = Intake(queue=queue, dead_letters=dead_letters, identity=identity)
-    dispatcher = build_dispatcher(chat, settings.bot, limiter=backend.limiter, erasers=[dead_letters.drop_chat])
+    dispatcher = build_dispatcher(chat, settings.bot, backend=backend)
     worker = Worker(
         queue=queue,
         dead_letters=dead_letters,
@@ -105,12 +106,9 @@ async def _run(settings: Settings, workers: WorkerSettings, backend: Backend, bo
         )
     else:
         poller = Poller(
-            redis=redis,
+            lease=backend.polling_lease(token=identity, lease_ms=lease_ms),
             bot=bot,
             intake=intake,
-            keys=backend.keys,
-            identity=identity,
-            lease_ms=lease_ms,
             poll_timeout=workers.polling_timeout_seconds,
             allowed_updates=dispatcher.resolve_used_update_types(),
         )
@@ -170,7 +168,7 @@ def dump_tasks() -> None:
         log.warning("task %s: %s", task.get_name(), where)
 
 
-async def _queue_gauges(queue: ChatWorkQueue, dead_letters: DeadLetterStore, every: float = 5.0) -> None:
+async def _queue_gauges(queue: WorkQueue, dead_letters: DeadLetterStore, every: float = 5.0) -> None:
     while True:
         try:
             due, age = await queue.stats()

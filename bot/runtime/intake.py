@@ -23,11 +23,9 @@ from aiogram.exceptions import ClientDecodeError, TelegramAPIError, TelegramConf
 from aiohttp import web
 
 from services.backends.redis.deadletters import DeadLetterStore
-from services.backends.redis.keys import KeySpace
-from services.backends.redis.queue import ChatWorkQueue
-from services.backends.redis.scripts import AnyRedis, redis_errors, register
 from services.errors import TransientError
 from services.metrics import DEAD_LETTERS, REDELIVERIES
+from services.ports import PollingLease, WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +53,7 @@ class IntakeError(TransientError):
 class Intake:
     """Queues raw updates under their chat; what cannot be queued goes to the dead letters."""
 
-    def __init__(self, *, queue: ChatWorkQueue, dead_letters: DeadLetterStore, identity: str) -> None:
+    def __init__(self, *, queue: WorkQueue, dead_letters: DeadLetterStore, identity: str) -> None:
         self._queue = queue
         self._dead = dead_letters
         self._identity = identity
@@ -125,53 +123,23 @@ def webhook_handler(intake: Intake, secret: str) -> Callable[[web.Request], Awai
     return handle
 
 
-# KEYS: leader. ARGV: token, lease_ms → 1 if this token leads (lease renewed or taken)
-_LEAD = """
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]); return 1 end
-if not holder then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]); return 1 end
-return 0
-"""
-# KEYS: leader, offset (one hash slot). ARGV: token, offset
-_SET_OFFSET = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[2], ARGV[2])
-return 1
-"""
-# KEYS: leader. ARGV: token
-_RESIGN = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-
 class Poller:
     """getUpdates by exactly one worker at a time (a leader lease in Redis)."""
 
     def __init__(
         self,
         *,
-        redis: AnyRedis,
+        lease: PollingLease,
         bot: Bot,
         intake: Intake,
-        keys: KeySpace,
-        identity: str,
-        lease_ms: int,
         poll_timeout: int,
         allowed_updates: list[str],
     ) -> None:
-        self._redis = redis
+        self._lease = lease
         self._bot = bot
         self._intake = intake
-        self._leader_key = keys.poller_leader
-        self._offset_key = keys.poller_offset
-        self._token = identity
-        self._lease_ms = lease_ms
         self._poll_timeout = poll_timeout
         self._allowed = allowed_updates
-        self._lead = register(redis, _LEAD)
-        self._set_offset = register(redis, _SET_OFFSET)
-        self._resign = register(redis, _RESIGN)
         self._stopping = asyncio.Event()
         self.leading = False
         self.conflicts = 0
@@ -187,8 +155,7 @@ class Poller:
         try:
             while not self._stopping.is_set():
                 try:
-                    with redis_errors("poller lease"):
-                        leading = bool(await self._lead(keys=[self._leader_key], args=[self._token, self._lease_ms]))
+                    leading = await self._lease.lead()
                 except TransientError as exc:
                     log.warning("poller: Redis unreachable (%s)", exc)
                     leading = False
@@ -199,20 +166,18 @@ class Poller:
                         with contextlib.suppress(TelegramAPIError):
                             await self._bot.delete_webhook(drop_pending_updates=False)
                 if not leading:
-                    await self._pause(self._lease_ms / 3000)
+                    await self._pause(self._lease.lease_ms / 3000)
                     continue
                 await self._poll_once()
         finally:
             if self.leading:
-                with contextlib.suppress(TransientError), redis_errors("poller resign"):
-                    await self._resign(keys=[self._leader_key], args=[self._token])
+                with contextlib.suppress(TransientError):
+                    await self._lease.resign()
                 self.leading = False
 
     async def _poll_once(self) -> None:
         try:
-            with redis_errors("poller offset"):
-                raw_offset = await self._redis.get(self._offset_key)
-            offset = int(raw_offset) if raw_offset else None
+            offset = await self._lease.offset()
             try:
                 parsed = await self._bot.get_updates(
                     offset=offset,
@@ -244,8 +209,7 @@ class Poller:
             for update in updates:
                 await self._intake.take(update)
             next_offset = max(int(u["update_id"]) for u in updates) + 1
-            with redis_errors("poller offset"):
-                await self._set_offset(keys=[self._leader_key, self._offset_key], args=[self._token, next_offset])
+            await self._lease.set_offset(next_offset)
         except TransientError as exc:
             # not acknowledged: Telegram sends them again on the next getUpdates
             log.warning("poller: could not queue updates (%s)", exc)

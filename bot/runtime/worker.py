@@ -24,10 +24,10 @@ from aiogram.types import Update
 
 from bot.runtime.failures import is_transient
 from services.backends.redis.deadletters import DeadLetterStore
-from services.backends.redis.queue import ChatWorkQueue, Claim, QueueItem, Step
 from services.errors import LeaseLostError, TransientError
 from services.fence import Fence
 from services.metrics import DEAD_LETTERS, LEASES_LOST, QUEUE_WAIT
+from services.ports import Claim, QueueItem, Step, WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class Worker:
     def __init__(
         self,
         *,
-        queue: ChatWorkQueue,
+        queue: WorkQueue,
         dead_letters: DeadLetterStore,
         dispatcher: Dispatcher,
         bot: Bot,

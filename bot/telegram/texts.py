@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from aiogram.types import BotCommand
+
 if TYPE_CHECKING:
     from aiogram.types import User
 
@@ -40,6 +42,9 @@ TEXTS: dict[str, dict[str, str]] = {
         "store_unavailable": "I cannot reach my memory right now. Please try again in a minute.",
         "busy": "I am still working on your previous message. Please wait a moment and try again.",
         "internal_error": "Something went wrong on our side. Please try again later.",
+        "command_new": "Start a new conversation",
+        "command_forget": "Delete everything stored about this chat",
+        "command_help": "What I can do",
     },
     "ru": {
         "start": (
@@ -71,6 +76,9 @@ TEXTS: dict[str, dict[str, str]] = {
         "store_unavailable": "Сейчас нет доступа к памяти разговора. Попробуйте через минуту.",
         "busy": "Я ещё отвечаю на предыдущее сообщение. Подождите немного и повторите.",
         "internal_error": "У нас что-то пошло не так. Попробуйте позже.",
+        "command_new": "Начать новый разговор",
+        "command_forget": "Удалить всё, что хранится об этом чате",
+        "command_help": "Что я умею",
     },
 }
 
@@ -92,3 +100,32 @@ def text(language: str, key: str, **values: object) -> str:
 def language_of(user: User | None, settings: BotSettings) -> str:
     """The language to answer a Telegram user in."""
     return pick_language(user.language_code if user else None, settings.default_language)
+
+
+class Texts:
+    """The texts of one language, as handlers use them: ``say("start")``, ``say("rate_limited", seconds=5)``.
+    The language middleware puts the customer's into every message handler's data as ``say``."""
+
+    __slots__ = ("language",)
+
+    def __init__(self, language: str) -> None:
+        self.language = language
+
+    def __call__(self, key: str, **values: object) -> str:
+        return text(self.language, key, **values)
+
+    @classmethod
+    def for_user(cls, user: User | None, settings: BotSettings) -> Texts:
+        return cls(language_of(user, settings))
+
+
+MENU = ("new", "forget", "help")
+"""The commands listed in Telegram's menu, in order (each described by the text ``command_<name>``)."""
+
+
+def bot_commands() -> dict[str, list[BotCommand]]:
+    """The command menu per language."""
+    return {
+        language: [BotCommand(command=name, description=text(language, f"command_{name}")) for name in MENU]
+        for language in TEXTS
+    }

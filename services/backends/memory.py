@@ -1,8 +1,10 @@
-"""In-process session store: the single-process default when REDIS_URL is unset."""
+"""The in-process backend: the single-process default when REDIS_URL is unset (nothing survives a
+restart; one process only)."""
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -10,7 +12,7 @@ from services.engine.models import Compaction, NewMessage, Session, StoredMessag
 from services.engine.summary_state import SummaryState
 from services.errors import ConcurrentUpdateError
 from services.fence import Fence
-from services.ports import TURN_IDS_KEPT, CommitResult, TurnStatus
+from services.ports import RATE_WINDOW_SECONDS, TURN_IDS_KEPT, CommitResult, RateDecision, TurnStatus
 
 
 @dataclass
@@ -150,3 +152,59 @@ class InMemorySessionStore:
 
     async def close(self) -> None:
         return None
+
+
+@dataclass
+class _Window:
+    hits: deque[float] = field(default_factory=deque)
+    keys: deque[str | None] = field(default_factory=deque)
+    notified_until: float = 0.0
+
+
+class InMemoryRateLimiter:
+    """Same rule for one process."""
+
+    def __init__(self, *, per_minute: int) -> None:
+        self._limit = per_minute
+        self._chats: dict[int, _Window] = {}
+
+    async def hit(self, chat_id: int, *, key: str | None = None) -> RateDecision:
+        if self._limit <= 0:
+            return RateDecision(True)
+        now = time.monotonic()
+        window = self._chats.setdefault(chat_id, _Window())
+        while window.hits and window.hits[0] <= now - RATE_WINDOW_SECONDS:
+            window.hits.popleft()
+            window.keys.popleft()
+        if key is not None and key in window.keys:
+            return RateDecision(True)
+        if len(window.hits) < self._limit:
+            window.hits.append(now)
+            window.keys.append(key)
+            return RateDecision(True)
+        wait = window.hits[0] + RATE_WINDOW_SECONDS - now
+        notify = now >= window.notified_until
+        if notify:
+            window.notified_until = now + wait
+        return RateDecision(False, notify, wait)
+
+    async def forget(self, chat_id: int) -> None:
+        self._chats.pop(chat_id, None)
+
+
+class MemoryBackend:
+    """The in-process store and rate limiter (``services.ports.Backend``)."""
+
+    def __init__(self, *, ttl_seconds: int = 0, per_minute: int = 0) -> None:
+        self.store = InMemorySessionStore(ttl_seconds=ttl_seconds)
+        self.limiter = InMemoryRateLimiter(per_minute=per_minute)
+
+    async def ping(self) -> None:
+        await self.store.ping()
+
+    async def forget_chat(self, chat_id: int, *, fence: Fence | None = None) -> None:
+        await self.store.forget(chat_id, fence=fence)
+        await self.limiter.forget(chat_id)
+
+    async def close(self) -> None:
+        await self.store.close()

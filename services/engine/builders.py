@@ -8,12 +8,11 @@ from openai import AsyncOpenAI
 from prompts import PromptRegistry, default_registry
 from services.engine.chat import ChatService
 from services.engine.llm import LLMClient
-from services.engine.policy import CompactionPolicy
+from services.engine.policy import WaterMarkPolicy
 from services.engine.summarizer import Summarizer
 from services.engine.tokens import TokenCounter
-from services.engine.turns import TurnObserver
 from services.errors import ConfigurationError
-from services.ports import SessionStore
+from services.ports import SessionStore, TurnObserver
 from services.settings import LLMSettings, MemorySettings
 
 
@@ -72,7 +71,7 @@ def build_chat_service(
         instruction_role=instruction_role,
         budget=memory.chat_input_token_budget,
         summary_max_tokens=memory.summary_max_tokens,
-        policy=CompactionPolicy(
+        policy=WaterMarkPolicy(
             high_water=memory.history_high_water,
             low_water=memory.history_low_water,
             min_verbatim_turns=memory.history_min_verbatim_turns,

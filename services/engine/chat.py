@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from services.engine.compactor import Compactor
 from services.engine.llm import LLMClient, OnDelta
 from services.engine.models import Compaction, NewMessage, PromptPart, Session, StoredMessage
 from services.engine.policy import CompactionPolicy
 from services.engine.prompt_format import clean_text, customer_block
 from services.engine.summarizer import Summarizer
-from services.engine.tokens import REPLY_PRIMER_TOKENS, TokenCounter
-from services.engine.turns import CompactionReport, NoObserver, TurnObserver, TurnResult
-from services.engine.window import Window, build_window
+from services.engine.tokens import TokenCounter
+from services.engine.turns import CompactionReport, NoObserver, TurnResult
+from services.engine.window import Window, build_window, fixed_cost
 from services.errors import (
     ConcurrentUpdateError,
     ConfigurationError,
@@ -22,10 +22,9 @@ from services.errors import (
     CorruptSessionError,
     MessageTooLongError,
     StoreError,
-    SummaryError,
 )
 from services.fence import Fence
-from services.ports import SessionStore, TurnStatus
+from services.ports import SessionStore, TurnObserver, TurnStatus
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +39,8 @@ def render_stored(message: StoredMessage) -> PromptPart:
 
 
 class ChatService:
-    """Builds the budgeted prompt, calls the model, commits the turn atomically, compacts memory."""
+    """Produces turns: builds the budgeted prompt, calls the model, commits the turn atomically (with
+    redelivery bookkeeping for queued updates); its ``compactor`` folds memory."""
 
     def __init__(
         self,
@@ -66,20 +66,16 @@ class ChatService:
             instruction_role, instruction, counter.count_message(instruction_role, instruction)
         )
         self._budget = budget
-        self._policy = policy
         self._commit_attempts = commit_attempts
         self._max_message_chars = max_message_chars
         self._observer = observer or NoObserver()
-        self.history_room = budget - self._instruction.tokens - summary_max_tokens - REPLY_PRIMER_TOKENS
-        if self.history_room <= 0:
+        history_room = budget - fixed_cost(self._instruction, []) - summary_max_tokens
+        if history_room <= 0:
             raise ConfigurationError(
                 f"CHAT_INPUT_TOKEN_BUDGET={budget} leaves no room for history: the instruction takes "
                 f"{self._instruction.tokens} tokens and SUMMARY_MAX_TOKENS={summary_max_tokens}"
             )
-
-    @property
-    def store(self) -> SessionStore:
-        return self._store
+        self.compactor = Compactor(store=store, summarizer=summarizer, policy=policy, history_room=history_room)
 
     async def handle(
         self,
@@ -134,7 +130,7 @@ class ChatService:
         await deliver(result)
         if turn_id is not None:
             await self._store.mark_replied(chat_id, turn_id, fence=fence)
-        if not self._policy.should_compact(result.history_tokens, result.stored_messages, self.history_room):
+        if not self.compactor.due(result.history_tokens, result.stored_messages):
             return result  # the common case: no second round trip to the store
         try:
             report = await self.compact_if_needed(chat_id, fence=fence)
@@ -204,7 +200,9 @@ class ChatService:
             forced: CompactionReport | None = None
             compaction: Compaction | None = None
             if window.removed_history_messages:
-                compaction, window, forced = await self._forced_compaction(session, new_part, window)
+                compaction, window, forced = await self.compactor.before_reply(
+                    session, new_part, window, lambda summary, rest: self._window(summary, rest, new_part)
+                )
             completion = await self._llm.chat(window.messages, on_delta=on_delta)
             reply = NewMessage("assistant", completion.text, self._counter.count_message("assistant", completion.text))
             try:
@@ -255,71 +253,13 @@ class ChatService:
             return None
         return self._summarizer.block_part(session.summary, tokens=session.summary_tokens or None)
 
-    async def _fold(self, session: Session, fold: int) -> tuple[Compaction | None, CompactionReport]:
-        """Summarize the ``fold`` oldest messages into a new summary (nothing is written here)."""
-        started = time.perf_counter()
-        try:
-            outcome = await self._summarizer.fold(session.summary, session.messages[:fold])
-        except SummaryError as exc:
-            log.warning("chat %s: compaction failed, kept everything stored: %s", session.chat_id, exc)
-            return None, CompactionReport(failed=True, seconds=time.perf_counter() - started)
-        report = CompactionReport(
-            folded_messages=fold,
-            restored_identifiers=len(outcome.restored),
-            summary_tokens=outcome.block_tokens,
-            usage=outcome.usage,
-            seconds=time.perf_counter() - started,
-        )
-        return Compaction(fold, outcome.summary, outcome.block_tokens), report
-
-    async def _forced_compaction(
-        self, session: Session, new_part: PromptPart, window: Window
-    ) -> tuple[Compaction | None, Window, CompactionReport]:
-        """The prompt cannot hold the whole history: fold before replying. On failure the reply uses
-        the plain window and nothing is folded."""
-        must_fit = max(self.history_room - new_part.tokens, 0)
-        fold = self._policy.plan_fold(session.messages, room=self.history_room, must_fit=must_fit)
-        if fold == 0:
-            return None, window, CompactionReport()
-        compaction, report = await self._fold(session, fold)
-        if compaction is None:
-            return None, window, report
-        summary = self._summarizer.block_part(compaction.summary, tokens=compaction.summary_tokens)
-        try:
-            compacted = self._window(summary, session.messages[fold:], new_part)
-        except MessageTooLongError:
-            log.warning("chat %s: new summary leaves no room for the message; not applied", session.chat_id)
-            return None, window, replace(report, folded_messages=0, failed=True)
-        return compaction, compacted, report
-
     async def compact_if_needed(self, chat_id: int, *, fence: Fence | None = None) -> CompactionReport | None:
-        """Proactive compaction: fold the oldest turns if the stored history passed the high-water mark.
-        A failure leaves everything stored; the next turn tries again."""
-        session = await self._store.load(chat_id)
-        if not self._policy.should_compact(session.history_tokens, len(session.messages), self.history_room):
-            return None
-        fold = self._policy.plan_fold(session.messages, room=self.history_room)
-        if fold == 0:
-            return None
-        compaction, report = await self._fold(session, fold)
-        if compaction is None:
-            return report
-        try:
-            await self._store.apply_compaction(
-                chat_id, expected_version=session.version, compaction=compaction, fence=fence
-            )
-        except ConcurrentUpdateError:
-            log.info("chat %s changed during compaction; it will be redone on a later turn", chat_id)
-            return replace(report, folded_messages=0, failed=True)
-        return report
+        """Proactive compaction now (see ``Compactor.compact_if_needed``)."""
+        return await self.compactor.compact_if_needed(chat_id, fence=fence)
 
     async def reset(self, chat_id: int, *, fence: Fence | None = None) -> None:
         """/new: the conversation starts over; no turn loaded before can be committed after."""
         await self._store.reset(chat_id, fence=fence)
-
-    async def forget(self, chat_id: int, *, fence: Fence | None = None) -> None:
-        """/forget: every stored byte of the conversation goes; nothing loaded before comes back."""
-        await self._store.forget(chat_id, fence=fence)
 
     async def close(self) -> None:
         """Close the LLM client and the store connection."""

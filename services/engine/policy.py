@@ -1,15 +1,30 @@
-"""When and how much of the oldest history to fold into the summary. Planning is pure code."""
+"""When and how much of the oldest history to fold into the summary (the Compactor's pluggable
+policy: a trigger and a plan). Planning is pure code."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from services.engine.models import StoredMessage
 
 
+class CompactionPolicy(Protocol):
+    """Decides when the stored history is folded (trigger) and how many of the oldest messages (plan)."""
+
+    def should_compact(self, history_tokens: int, stored_messages: int, room: int) -> bool:
+        """Proactive compaction after a reply: is the stored verbatim history due to be folded?"""
+        ...
+
+    def plan_fold(self, history: Sequence[StoredMessage], *, room: int, must_fit: int | None = None) -> int:
+        """How many of the oldest messages (whole turns, an even number) to fold; 0 for none.
+        ``must_fit``: the room the current prompt leaves for history (forced compaction)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
-class CompactionPolicy:
+class WaterMarkPolicy:
     """Water marks are fractions of the history room (budget minus instruction and summary cap).
 
     Defaults match MemorySettings (chosen with benchmarks/tokens.py: see benchmarks/RESULTS.md)."""

@@ -1,9 +1,8 @@
-"""What a turn produced, and who is told about it (the engine reports every turn to an observer)."""
+"""What a turn produced (the engine reports every turn to a ``services.ports.TurnObserver``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from services.engine.llm import Usage
 
@@ -45,12 +44,6 @@ class TurnResult:
     @property
     def summary_updated(self) -> bool:
         return any(r is not None and r.folded_messages > 0 for r in (self.forced_compaction, self.proactive_compaction))
-
-
-class TurnObserver(Protocol):
-    """Told about every turn the engine handled (metrics in the bot; anything else elsewhere)."""
-
-    def turn_finished(self, result: TurnResult) -> None: ...
 
 
 class NoObserver:

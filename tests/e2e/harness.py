@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from aiogram import Bot, Dispatcher
-from redis.asyncio import Redis
 
-from bot.factory import Settings, build_bot, build_dispatcher, build_engine
+from bot.factory import Settings, build_backend, build_bot, build_dispatcher, build_engine
 from bot.settings import BotSettings
-from services.backends.memory import InMemorySessionStore
-from services.backends.redis.keys import KeySpace
-from services.backends.redis.store import RedisSessionStore
 from services.engine.chat import ChatService
-from services.ports import SessionStore
+from services.ports import Backend, SessionStore
 from services.settings import LLMSettings, MemorySettings, RedisSettings
 
 TOKEN = "123456:TEST-token-secret"
@@ -45,14 +41,15 @@ def make_settings(telegram_url: str, openai_url: str, redis_url: str | None, **m
 @dataclass
 class RunningBot:
     settings: Settings
+    backend: Backend
     chat: ChatService
     bot: Bot
     dispatcher: Dispatcher
     task: asyncio.Task[None] | None = None
-    store: SessionStore = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.store = self.chat.store
+    @property
+    def store(self) -> SessionStore:
+        return self.backend.store
 
     async def start(self) -> None:
         self.task = asyncio.create_task(
@@ -67,16 +64,12 @@ class RunningBot:
             await asyncio.wait_for(self.task, 10)
 
 
-async def start_bot(settings: Settings, store: SessionStore | None = None) -> RunningBot:
-    chat = build_engine(settings, store)
-    running = RunningBot(settings, chat, build_bot(settings.bot), build_dispatcher(chat, settings.bot))
+async def start_bot(settings: Settings) -> RunningBot:
+    """The bot in this process with the backend its settings choose (Redis with a REDIS_URL)."""
+    backend = build_backend(settings)
+    chat = build_engine(settings, backend.store)
+    running = RunningBot(
+        settings, backend, chat, build_bot(settings.bot), build_dispatcher(chat, settings.bot, backend=backend)
+    )
     await running.start()
     return running
-
-
-def redis_store_for(url: str) -> RedisSessionStore:
-    return RedisSessionStore(redis=Redis.from_url(url), keys=KeySpace("sb", "123456"))
-
-
-def memory_store() -> InMemorySessionStore:
-    return InMemorySessionStore()

@@ -17,8 +17,9 @@ import aiohttp
 from redis.asyncio import Redis
 
 from bot import admin
-from bot.factory import Backend, build_backend
+from bot.factory import open_redis_backend
 from bot.telegram.texts import TEXTS
+from services.backends.redis.backend import RedisBackend
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.store import RedisSessionStore
 from tests.conftest import RedisServer
@@ -259,7 +260,7 @@ async def test_an_unreadable_update_is_dead_lettered_and_operators_can_act_on_it
     listed = await _run_cli(processes[0], "dead-letters", "list")  # the command itself, once
     assert letter_id in listed and "1 dead letter(s)" in listed
     settings = make_settings(telegram.base_url, stub_llm.base_url, redis_server.url)
-    backend = build_backend(settings)
+    backend = await open_redis_backend(settings)
     try:
         shown = json.loads(await admin_output(backend, "show", letter_id))
         assert shown["payload"]["update_id"] == poison["update_id"] and "unreadable update" in shown["error"]
@@ -276,7 +277,7 @@ async def test_an_unreadable_update_is_dead_lettered_and_operators_can_act_on_it
         await backend.close()
 
 
-async def admin_output(backend: Backend, action: str, target: str | None = None) -> str:
+async def admin_output(backend: RedisBackend, action: str, target: str | None = None) -> str:
     out = io.StringIO()
     await admin.dead_letters(backend, action, target, out)
     return out.getvalue()

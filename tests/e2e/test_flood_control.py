@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from tests.e2e.harness import make_settings, memory_store, start_bot
+from tests.e2e.harness import make_settings, start_bot
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
 
@@ -30,7 +30,7 @@ async def test_flooded_previews_are_dropped_and_the_answer_is_not_delayed(
     stub_llm.chat_replies.append("A long enough answer, streamed in several pieces. " * 6)
     telegram.faults["sendMessageDraft"] = flood(4)
     telegram.faults["sendChatAction"] = flood(4)
-    bot = await start_bot(make_settings(telegram.base_url, stub_llm.base_url, None), memory_store())
+    bot = await start_bot(make_settings(telegram.base_url, stub_llm.base_url, None))
     try:
         asked = telegram.send_text(CHAT, "where is my order?")
         await telegram.wait_messages(CHAT, 1, within=10)

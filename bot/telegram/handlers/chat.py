@@ -15,12 +15,12 @@ from bot.settings import BotSettings
 from bot.telegram.drafts import DraftStreamer
 from bot.telegram.middlewares.access import GROUP_TYPES, strip_mention
 from bot.telegram.render import send_reply
-from bot.telegram.texts import language_of, text
-from services.backends.redis.ratelimit import RateLimiter
+from bot.telegram.texts import Texts
 from services.engine.chat import ChatService
 from services.engine.turns import TurnResult
 from services.fence import Fence
 from services.metrics import RATE_LIMITED
+from services.ports import RateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,7 @@ async def on_text(
     chat: ChatService,
     settings: BotSettings,
     limiter: RateLimiter,
+    say: Texts,
     event_update: Update,
     fence: Fence | None = None,
 ) -> None:
@@ -43,9 +44,7 @@ async def on_text(
         RATE_LIMITED.inc()
         if decision.notify and (fence is None or fence.remaining() > 0):
             seconds = max(1, round(decision.retry_after))
-            await message.answer(
-                text(language_of(message.from_user, settings), "rate_limited", seconds=seconds), parse_mode=None
-            )
+            await message.answer(say("rate_limited", seconds=seconds))
         return
     customer_text = message.text
     if message.chat.type in GROUP_TYPES:
@@ -61,8 +60,7 @@ async def on_text(
         async def deliver(result: TurnResult) -> None:
             await typing.aclose()  # stop "typing…" before the answer appears
             if result.quarantined:
-                note = text(language_of(message.from_user, settings), "session_lost")
-                await bot.send_message(chat_id, note, parse_mode=None)
+                await bot.send_message(chat_id, say("session_lost"))
             await send_reply(bot, chat_id, result.reply, before_each=fence.ensure_valid if fence else None)
 
         result = await chat.handle(

@@ -1,46 +1,38 @@
-"""/start, /help and /new."""
+"""/start, /help, /new and /forget."""
 
 from __future__ import annotations
-
-from collections.abc import Awaitable, Callable, Sequence
 
 from aiogram import Router
 from aiogram.filters import Command, CommandStart
 from aiogram.types import Message
 
-from bot.settings import BotSettings
-from bot.telegram.texts import language_of, text
+from bot.telegram.texts import Texts
 from services.engine.chat import ChatService
 from services.fence import Fence
-
-Erasers = Sequence[Callable[[int], Awaitable[None]]]
-
-
-async def on_start(message: Message, settings: BotSettings) -> None:
-    await message.answer(text(language_of(message.from_user, settings), "start"), parse_mode=None)
+from services.ports import Backend
 
 
-async def on_help(message: Message, settings: BotSettings) -> None:
-    await message.answer(text(language_of(message.from_user, settings), "help"), parse_mode=None)
+async def on_start(message: Message, say: Texts) -> None:
+    await message.answer(say("start"))
 
 
-async def on_new(message: Message, chat: ChatService, settings: BotSettings, fence: Fence | None = None) -> None:
+async def on_help(message: Message, say: Texts) -> None:
+    await message.answer(say("help"))
+
+
+async def on_new(message: Message, chat: ChatService, say: Texts, fence: Fence | None = None) -> None:
     await chat.reset(message.chat.id, fence=fence)
     if fence is not None:
         fence.ensure_valid()
-    await message.answer(text(language_of(message.from_user, settings), "new_done"), parse_mode=None)
+    await message.answer(say("new_done"))
 
 
-async def on_forget(
-    message: Message, chat: ChatService, settings: BotSettings, erasers: Erasers, fence: Fence | None = None
-) -> None:
-    """Delete every record of the chat's conversation: session, rate-limit window, dead letters."""
-    await chat.forget(message.chat.id, fence=fence)
-    for erase in erasers:
-        await erase(message.chat.id)
+async def on_forget(message: Message, backend: Backend, say: Texts, fence: Fence | None = None) -> None:
+    """Delete every record of the chat's conversation (the backend knows them all)."""
+    await backend.forget_chat(message.chat.id, fence=fence)
     if fence is not None:
         fence.ensure_valid()
-    await message.answer(text(language_of(message.from_user, settings), "forget_done"), parse_mode=None)
+    await message.answer(say("forget_done"))
 
 
 def make_router() -> Router:

@@ -10,7 +10,7 @@ from aiogram.types import ErrorEvent, Update
 
 from bot.runtime.failures import is_transient
 from bot.settings import BotSettings
-from bot.telegram.texts import language_of, text
+from bot.telegram.texts import Texts, text
 from services.errors import (
     ConcurrentUpdateError,
     LeaseLostError,
@@ -91,13 +91,11 @@ async def _tell(
     message = update.message
     if message is None:
         return
-    language = language_of(message.from_user, settings)
+    say = Texts.for_user(message.from_user, settings)
     if fence is not None:
         fence.ensure_valid()
     try:
-        await bot.send_message(
-            message.chat.id, text(language, key) if key else user_text_for(exc, language), parse_mode=None
-        )
+        await bot.send_message(message.chat.id, say(key) if key else user_text_for(exc, say.language))
     except TelegramAPIError as send_error:
         log.warning("could not tell chat %s about the error: %s", message.chat.id, send_error)
 

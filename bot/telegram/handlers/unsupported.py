@@ -5,12 +5,11 @@ from __future__ import annotations
 from aiogram import Router
 from aiogram.types import Message
 
-from bot.settings import BotSettings
-from bot.telegram.texts import language_of, text
+from bot.telegram.texts import Texts
 
 
-async def on_other(message: Message, settings: BotSettings) -> None:
-    await message.answer(text(language_of(message.from_user, settings), "text_only"), parse_mode=None)
+async def on_other(message: Message, say: Texts) -> None:
+    await message.answer(say("text_only"))
 
 
 def make_router() -> Router:

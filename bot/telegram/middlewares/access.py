@@ -10,7 +10,7 @@ from aiogram import BaseMiddleware, Bot
 from aiogram.types import Message, TelegramObject
 
 from bot.settings import BotSettings
-from bot.telegram.texts import language_of, text
+from bot.telegram.texts import Texts
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,8 @@ def strip_mention(text: str, username: str | None) -> str:
 
 
 class AccessMiddleware(BaseMiddleware):
-    """Outer middleware on messages: refuses strangers once per message, skips group chatter."""
+    """Outer middleware on messages (after the language middleware): refuses strangers once per message,
+    skips group chatter."""
 
     async def __call__(
         self,
@@ -54,7 +55,8 @@ class AccessMiddleware(BaseMiddleware):
         user_id = event.from_user.id if event.from_user else None
         if not settings.is_allowed(user_id, event.chat.id):
             log.info("refused chat=%s user=%s (not in the allowlist)", event.chat.id, user_id)
-            await event.answer(text(language_of(event.from_user, settings), "not_allowed"), parse_mode=None)
+            say: Texts = data["say"]
+            await event.answer(say("not_allowed"))
             return None
         if event.chat.type in GROUP_TYPES and settings.group_require_mention and not await addressed_to_bot(event, bot):
             return None

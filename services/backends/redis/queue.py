@@ -25,12 +25,12 @@ import os
 import socket
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Literal, cast
 
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import LUA_NOW, AnyRedis, redis_errors, register
 from services.errors import StoreUnavailableError
+from services.ports import Claim, QueueItem, Step
 
 SEEN_KEPT = 5000
 """How many recent item ids per chat are remembered to recognise redeliveries."""
@@ -167,47 +167,6 @@ if #due == 0 then return {count, 0} end
 return {count, now - tonumber(due[2])}
 """
 )
-
-
-@dataclass(frozen=True, slots=True)
-class QueueItem:
-    """One queued item at the head of a chat's inbox, with its delivery history."""
-
-    id: str
-    payload: str
-    enqueued_ms: int
-    member: bytes
-    """The inbox entry exactly as stored (what ``next`` acknowledges)."""
-    order: int = 0
-    started: int = 1
-    """Attempts started on this item, this one included."""
-    transient_failures: int = 0
-    failures: int = 0
-    """Earlier attempts that failed for a reason that will not pass by itself."""
-    failing_for: float = 0.0
-    """Seconds since its first transient failure (0: none)."""
-
-    @property
-    def vanished_attempts(self) -> int:
-        """Earlier attempts that left no outcome: the worker died, or lost the chat's lease mid-item."""
-        return self.started - 1 - self.transient_failures - self.failures
-
-
-@dataclass(slots=True)
-class Claim:
-    """A chat this worker holds (or is about to take) the lease of."""
-
-    chat_id: int
-    token: str
-    watchdog: int
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """What ``next`` found: an item to process, the chat released (inbox empty), or the lease gone."""
-
-    kind: Literal["item", "released", "lost", "busy"]
-    item: QueueItem | None = None
 
 
 def worker_identity() -> str:

@@ -3,32 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections import deque
-from dataclasses import dataclass, field
-from typing import Protocol
 
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import LUA_NOW, AnyRedis, redis_errors, register
-
-WINDOW_SECONDS = 60
-
-
-@dataclass(frozen=True, slots=True)
-class RateDecision:
-    allowed: bool
-    notify: bool = False
-    """Refused, and the first refusal of this window: tell the customer once."""
-    retry_after: float = 0.0
-
-
-class RateLimiter(Protocol):
-    async def hit(self, chat_id: int, *, key: str | None = None) -> RateDecision:
-        """Count one message of the chat. The same ``key`` (an update id) is counted once: a retried
-        update is never refused because of its own earlier attempt."""
-        ...
-
-    async def forget(self, chat_id: int) -> None: ...
-
+from services.ports import RATE_WINDOW_SECONDS, RateDecision
 
 # KEYS: hits (zset), notice (string). ARGV: limit, window_ms, member, key_ttl_ms.
 _HIT = (
@@ -59,7 +37,7 @@ class RedisRateLimiter:
         per_minute: int,
         keys: KeySpace | None = None,
         ttl_seconds: int = 0,
-        window_seconds: int = WINDOW_SECONDS,
+        window_seconds: int = RATE_WINDOW_SECONDS,
     ) -> None:
         self._redis = redis
         self._limit = per_minute
@@ -88,41 +66,3 @@ class RedisRateLimiter:
     async def forget(self, chat_id: int) -> None:
         with redis_errors(f"cannot delete chat {chat_id}"):
             await self._redis.delete(*self._chat_keys(chat_id))
-
-
-@dataclass
-class _Window:
-    hits: deque[float] = field(default_factory=deque)
-    keys: deque[str | None] = field(default_factory=deque)
-    notified_until: float = 0.0
-
-
-class InMemoryRateLimiter:
-    """Same rule for one process."""
-
-    def __init__(self, *, per_minute: int) -> None:
-        self._limit = per_minute
-        self._chats: dict[int, _Window] = {}
-
-    async def hit(self, chat_id: int, *, key: str | None = None) -> RateDecision:
-        if self._limit <= 0:
-            return RateDecision(True)
-        now = time.monotonic()
-        window = self._chats.setdefault(chat_id, _Window())
-        while window.hits and window.hits[0] <= now - WINDOW_SECONDS:
-            window.hits.popleft()
-            window.keys.popleft()
-        if key is not None and key in window.keys:
-            return RateDecision(True)
-        if len(window.hits) < self._limit:
-            window.hits.append(now)
-            window.keys.append(key)
-            return RateDecision(True)
-        wait = window.hits[0] + WINDOW_SECONDS - now
-        notify = now >= window.notified_until
-        if notify:
-            window.notified_until = now + wait
-        return RateDecision(False, notify, wait)
-
-    async def forget(self, chat_id: int) -> None:
-        self._chats.pop(chat_id, None)

@@ -1,0 +1,100 @@
+"""In-process mode (REDIS_URL unset): aiogram's own polling or webhook server, one process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from aiohttp import web
+
+from bot.factory import build_backend, build_bot, build_dispatcher, build_engine, set_commands
+from bot.runtime.ops import ReadyCheck, add_health_routes, start_ops_server
+from bot.runtime.startup import StartupError, with_startup_retries
+from bot.runtime.webhook import build_webhook_app
+from bot.settings import Settings
+from services.errors import StoreError, SupportBotError
+from services.ports import Backend
+
+log = logging.getLogger("bot")
+
+
+def readiness(backend: Backend, running: Callable[[], bool]) -> ReadyCheck:
+    async def ready() -> dict[str, bool]:
+        try:
+            await backend.ping()
+            store_ok = True
+        except StoreError:
+            store_ok = False
+        return {"store": store_ok, "consuming": running()}
+
+    return ready
+
+
+async def run_polling(settings: Settings) -> None:
+    backend = build_backend(settings)
+    chat = build_engine(settings, backend.store)
+    bot = build_bot(settings.bot)
+    try:
+        await with_startup_retries("connecting to Telegram", bot.get_me)
+    except SupportBotError:
+        await bot.session.close()
+        raise
+    dispatcher = build_dispatcher(chat, settings.bot, backend=backend)
+    await bot.delete_webhook(drop_pending_updates=False)  # getUpdates is refused while a webhook is set
+    await set_commands(bot)
+    polling = asyncio.Event()
+    dispatcher.startup.register(polling.set)
+    dispatcher.shutdown.register(polling.clear)
+    try:
+        ops = await start_ops_server(
+            host=settings.bot.metrics_host, port=settings.bot.metrics_port, ready=readiness(backend, polling.is_set)
+        )
+    except OSError as exc:
+        await bot.session.close()
+        raise StartupError(f"cannot listen on METRICS_PORT={settings.bot.metrics_port}: {exc}") from None
+    log.info("starting in polling mode")
+    try:
+        await dispatcher.start_polling(bot, allowed_updates=dispatcher.resolve_used_update_types())
+    finally:
+        if ops is not None:
+            await ops.cleanup()
+
+
+def run_webhook(settings: Settings) -> None:
+    backend = build_backend(settings)
+    chat = build_engine(settings, backend.store)
+    bot = build_bot(settings.bot)
+    dispatcher = build_dispatcher(chat, settings.bot, backend=backend)
+
+    async def on_startup() -> None:
+        try:
+            await with_startup_retries("connecting to Telegram", bot.get_me)
+        except SupportBotError:
+            await bot.session.close()
+            raise
+        await set_commands(bot)
+        log.info(
+            "webhook server on %s:%s%s", settings.bot.webhook_host, settings.bot.webhook_port, settings.bot.webhook_path
+        )
+
+    dispatcher.startup.register(on_startup)
+    app = build_webhook_app(bot=bot, dispatcher=dispatcher, settings=settings.bot)
+    ready = readiness(backend, lambda: True)
+    add_health_routes(app, ready)
+    ops: list[web.AppRunner] = []
+
+    async def start_ops(_app: web.Application) -> None:
+        runner = await start_ops_server(host=settings.bot.metrics_host, port=settings.bot.metrics_port, ready=ready)
+        ops.extend([runner] if runner else [])
+
+    async def stop_ops(_app: web.Application) -> None:
+        for runner in ops:
+            await runner.cleanup()
+
+    app.on_startup.append(start_ops)
+    app.on_cleanup.append(stop_ops)
+    try:
+        web.run_app(app, host=settings.bot.webhook_host, port=settings.bot.webhook_port, print=None)
+    except OSError as exc:  # the port is taken (at start: run_app binds before serving)
+        raise StartupError(f"cannot listen on {settings.bot.webhook_host}:{settings.bot.webhook_port}: {exc}") from None

@@ -1,0 +1,50 @@
+"""The Redis backend object: one client shared by the store, the rate limiter, the queue, the poller
+lease and the dead letters (``services.ports.Backend``, plus what queued mode needs)."""
+
+from __future__ import annotations
+
+from services.backends.redis.deadletters import DeadLetterStore
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.poller import RedisPollingLease
+from services.backends.redis.quarantine import QuarantineStore
+from services.backends.redis.queue import ChatWorkQueue
+from services.backends.redis.ratelimit import RedisRateLimiter
+from services.backends.redis.scripts import AnyRedis, redis_errors
+from services.backends.redis.store import RedisSessionStore
+from services.fence import Fence
+
+
+class RedisBackend:
+    """Every key lives under ``keys.namespace``; ``cluster`` says whether ``redis`` is a cluster client."""
+
+    def __init__(
+        self, *, redis: AnyRedis, keys: KeySpace, ttl_seconds: int, per_minute: int, cluster: bool = False
+    ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.ttl_seconds = ttl_seconds
+        self.cluster = cluster
+        self.store = RedisSessionStore(redis=redis, ttl_seconds=ttl_seconds, keys=keys)
+        self.limiter = RedisRateLimiter(redis=redis, per_minute=per_minute, keys=keys, ttl_seconds=ttl_seconds)
+        self.dead_letters = DeadLetterStore(redis=redis, keys=keys)
+        self.quarantined = QuarantineStore(redis=redis, keys=keys)
+
+    def queue(self, *, lease_ms: int = 30_000) -> ChatWorkQueue:
+        return ChatWorkQueue(redis=self.redis, keys=self.keys, lease_ms=lease_ms, ttl_seconds=self.ttl_seconds)
+
+    def polling_lease(self, *, token: str, lease_ms: int) -> RedisPollingLease:
+        return RedisPollingLease(redis=self.redis, keys=self.keys, token=token, lease_ms=lease_ms)
+
+    async def ping(self) -> None:
+        await self.store.ping()
+
+    async def forget_chat(self, chat_id: int, *, fence: Fence | None = None) -> None:
+        """The session (fenced), then the rate-limit window and the chat's dead letters."""
+        await self.store.forget(chat_id, fence=fence)
+        await self.limiter.forget(chat_id)
+        await self.dead_letters.drop_chat(chat_id)
+
+    async def close(self) -> None:
+        """Closes the one client everything here shares."""
+        with redis_errors("closing"):
+            await self.redis.aclose()
