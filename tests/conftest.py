@@ -16,14 +16,14 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
-from services.backends.memory import InMemorySessionStore
+from services.backends.memory import MemoryBackend
+from services.backends.redis.backend import RedisBackend
 from services.backends.redis.connection import redis_client
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import AnyRedis
-from services.backends.redis.store import RedisSessionStore
 from services.engine.llm import LLMClient
 from services.engine.tokens import TokenCounter
-from services.ports import SessionStore
+from services.ports import Backend, SessionStore
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
 
@@ -134,12 +134,18 @@ async def real_redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
     await client.aclose()
 
 
-@pytest.fixture(params=["memory", "fakeredis", "redis-server", "redis-cluster"])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[SessionStore]:
-    """The same contract over every backend."""
+BACKENDS = ["memory", "fakeredis", "redis-server", "redis-cluster"]
+"""Every backend the contract suites run over; a new backend adds its name here and a branch below."""
+
+
+@pytest.fixture(params=BACKENDS)
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    """One backend per parameter, empty, with a 3600 s TTL and a limit of 2 messages a minute."""
     client: AnyRedis
     if request.param == "memory":
-        yield InMemorySessionStore(ttl_seconds=3600)
+        memory = MemoryBackend(ttl_seconds=3600, per_minute=2)
+        yield memory
+        await memory.close()
         return
     if request.param == "fakeredis":
         client = fakeredis.FakeAsyncRedis()
@@ -149,9 +155,21 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[SessionStore]:
         server: RedisServer = request.getfixturevalue("redis_server")
         client = Redis.from_url(server.url)
         await client.flushdb()
-    backend = RedisSessionStore(redis=client, ttl_seconds=3600, keys=KeySpace("test", "123456"))
-    yield backend
-    await backend.close()
+    redis = RedisBackend(
+        redis=client,
+        keys=KeySpace("test", "123456"),
+        ttl_seconds=3600,
+        per_minute=2,
+        cluster=request.param == "redis-cluster",
+    )
+    yield redis
+    await redis.close()
+
+
+@pytest.fixture
+def store(backend: Backend) -> SessionStore:
+    """The session store of each backend (the store contract runs over all of them)."""
+    return backend.store
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import fakeredis
 from redis.asyncio import Redis
 
 from services.backends.memory import InMemoryRateLimiter
@@ -33,16 +32,6 @@ async def test_window_slides(redis_server: RedisServer, real_redis: Redis) -> No
     assert not (await limiter.hit(1)).allowed
     await asyncio.sleep(1.1)
     assert (await limiter.hit(1)).allowed
-
-
-async def test_fakeredis_and_memory_follow_the_same_rule() -> None:
-    for limiter in (
-        RedisRateLimiter(redis=fakeredis.FakeAsyncRedis(), per_minute=2),
-        InMemoryRateLimiter(per_minute=2),
-    ):
-        decisions = [await limiter.hit(1) for _ in range(4)]
-        assert [d.allowed for d in decisions] == [True, True, False, False]
-        assert [d.notify for d in decisions] == [False, False, True, False]
 
 
 async def test_zero_means_off() -> None:

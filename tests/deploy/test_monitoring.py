@@ -26,8 +26,14 @@ async def test_every_dashboard_query_has_data_from_a_real_scrape() -> None:
                 break
             assert loop.time() < deadline, f"turns counted: {turns}, sent: {run.sent}"
             await asyncio.sleep(0.5)
-        empty = [q for q in dashboard_queries() if not await run.prometheus.query(q.expr)]
-        assert not empty, "no data: " + "; ".join(f"{q.panel}: {q.expr}" for q in empty)
+        # rate() needs two samples of a series: when every turn fell between two scrapes, the series
+        # first appeared with its final value, and the next scrape gives the second sample
+        while True:
+            empty = [q for q in dashboard_queries() if not await run.prometheus.query(q.expr)]
+            if not empty:
+                break
+            assert loop.time() < deadline, "no data: " + "; ".join(f"{q.panel}: {q.expr}" for q in empty)
+            await asyncio.sleep(0.5)
         summaries = await run.prometheus.query("sum(sb_summary_calls_total)")
         assert float(summaries[0]["value"][1]) > 0, "the conversations were compacted"
 

@@ -1,0 +1,58 @@
+"""What every backend promises besides the store contract (tests/test_store_contract.py): the rate
+limit rule, /forget deleting every record of a chat, the readiness ping. Runs over every backend
+through the one ``backend`` fixture (tests/conftest.py)."""
+
+from __future__ import annotations
+
+from services.engine.models import NewMessage
+from services.errors import ConcurrentUpdateError
+from services.ports import Backend
+
+
+def turn(n: int) -> list[NewMessage]:
+    return [NewMessage("user", f"question {n}", 10), NewMessage("assistant", f"answer {n}", 20)]
+
+
+async def test_ping_answers(backend: Backend) -> None:
+    await backend.ping()
+
+
+async def test_rate_limit_refuses_after_the_limit_and_notifies_once(backend: Backend) -> None:
+    decisions = [await backend.limiter.hit(1, key=f"u{n}") for n in range(4)]
+    assert [d.allowed for d in decisions] == [True, True, False, False]
+    assert [d.notify for d in decisions] == [False, False, True, False]
+    assert 0 < decisions[2].retry_after <= 60
+    assert (await backend.limiter.hit(2)).allowed, "chats are independent"
+
+
+async def test_a_retried_update_is_never_refused_for_its_own_earlier_attempt(backend: Backend) -> None:
+    assert (await backend.limiter.hit(1, key="u1")).allowed
+    assert (await backend.limiter.hit(1, key="u2")).allowed
+    assert (await backend.limiter.hit(1, key="u1")).allowed, "the same update counted once"
+    assert not (await backend.limiter.hit(1, key="u3")).allowed
+
+
+async def test_forget_chat_deletes_the_session_and_the_rate_window(backend: Backend) -> None:
+    await backend.store.commit_turn(1, expected_version=0, messages=turn(0), turn_id="u1")
+    await backend.store.commit_turn(2, expected_version=0, messages=turn(0))
+    for n in range(3):
+        await backend.limiter.hit(1, key=f"u{n}")
+    loaded = await backend.store.load(1)
+    await backend.forget_chat(1)
+    after = await backend.store.load(1)
+    assert after.messages == () and after.summary is None and after.version > loaded.version
+    assert not (await backend.store.turn_status(1, "u1")).committed
+    assert (await backend.limiter.hit(1, key="u9")).allowed, "the rate window went too"
+    assert len((await backend.store.load(2)).messages) == 2, "other chats stay"
+
+
+async def test_forget_chat_fences_a_turn_loaded_before_it(backend: Backend) -> None:
+    loaded = await backend.store.load(1)
+    await backend.forget_chat(1)
+    try:
+        await backend.store.commit_turn(1, expected_version=loaded.version, messages=turn(0))
+    except ConcurrentUpdateError:
+        pass
+    else:
+        raise AssertionError("a turn loaded before /forget was committed after it")
+    assert (await backend.store.load(1)).messages == ()
