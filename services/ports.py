@@ -12,6 +12,7 @@ from services.engine.llm import Completion, OnDelta
 from services.engine.models import Compaction, NewMessage, PromptPart, Session
 from services.engine.turns import TurnResult
 from services.fence import Fence
+from services.handoff import Handoff, Recorded, TranscriptEntry
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +218,6 @@ class WorkQueue(Protocol):
         ...
 
 
-
 class PollingLease(Protocol):
     """Who polls getUpdates (one worker at a time) and the offset only the leader may move."""
 
@@ -236,6 +236,64 @@ class PollingLease(Protocol):
     async def resign(self) -> None: ...
 
 
+class HandoffStore(Protocol):
+    """Handoffs to a human operator. Per chat (fenced by the chat's lease like every session write):
+    the record, its transcript and the ids of the messages already relayed (exactly once). Global:
+    which forum topic belongs to which chat, and the reply deadlines of open handoffs."""
+
+    async def get(self, chat_id: int) -> Handoff:
+        """The chat's record (``state="none"`` if it never had a handoff)."""
+        ...
+
+    async def set_topic(self, chat_id: int, topic_id: int, *, fence: Fence | None = None) -> None:
+        """Remember the chat's forum topic (reused by its next handoff)."""
+        ...
+
+    async def open(self, chat_id: int, *, reason: str, trigger: str, language: str, fence: Fence | None = None) -> bool:
+        """Start a handoff (a fresh transcript); False if one is already open (nothing written)."""
+        ...
+
+    async def record(
+        self, chat_id: int, item_id: str, entry: TranscriptEntry, *, fence: Fence | None = None
+    ) -> Recorded:
+        """Append ``entry`` and mark ``item_id`` relayed, atomically; nothing if it was already."""
+        ...
+
+    async def relayed(self, chat_id: int, item_id: str) -> bool: ...
+
+    async def flag(self, chat_id: int, *, fence: Fence | None = None) -> bool:
+        """Mark an open handoff overdue (no operator reply in time); False if it was not open or
+        already flagged."""
+        ...
+
+    async def close(self, chat_id: int, *, fence: Fence | None = None) -> bool:
+        """End the open handoff (the topic id stays); False if none was open."""
+        ...
+
+    async def bind_topic(self, topic_id: int, chat_id: int) -> None:
+        """Global: the topic belongs to this chat (idempotent)."""
+        ...
+
+    async def chat_of_topic(self, topic_id: int) -> int | None: ...
+
+    async def track(self, chat_id: int, *, open: bool, reply_within: float | None = None) -> None:
+        """Global: whether the chat has an open handoff, and its reply deadline (``reply_within``
+        seconds from now; None removes it). Idempotent."""
+        ...
+
+    async def due(self, limit: int = 100) -> list[int]:
+        """Chats whose reply deadline has passed."""
+        ...
+
+    async def open_count(self) -> int:
+        """Open handoffs (the gauge)."""
+        ...
+
+    async def unbind(self, chat_id: int, topic_id: int | None) -> None:
+        """Global: forget the chat's topic and deadline (/forget)."""
+        ...
+
+
 class Backend(Protocol):
     """Everything that keeps state, built once by the factory: the session store, the rate limiter,
     a readiness ping and the one place that knows every record of a chat (``forget_chat``)."""
@@ -246,12 +304,16 @@ class Backend(Protocol):
     @property
     def limiter(self) -> RateLimiter: ...
 
+    @property
+    def handoffs(self) -> HandoffStore: ...
+
     async def ping(self) -> None:
         """Raise StoreUnavailableError if the backend cannot be reached."""
         ...
 
     async def forget_chat(self, chat_id: int, *, fence: Fence | None = None) -> None:
-        """/forget: every record of the chat's conversation goes (only the version counter stays)."""
+        """/forget: every record of the chat's conversation goes (only the version counter stays), the
+        handoff record and its topic binding included."""
         ...
 
     async def close(self) -> None: ...

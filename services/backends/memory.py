@@ -6,12 +6,13 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from services.engine.models import Compaction, NewMessage, Session, StoredMessage
 from services.engine.summary_state import SummaryState
 from services.errors import ConcurrentUpdateError
 from services.fence import Fence
+from services.handoff import RELAYED_IDS_KEPT, Handoff, Recorded, TranscriptEntry
 from services.ports import RATE_WINDOW_SECONDS, TURN_IDS_KEPT, CommitResult, RateDecision, TurnStatus
 
 
@@ -192,18 +193,122 @@ class InMemoryRateLimiter:
         self._chats.pop(chat_id, None)
 
 
+class InMemoryHandoffStore:
+    """Same contract as the Redis handoff store, for one process (no leases: ``fence`` is not checked)."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self._records: dict[int, Handoff] = {}
+        self._relayed: dict[int, dict[str, None]] = {}
+        self._topics: dict[int, int] = {}
+        self._deadlines: dict[int, float] = {}
+        self._open: set[int] = set()
+        self._now = clock
+
+    def _ms(self) -> int:
+        return int(self._now() * 1000)
+
+    async def get(self, chat_id: int) -> Handoff:
+        return self._records.get(chat_id, Handoff())
+
+    async def set_topic(self, chat_id: int, topic_id: int, *, fence: Fence | None = None) -> None:
+        self._records[chat_id] = replace(await self.get(chat_id), topic_id=topic_id)
+
+    async def open(self, chat_id: int, *, reason: str, trigger: str, language: str, fence: Fence | None = None) -> bool:
+        record = await self.get(chat_id)
+        if record.open:
+            return False
+        self._records[chat_id] = Handoff(
+            state="open", topic_id=record.topic_id, reason=reason, trigger=trigger, language=language,
+            opened_ms=self._ms(),
+        )  # fmt: skip
+        return True
+
+    async def record(
+        self, chat_id: int, item_id: str, entry: TranscriptEntry, *, fence: Fence | None = None
+    ) -> Recorded:
+        relayed = self._relayed.setdefault(chat_id, {})
+        if item_id in relayed:
+            return Recorded(new=False)
+        relayed[item_id] = None
+        while len(relayed) > RELAYED_IDS_KEPT:
+            relayed.pop(next(iter(relayed)))
+        record = await self.get(chat_id)
+        first: float | None = None
+        changes: dict[str, object] = {"transcript": (*record.transcript, entry)}
+        if entry.who == "operator" and not record.first_reply_ms:
+            now = self._ms()
+            changes["first_reply_ms"] = now
+            first = max(0.0, (now - record.opened_ms) / 1000)
+        self._records[chat_id] = replace(record, **changes)  # type: ignore[arg-type]
+        return Recorded(new=True, first_reply_seconds=first)
+
+    async def relayed(self, chat_id: int, item_id: str) -> bool:
+        return item_id in self._relayed.get(chat_id, {})
+
+    async def flag(self, chat_id: int, *, fence: Fence | None = None) -> bool:
+        record = await self.get(chat_id)
+        if not record.open or record.flagged:
+            return False
+        self._records[chat_id] = replace(record, flagged=True)
+        return True
+
+    async def close(self, chat_id: int, *, fence: Fence | None = None) -> bool:
+        record = await self.get(chat_id)
+        if not record.open:
+            return False
+        self._records[chat_id] = replace(record, state="closed")
+        return True
+
+    async def bind_topic(self, topic_id: int, chat_id: int) -> None:
+        self._topics[topic_id] = chat_id
+
+    async def chat_of_topic(self, topic_id: int) -> int | None:
+        return self._topics.get(topic_id)
+
+    async def track(self, chat_id: int, *, open: bool, reply_within: float | None = None) -> None:
+        if open:
+            self._open.add(chat_id)
+        else:
+            self._open.discard(chat_id)
+        if reply_within is None:
+            self._deadlines.pop(chat_id, None)
+        else:
+            self._deadlines[chat_id] = self._now() + reply_within
+
+    async def due(self, limit: int = 100) -> list[int]:
+        now = self._now()
+        return sorted((c for c, at in self._deadlines.items() if at <= now), key=self._deadlines.__getitem__)[:limit]
+
+    async def open_count(self) -> int:
+        return len(self._open)
+
+    async def unbind(self, chat_id: int, topic_id: int | None) -> None:
+        if topic_id is not None and self._topics.get(topic_id) == chat_id:
+            del self._topics[topic_id]
+        await self.track(chat_id, open=False)
+
+    def forget(self, chat_id: int) -> None:
+        """Drop the chat's record, transcript and relayed ids (part of /forget)."""
+        self._records.pop(chat_id, None)
+        self._relayed.pop(chat_id, None)
+
+
 class MemoryBackend:
     """The in-process store and rate limiter (``services.ports.Backend``)."""
 
     def __init__(self, *, ttl_seconds: int = 0, per_minute: int = 0) -> None:
         self.store = InMemorySessionStore(ttl_seconds=ttl_seconds)
         self.limiter = InMemoryRateLimiter(per_minute=per_minute)
+        self.handoffs = InMemoryHandoffStore()
 
     async def ping(self) -> None:
         await self.store.ping()
 
     async def forget_chat(self, chat_id: int, *, fence: Fence | None = None) -> None:
+        topic_id = (await self.handoffs.get(chat_id)).topic_id
         await self.store.forget(chat_id, fence=fence)
+        self.handoffs.forget(chat_id)
+        await self.handoffs.unbind(chat_id, topic_id)
         await self.limiter.forget(chat_id)
 
     async def close(self) -> None:

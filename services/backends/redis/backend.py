@@ -4,6 +4,7 @@ lease and the dead letters (``services.ports.Backend``, plus what queued mode ne
 from __future__ import annotations
 
 from services.backends.redis.deadletters import DeadLetterStore
+from services.backends.redis.handoffs import RedisHandoffStore
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.poller import RedisPollingLease
 from services.backends.redis.quarantine import QuarantineStore
@@ -28,6 +29,7 @@ class RedisBackend:
         self.limiter = RedisRateLimiter(redis=redis, per_minute=per_minute, keys=keys, ttl_seconds=ttl_seconds)
         self.dead_letters = DeadLetterStore(redis=redis, keys=keys)
         self.quarantined = QuarantineStore(redis=redis, keys=keys)
+        self.handoffs = RedisHandoffStore(redis=redis, keys=keys, ttl_seconds=ttl_seconds)
 
     def queue(self, *, lease_ms: int = 30_000) -> ChatWorkQueue:
         return ChatWorkQueue(redis=self.redis, keys=self.keys, lease_ms=lease_ms, ttl_seconds=self.ttl_seconds)
@@ -39,8 +41,12 @@ class RedisBackend:
         await self.store.ping()
 
     async def forget_chat(self, chat_id: int, *, fence: Fence | None = None) -> None:
-        """The session (fenced), then the rate-limit window and the chat's dead letters."""
+        """The session and the handoff record (one fenced script), then the handoff's topic binding,
+        the rate-limit window and the chat's dead letters. (Messages already copied into the operator
+        group stay there: they are the operators' records, not the bot's.)"""
+        topic_id = (await self.handoffs.get(chat_id)).topic_id
         await self.store.forget(chat_id, fence=fence)
+        await self.handoffs.unbind(chat_id, topic_id)
         await self.limiter.forget(chat_id)
         await self.dead_letters.drop_chat(chat_id)
 

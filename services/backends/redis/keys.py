@@ -10,6 +10,8 @@ of one slot only:
   cluster);
 * the polling leader's lease and offset share the tag ``{<prefix>:<bot id>:poller}``;
 * the dead-letter records and their index share ``{<prefix>:<bot id>:dead}``;
+* the handoff topics (topic → chat), the open handoffs and their reply deadlines share
+  ``{<prefix>:<bot id>:handoff}``;
 * the ready set and the wake-up list are single keys (each script touching them touches nothing else).
 """
 
@@ -31,9 +33,22 @@ CHAT_KEY_NAMES = (
     "q_meta",  # quarantined (unreadable) session: its meta hash as it was
     "q_msgs",  # ... its message list as it was
     "q_info",  # ... when and why it was quarantined
+    "handoff",  # hash: handoff to an operator: state, topic, reason, trigger, language, opened, first_reply, flagged
+    "handoff_log",  # list: the handoff's transcript (customer and operator messages, notes)
+    "handoff_relayed",  # sorted set: message ids already relayed (exactly once), by time
 )
 
-CONTENT_KEY_NAMES = ("msgs", "turns", "replied", "q_meta", "q_msgs", "q_info")
+CONTENT_KEY_NAMES = (
+    "msgs",
+    "turns",
+    "replied",
+    "q_meta",
+    "q_msgs",
+    "q_info",
+    "handoff",
+    "handoff_log",
+    "handoff_relayed",
+)
 """Per-chat keys /forget deletes outright (``meta`` is cut down to its version counter). The queue's
 ``inbox``/``seen``/``lease``/``attempts`` stay (ids and work still to do), and so does the rate-limit
 window (update ids and times, no text): /forget must not be a way around the rate limit."""
@@ -62,6 +77,9 @@ class ChatKeys:
     q_meta: str
     q_msgs: str
     q_info: str
+    handoff: str
+    handoff_log: str
+    handoff_relayed: str
 
     def content(self) -> list[str]:
         return [getattr(self, name) for name in CONTENT_KEY_NAMES]
@@ -114,3 +132,18 @@ class KeySpace:
     @property
     def dead_index(self) -> str:
         return f"{{{self.namespace}:dead}}:index"
+
+    @property
+    def handoff_topics(self) -> str:
+        """Hash: forum topic id → customer chat id (only topics the bot opened)."""
+        return f"{{{self.namespace}:handoff}}:topics"
+
+    @property
+    def handoff_open(self) -> str:
+        """Set: chats with an open handoff."""
+        return f"{{{self.namespace}:handoff}}:open"
+
+    @property
+    def handoff_deadlines(self) -> str:
+        """Sorted set: chat id → when its handoff is overdue without an operator reply (ms, Redis clock)."""
+        return f"{{{self.namespace}:handoff}}:deadlines"
