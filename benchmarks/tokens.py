@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     counter = TokenCounter.for_encoding()
     registry = default_registry()
-    text = registry.get("support_chat").render(company="our company")
+    text = registry.get("support_chat").render(company="our company", handoff="")
     instruction = PromptPart("developer", text, counter.count_message("developer", text))
     summarizer = Summarizer(
         llm=None,

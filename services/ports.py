@@ -107,8 +107,14 @@ class TurnObserver(Protocol):
 class ChatModel(Protocol):
     """The language model as the engine uses it (services.engine.llm.LLMClient over AsyncOpenAI)."""
 
-    async def chat(self, messages: Sequence[PromptPart], *, on_delta: OnDelta | None = None) -> Completion:
-        """The reply to ``messages``; raises LLMError subclasses."""
+    async def chat(
+        self,
+        messages: Sequence[PromptPart],
+        *,
+        on_delta: OnDelta | None = None,
+        tools: Sequence[dict[str, Any]] = (),
+    ) -> Completion:
+        """The reply to ``messages`` (or a call of one of ``tools``); raises LLMError subclasses."""
         ...
 
     async def summarize(self, messages: Sequence[PromptPart], *, schema: dict[str, Any]) -> Completion:

@@ -28,7 +28,7 @@ def make_service(
         llm=llm,
         summarizer=summarizer,
         counter=counter,
-        instruction=registry.get("support_chat").render(company="ACME"),
+        instruction=registry.get("support_chat").render(company="ACME", handoff=""),
         instruction_role="system",
         budget=budget,
         summary_max_tokens=summary_max_tokens,

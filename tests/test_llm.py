@@ -1,3 +1,5 @@
+import json
+
 import pytest
 from openai import AsyncOpenAI
 
@@ -73,3 +75,24 @@ async def test_retries_with_backoff_then_succeeds(stub_llm: StubOpenAI) -> None:
     )
     completion = await llm.chat(PROMPT)
     assert completion.text and len(stub_llm.requests) == 3
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_tools_are_offered_and_a_tool_call_is_reported(stub_llm: StubOpenAI, streamed: bool) -> None:
+    from services.handoff import HANDOFF_TOOL, HANDOFF_TOOL_SPEC
+    from tests.stubs.openai_server import tool_reply
+
+    deltas: list[str] = []
+
+    async def on_delta(text: str) -> None:
+        deltas.append(text)
+
+    stub_llm.chat_replies.append(tool_reply(HANDOFF_TOOL, reason="the customer wants a refund decision"))
+    llm = client_for(stub_llm.base_url)
+    completion = await llm.chat(PROMPT, tools=[HANDOFF_TOOL_SPEC], on_delta=on_delta if streamed else None)
+    assert stub_llm.requests[-1]["tools"][0]["function"]["name"] == HANDOFF_TOOL
+    assert completion.tool_call is not None and completion.tool_call.name == HANDOFF_TOOL
+    assert json.loads(completion.tool_call.arguments) == {"reason": "the customer wants a refund decision"}
+    assert completion.finish_reason == "tool_calls" and deltas == []
+    await llm.chat(PROMPT)
+    assert "tools" not in stub_llm.requests[-1], "no tools unless asked"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from openai import AsyncOpenAI
 
 from prompts import PromptRegistry, default_registry
+from prompts.support_chat import HANDOFF
 from services.engine.chat import ChatService
 from services.engine.llm import LLMClient
 from services.engine.policy import WaterMarkPolicy
@@ -49,6 +50,7 @@ def build_chat_service(
     counter: TokenCounter | None = None,
     prompts: PromptRegistry | None = None,
     observer: TurnObserver | None = None,
+    handoff: bool = False,
 ) -> ChatService:
     """A ChatService wired from settings. Raises ConfigurationError for an unusable budget."""
     counter = counter or TokenCounter.for_encoding(memory.tokenizer_encoding)
@@ -67,7 +69,8 @@ def build_chat_service(
         llm=llm,
         summarizer=summarizer,
         counter=counter,
-        instruction=chat_prompt.render(company=memory.support_company_name),
+        # variables a version does not use are ignored (v1 has no $handoff)
+        instruction=chat_prompt.render(company=memory.support_company_name, handoff=HANDOFF if handoff else ""),
         instruction_role=instruction_role,
         budget=memory.chat_input_token_budget,
         summary_max_tokens=memory.summary_max_tokens,
@@ -78,4 +81,5 @@ def build_chat_service(
         ),
         max_message_chars=memory.max_message_chars,
         observer=observer,
+        handoff_tool=handoff,
     )

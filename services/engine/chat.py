@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -20,10 +21,12 @@ from services.errors import (
     ConfigurationError,
     CorruptHistoryError,
     CorruptSessionError,
+    LLMBadReplyError,
     MessageTooLongError,
     StoreError,
 )
 from services.fence import Fence
+from services.handoff import HANDOFF_MARK, HANDOFF_TOOL, HANDOFF_TOOL_SPEC
 from services.ports import SessionStore, TurnObserver, TurnStatus
 
 log = logging.getLogger(__name__)
@@ -57,8 +60,11 @@ class ChatService:
         commit_attempts: int = 3,
         max_message_chars: int = 4096,
         observer: TurnObserver | None = None,
+        handoff_tool: bool = False,
     ) -> None:
         self._store = store
+        self.summarizer = summarizer
+        self._tools: tuple[dict[str, object], ...] = (HANDOFF_TOOL_SPEC,) if handoff_tool else ()
         self._llm = llm
         self._summarizer = summarizer
         self._counter = counter
@@ -147,7 +153,8 @@ class ChatService:
             await self._store.mark_replied(chat_id, turn_id, fence=fence)
             return TurnResult(reply="", duplicate=True)
         log.warning("chat %s turn %s: committed earlier, reply possibly unsent: sending it", chat_id, turn_id)
-        result = TurnResult(reply=status.reply, duplicate=True, redelivered=True)
+        handoff = status.reply.removeprefix(HANDOFF_MARK) if status.reply.startswith(HANDOFF_MARK) else None
+        result = TurnResult(reply=status.reply, duplicate=True, redelivered=True, handoff_reason=handoff)
         if fence is not None:
             fence.ensure_valid()
         await deliver(result)
@@ -203,8 +210,19 @@ class ChatService:
                 compaction, window, forced = await self.compactor.before_reply(
                     session, new_part, window, lambda summary, rest: self._window(summary, rest, new_part)
                 )
-            completion = await self._llm.chat(window.messages, on_delta=on_delta)
-            reply = NewMessage("assistant", completion.text, self._counter.count_message("assistant", completion.text))
+            if self._tools:
+                completion = await self._llm.chat(window.messages, on_delta=on_delta, tools=self._tools)
+            else:
+                completion = await self._llm.chat(window.messages, on_delta=on_delta)
+            handoff = (
+                _handoff_reason(completion.tool_call.name, completion.tool_call.arguments)
+                if (completion.tool_call is not None)
+                else None
+            )
+            reply_text = HANDOFF_MARK + handoff if handoff is not None else completion.text
+            if handoff is None and not completion.text.strip():
+                raise LLMBadReplyError(f"the model called an unknown tool {completion.tool_call!r}")
+            reply = NewMessage("assistant", reply_text, self._counter.count_message("assistant", reply_text))
             try:
                 commit = await self._store.commit_turn(
                     chat_id,
@@ -221,7 +239,8 @@ class ChatService:
                 continue
             folded = compaction.fold_count if compaction else 0
             return TurnResult(
-                reply=completion.text,
+                reply=reply_text,
+                handoff_reason=handoff,
                 duplicate=commit.duplicate,
                 version=commit.version,
                 estimated_tokens=window.estimated_tokens,
@@ -265,3 +284,14 @@ class ChatService:
         """Close the LLM client and the store connection."""
         await self._llm.close()
         await self._store.close()
+
+
+def _handoff_reason(name: str, arguments: str) -> str | None:
+    """The reason of a ``handoff_to_operator`` call (None for any other tool)."""
+    if name != HANDOFF_TOOL:
+        return None
+    try:
+        reason = json.loads(arguments).get("reason") if arguments else None
+    except (ValueError, AttributeError):
+        reason = None
+    return clean_text(str(reason))[:500] if reason else "the assistant handed the conversation over"

@@ -46,12 +46,22 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A function the model asked to call (the first one, if it asked for several)."""
+
+    name: str
+    arguments: str
+    """The arguments as the model wrote them (JSON text, not yet validated)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Completion:
     text: str
     finish_reason: str
     usage: Usage | None
     model: str
     seconds: float
+    tool_call: ToolCall | None = None
 
 
 def translate_openai_error(exc: openai.OpenAIError) -> LLMError:
@@ -125,11 +135,20 @@ class LLMClient:
     async def close(self) -> None:
         await self._client.close()
 
-    async def chat(self, messages: Sequence[PromptPart], *, on_delta: OnDelta | None = None) -> Completion:
-        """A support reply. With ``on_delta`` the reply is streamed and each text delta is passed on."""
+    async def chat(
+        self,
+        messages: Sequence[PromptPart],
+        *,
+        on_delta: OnDelta | None = None,
+        tools: Sequence[dict[str, Any]] = (),
+    ) -> Completion:
+        """A support reply. With ``on_delta`` the reply is streamed and each text delta is passed on.
+        With ``tools`` the model may answer with a call of one of them (``Completion.tool_call``)."""
         extra: dict[str, Any] = {self._token_limit_param: self._max_output_tokens}
         if self._temperature is not None:
             extra["temperature"] = self._temperature
+        if tools:
+            extra["tools"] = list(tools)
         async with self._slot():
             if on_delta is None:
                 return await self._complete(self.chat_model, messages, extra)
@@ -164,7 +183,8 @@ class LLMClient:
         message = choice.get("message")
         text = message.get("content") if isinstance(message, dict) else None
         usage = Usage.from_json(response.get("usage"))
-        return self._checked(text if isinstance(text, str) else "", _finish(choice), usage, model, started)
+        call = _tool_call(message.get("tool_calls") if isinstance(message, dict) else None)
+        return self._checked(text if isinstance(text, str) else "", _finish(choice), usage, model, started, call)
 
     async def _stream(
         self, model: str, messages: Sequence[PromptPart], extra: dict[str, Any], on_delta: OnDelta
@@ -173,6 +193,7 @@ class LLMClient:
         parts: list[str] = []
         finish_reason = ""
         usage: Usage | None = None
+        tool_name, tool_arguments = "", []
         try:
             stream = await self._post(model, messages, extra, stream=True)
             async for chunk in stream:
@@ -187,19 +208,38 @@ class LLMClient:
                 if text and isinstance(text, str):
                     parts.append(text)
                     await on_delta(text)
+                for call in (delta.get("tool_calls") if isinstance(delta, dict) else None) or []:
+                    # the first call only (index 0): its name comes once, its arguments in pieces
+                    function = call.get("function") if isinstance(call, dict) else None
+                    if not isinstance(function, dict) or call.get("index", 0) != 0:
+                        continue
+                    tool_name = tool_name or str(function.get("name") or "")
+                    tool_arguments.append(str(function.get("arguments") or ""))
         except openai.OpenAIError as exc:
             raise translate_openai_error(exc) from exc
-        return self._checked("".join(parts), finish_reason, usage, model, started)
+        call = ToolCall(tool_name, "".join(tool_arguments)) if tool_name else None
+        return self._checked("".join(parts), finish_reason, usage, model, started, call)
 
     @staticmethod
-    def _checked(text: str, finish_reason: str, usage: Usage | None, model: str, started: float) -> Completion:
+    def _checked(
+        text: str, finish_reason: str, usage: Usage | None, model: str, started: float, call: ToolCall | None = None
+    ) -> Completion:
         if finish_reason == "length":
             raise LLMReplyTruncatedError("the reply hit the output-token limit")
         if finish_reason == "content_filter":
             raise LLMBadReplyError("the reply was blocked by the provider's content filter")
-        if not text.strip():
+        if not text.strip() and call is None:
             raise LLMBadReplyError("the model returned an empty reply")
-        return Completion(text, finish_reason, usage, model, time.perf_counter() - started)
+        return Completion(text, finish_reason, usage, model, time.perf_counter() - started, call)
+
+
+def _tool_call(calls: object) -> ToolCall | None:
+    if not isinstance(calls, list) or not calls or not isinstance(calls[0], dict):
+        return None
+    function = calls[0].get("function")
+    if not isinstance(function, dict) or not function.get("name"):
+        return None
+    return ToolCall(str(function["name"]), str(function.get("arguments") or ""))
 
 
 def _first_choice(data: object) -> dict[str, Any] | None:

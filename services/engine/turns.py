@@ -40,6 +40,9 @@ class TurnResult:
     """The turn was committed earlier but its reply may not have been sent: it was sent (again)."""
     quarantined: bool = False
     """The stored session could not be read: it was moved aside and this turn started a fresh one."""
+    handoff_reason: str | None = None
+    """The model handed the conversation over to a human operator (its tool call) instead of replying;
+    ``reply`` is then the stored marker, not a text for the customer."""
 
     @property
     def summary_updated(self) -> bool:

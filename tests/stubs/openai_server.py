@@ -27,6 +27,15 @@ from aiohttp import web
 from tests.stubs.prompt_cache import PrefixCache, PromptTokens
 
 Reply = str | int  # an int is an HTTP error status to answer with
+TOOL_PREFIX = "<<tool:"
+"""A reply ``<<tool:NAME>>ARGUMENTS`` is answered as a call of the tool NAME (finish_reason
+``tool_calls``), plain or streamed as OpenAI does: the name in the first chunk, the arguments in pieces."""
+
+
+def tool_reply(name: str, **arguments: Any) -> str:
+    return f"{TOOL_PREFIX}{name}>>{json.dumps(arguments, ensure_ascii=False)}"
+
+
 ReplyFn = Callable[[dict[str, Any]], str]
 
 _TAG = re.compile(r"<customer_message>\n(.*?)\n</customer_message>", re.S)
@@ -157,8 +166,12 @@ class StubOpenAI:
         if isinstance(reply, int):
             return web.json_response({"error": {"message": "stub error", "type": "server_error"}}, status=reply)
         finish = "stop"
+        tool: tuple[str, str] | None = None
         if reply.startswith("<<length>>"):
             reply, finish = reply.removeprefix("<<length>>"), "length"
+        elif reply.startswith(TOOL_PREFIX):
+            name, arguments = reply.removeprefix(TOOL_PREFIX).split(">>", 1)
+            tool, reply, finish = (name, arguments), "", "tool_calls"
         prompt_tokens, completion_tokens = self._tokens.billed(prompt), max(1, len(reply) // 4)
         usage: dict[str, Any] = {
             "prompt_tokens": prompt_tokens,
@@ -168,20 +181,31 @@ class StubOpenAI:
         if self.usage_details:
             usage["prompt_tokens_details"] = {"cached_tokens": cached, "audio_tokens": 0}
         if body.get("stream"):
-            return await self._stream(request, body, reply, finish, usage)
+            return await self._stream(request, body, reply, finish, usage, tool)
+        message: dict[str, Any] = {"role": "assistant", "content": reply or None}
+        if tool is not None:
+            message["tool_calls"] = [
+                {"id": "call_stub", "type": "function", "function": {"name": tool[0], "arguments": tool[1]}}
+            ]
         return web.json_response(
             {
                 "id": "chatcmpl-stub",
                 "object": "chat.completion",
                 "created": int(time.time()),
                 "model": body["model"],
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": finish}],
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                 "usage": usage,
             }
         )
 
     async def _stream(
-        self, request: web.Request, body: dict[str, Any], reply: str, finish: str, usage: dict[str, Any]
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        reply: str,
+        finish: str,
+        usage: dict[str, Any],
+        tool: tuple[str, str] | None = None,
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
@@ -199,6 +223,13 @@ class StubOpenAI:
         for start in range(0, len(reply), size):
             delta = {"content": reply[start : start + size]}
             await send({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+        if tool is not None:
+            name, arguments = tool
+            head = {"index": 0, "id": "call_stub", "type": "function", "function": {"name": name, "arguments": ""}}
+            await send({**base, "choices": [{"index": 0, "delta": {"tool_calls": [head]}, "finish_reason": None}]})
+            for start in range(0, len(arguments), 8):
+                piece = {"index": 0, "function": {"arguments": arguments[start : start + 8]}}
+                await send({**base, "choices": [{"index": 0, "delta": {"tool_calls": [piece]}, "finish_reason": None}]})
         await send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
         if (body.get("stream_options") or {}).get("include_usage"):
             await send({**base, "choices": [], "usage": usage})
