@@ -16,6 +16,7 @@ from bot.runtime.startup import with_startup_retries
 from bot.settings import BotSettings
 from bot.settings import Settings as Settings  # re-exported: importers of bot.factory.Settings keep working
 from bot.telegram.handlers import all_routers
+from bot.telegram.handoff import HandoffDesk
 from bot.telegram.middlewares.access import AccessMiddleware
 from bot.telegram.middlewares.flood import RetryAfterMiddleware
 from bot.telegram.middlewares.language import LanguageMiddleware
@@ -27,6 +28,7 @@ from services.backends.redis.keys import KeySpace, bot_id_of
 from services.engine.builders import build_chat_service, build_llm_client
 from services.engine.chat import ChatService
 from services.errors import ConfigurationError
+from services.handoff import HandoffMemory
 from services.metrics import LLM_IN_FLIGHT, PrometheusObserver
 from services.ports import Backend, SessionStore
 
@@ -76,7 +78,8 @@ def build_backend(settings: Settings, *, cluster: bool = False) -> MemoryBackend
 
 
 def build_engine(settings: Settings, store: SessionStore | None = None) -> ChatService:
-    """The engine as the bot runs it: every turn and every LLM call in flight lands in the metrics."""
+    """The engine as the bot runs it: every turn and every LLM call in flight lands in the metrics.
+    With ``OPERATOR_CHAT_ID`` the model is offered the handoff tool."""
     llm = build_llm_client(settings.llm, settings.memory)
     llm.on_in_flight = LLM_IN_FLIGHT.set
     return build_chat_service(
@@ -85,6 +88,7 @@ def build_engine(settings: Settings, store: SessionStore | None = None) -> ChatS
         memory=settings.memory,
         instruction_role=settings.llm.openai_instruction_role,
         observer=PrometheusObserver(drift_warn_ratio=settings.bot.token_drift_warn_ratio),
+        handoff=settings.bot.handoff_enabled,
     )
 
 
@@ -102,8 +106,9 @@ def build_bot(settings: BotSettings) -> Bot:
 
 def build_dispatcher(chat: ChatService, settings: BotSettings, *, backend: Backend) -> Dispatcher:
     """Handlers get ``chat`` (the engine), ``settings``, ``limiter`` and ``backend`` (for /forget,
-    which deletes every record of the chat through ``backend.forget_chat``), and ``say`` (the
-    customer's texts) from the language middleware."""
+    which deletes every record of the chat through ``backend.forget_chat``), ``desk`` (handoff to an
+    operator; off without ``OPERATOR_CHAT_ID``), and ``say`` (the customer's texts) from the language
+    middleware."""
     # SimpleEventIsolation: updates of one chat are handled one at a time, in order, within this process
     # (across processes the work queue's per-chat lease does the same)
     dispatcher = Dispatcher(
@@ -112,6 +117,7 @@ def build_dispatcher(chat: ChatService, settings: BotSettings, *, backend: Backe
         settings=settings,
         limiter=backend.limiter,
         backend=backend,
+        desk=build_desk(chat, settings, backend),
     )
     dispatcher.message.outer_middleware(LanguageMiddleware(settings))
     dispatcher.message.outer_middleware(AccessMiddleware())
@@ -124,7 +130,14 @@ def build_dispatcher(chat: ChatService, settings: BotSettings, *, backend: Backe
     return dispatcher
 
 
-async def set_commands(bot: Bot) -> None:
-    """The command menu in every language the bot speaks (descriptions live with the texts)."""
-    for language, commands in bot_commands().items():
+def build_desk(chat: ChatService, settings: BotSettings, backend: Backend) -> HandoffDesk:
+    """Handoff to an operator; without ``OPERATOR_CHAT_ID`` a desk that is off (no summaries made)."""
+    memory = HandoffMemory(store=backend.store, summarizer=chat.summarizer) if settings.handoff_enabled else None
+    return HandoffDesk(store=backend.handoffs, memory=memory, settings=settings)
+
+
+async def set_commands(bot: Bot, settings: BotSettings) -> None:
+    """The command menu in every language the bot speaks (descriptions live with the texts);
+    /operator only when handoff is on."""
+    for language, commands in bot_commands(handoff=settings.handoff_enabled).items():
         await bot.set_my_commands(commands, language_code=None if language == "en" else language)

@@ -46,6 +46,13 @@ class BotSettings(BaseSettings):
     metrics_host: str = "0.0.0.0"
     metrics_port: int = Field(default=9100, ge=0, le=65535, description="0 turns the ops server off")
     token_drift_warn_ratio: float = Field(default=0.15, gt=0)
+    operator_chat_id: int | None = Field(
+        default=None, description="supergroup with Topics where operators answer; unset: no handoff"
+    )
+    handoff_reply_timeout_seconds: float = Field(default=900.0, gt=0)
+    handoff_resume_on_timeout: bool = Field(
+        default=False, description="after the reply timeout the assistant answers again (the handoff ends)"
+    )
 
     @model_validator(mode="after")
     def _webhook_needs_a_secret(self) -> BotSettings:
@@ -73,6 +80,10 @@ class BotSettings(BaseSettings):
         if users and (user_id is None or user_id not in users):
             return False
         return not chats or chat_id in chats
+
+    @property
+    def handoff_enabled(self) -> bool:
+        return self.operator_chat_id is not None
 
     def require_token(self) -> str:
         token = self.bot_token.get_secret_value()

@@ -63,7 +63,7 @@ async def set_webhook(settings: Settings, certificate: Path | None = None) -> No
     bot = build_bot(settings.bot)
     try:
         await bot.set_webhook(url, certificate=cert, secret_token=secret, allowed_updates=["message"])
-        await set_commands(bot)
+        await set_commands(bot, settings.bot)
     finally:
         await bot.session.close()
     log.info("webhook registered at %s%s", url, f" with the certificate {certificate}" if certificate else "")

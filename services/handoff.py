@@ -107,7 +107,8 @@ class Recorded:
 
 def transcript_messages(entries: Sequence[TranscriptEntry]) -> list[StoredMessage]:
     """The handoff as turns the summarizer folds: the customer's messages as the customer's, the
-    operator's (and internal notes, marked) as support replies."""
+    operator's as support replies. Internal notes are left out: whatever reaches the model's memory
+    can reach the customer."""
     messages: list[StoredMessage] = []
     for seq, entry in enumerate(entries):
         if entry.who == "customer":
@@ -115,7 +116,7 @@ def transcript_messages(entries: Sequence[TranscriptEntry]) -> list[StoredMessag
         elif entry.who == "operator":
             messages.append(StoredMessage(seq, "assistant", f"Human operator: {entry.text}", 0))
         elif entry.who == "note":
-            messages.append(StoredMessage(seq, "assistant", f"Operator's internal note: {entry.text}", 0))
+            continue
         else:
             messages.append(StoredMessage(seq, "assistant", f"({entry.text})", 0))
     return messages

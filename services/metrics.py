@@ -49,6 +49,15 @@ DEAD_LETTERS = Counter("sb_dead_letters_total", "Updates moved to the dead lette
 DEAD_LETTERS_WAITING = Gauge("sb_dead_letters_waiting", "Dead letters waiting for an operator (whole bot)")
 LEASES_LOST = Counter("sb_leases_lost_total", "Chats whose lease this worker lost while serving them (turn abandoned)")
 QUARANTINED = Counter("sb_quarantined_sessions_total", "Unreadable sessions moved aside; the chat started over")
+HANDOFFS_OPENED = Counter("sb_handoffs_opened_total", "Handoffs to a human operator opened, by trigger", ["trigger"])
+HANDOFFS_CLOSED = Counter("sb_handoffs_closed_total", "Handoffs ended, by who ended them", ["by"])
+HANDOFFS_OPEN = Gauge("sb_handoffs_open", "Handoffs open now (whole bot)")
+HANDOFF_TICKETS = Counter("sb_handoff_tickets_total", "Tickets posted to the operator group (rate: tickets per hour)")
+HANDOFF_FIRST_REPLY = Histogram(
+    "sb_handoff_first_reply_seconds",
+    "Time from a handoff's start to the first operator message",
+    buckets=(10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200),
+)
 TASK_RESTARTS = Counter("sb_task_restarts_total", "Long-running tasks restarted after a crash", ["task"])
 
 

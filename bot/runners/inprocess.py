@@ -42,7 +42,7 @@ async def run_polling(settings: Settings) -> None:
         raise
     dispatcher = build_dispatcher(chat, settings.bot, backend=backend)
     await bot.delete_webhook(drop_pending_updates=False)  # getUpdates is refused while a webhook is set
-    await set_commands(bot)
+    await set_commands(bot, settings.bot)
     polling = asyncio.Event()
     dispatcher.startup.register(polling.set)
     dispatcher.shutdown.register(polling.clear)
@@ -73,7 +73,7 @@ def run_webhook(settings: Settings) -> None:
         except SupportBotError:
             await bot.session.close()
             raise
-        await set_commands(bot)
+        await set_commands(bot, settings.bot)
         log.info(
             "webhook server on %s:%s%s", settings.bot.webhook_host, settings.bot.webhook_port, settings.bot.webhook_path
         )

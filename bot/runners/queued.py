@@ -63,7 +63,7 @@ async def _run(settings: Settings, workers: WorkerSettings, backend: RedisBacken
         max_attempts=workers.worker_max_attempts,
         give_up_seconds=workers.worker_give_up_seconds,
     )
-    await with_startup_retries("registering the bot commands", lambda: set_commands(bot))
+    await with_startup_retries("registering the bot commands", lambda: set_commands(bot, settings.bot))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

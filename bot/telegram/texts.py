@@ -22,6 +22,7 @@ TEXTS: dict[str, dict[str, str]] = {
             "Write your question as a text message and I will answer.\n"
             "/new: forget this conversation and start over\n"
             "/forget: delete everything stored about this chat\n"
+            "/operator: talk to a person from the support team (where available)\n"
             "/help: this message\n"
             "I understand text only; please describe photos or voice messages in words."
         ),
@@ -45,6 +46,32 @@ TEXTS: dict[str, dict[str, str]] = {
         "command_new": "Start a new conversation",
         "command_forget": "Delete everything stored about this chat",
         "command_help": "What I can do",
+        "command_operator": "Talk to a person",
+        "operator_off": "Only the assistant is available in this chat; I will do my best to help.",
+        "handoff_started": "I am passing our conversation to a person from the support team. They will "
+        "answer here, in this chat. You can keep writing: they see everything you send.",
+        "handoff_already": "A person from the support team is already handling this chat and will answer here.",
+        "handoff_closed": "The support team member has finished. The assistant is back: ask me anything.",
+        "handoff_slow": "It is taking longer than usual for a person to answer. Your messages are kept; "
+        "you can keep writing here.",
+        "handoff_slow_resumed": "It is taking longer than usual for a person to answer, so the assistant is "
+        "back for now. The team still has your request.",
+        "op_ticket": "Ticket for {name}",
+        "op_reason": "Reason",
+        "op_language": "Customer's language",
+        "op_summary": "Summary",
+        "op_no_summary": "(no conversation yet)",
+        "op_recent": "Last messages",
+        "op_customer": "Customer",
+        "op_assistant": "Assistant",
+        "op_how": "Write here to answer the customer. /note text: internal note. /close: end the handoff.",
+        "op_closed": "Handoff closed. The assistant answers the customer again.",
+        "op_ended_new": "The customer started a new conversation (/new): the handoff is over.",
+        "op_ended_forget": "The customer deleted their data (/forget): the handoff is over. The messages "
+        "above stay in this group.",
+        "op_overdue": "⚠ No operator reply within {minutes} min: the customer was told it takes longer.",
+        "op_overdue_resumed": "⚠ No operator reply within {minutes} min: the assistant answers again.",
+        "op_not_open": "This handoff is not open: the customer does not see this message.",
     },
     "ru": {
         "start": (
@@ -56,6 +83,7 @@ TEXTS: dict[str, dict[str, str]] = {
             "Напишите вопрос текстом, и я отвечу.\n"
             "/new: забыть этот разговор и начать заново\n"
             "/forget: удалить всё, что хранится об этом чате\n"
+            "/operator: связаться с сотрудником поддержки (если доступно)\n"
             "/help: это сообщение\n"
             "Я понимаю только текст; опишите фото или голосовое сообщение словами."
         ),
@@ -79,6 +107,32 @@ TEXTS: dict[str, dict[str, str]] = {
         "command_new": "Начать новый разговор",
         "command_forget": "Удалить всё, что хранится об этом чате",
         "command_help": "Что я умею",
+        "command_operator": "Связаться с человеком",
+        "operator_off": "В этом чате доступен только ассистент; я постараюсь помочь.",
+        "handoff_started": "Передаю наш разговор сотруднику поддержки. Он ответит здесь, в этом чате. "
+        "Можете продолжать писать: он видит всё, что вы отправляете.",
+        "handoff_already": "Вашим вопросом уже занимается сотрудник поддержки, он ответит здесь.",
+        "handoff_closed": "Сотрудник поддержки закончил. Снова отвечает ассистент: спрашивайте.",
+        "handoff_slow": "Ответ сотрудника задерживается дольше обычного. Ваши сообщения сохранены, "
+        "можете продолжать писать здесь.",
+        "handoff_slow_resumed": "Ответ сотрудника задерживается дольше обычного, поэтому пока снова отвечает "
+        "ассистент. Ваш запрос у команды.",
+        "op_ticket": "Обращение: {name}",
+        "op_reason": "Причина",
+        "op_language": "Язык клиента",
+        "op_summary": "Сводка",
+        "op_no_summary": "(разговора ещё не было)",
+        "op_recent": "Последние сообщения",
+        "op_customer": "Клиент",
+        "op_assistant": "Ассистент",
+        "op_how": "Пишите здесь, чтобы ответить клиенту. /note текст: внутренняя заметка. /close: завершить.",
+        "op_closed": "Передача завершена. Клиенту снова отвечает ассистент.",
+        "op_ended_new": "Клиент начал новый разговор (/new): передача завершена.",
+        "op_ended_forget": "Клиент удалил свои данные (/forget): передача завершена. Сообщения выше "
+        "остаются в этой группе.",
+        "op_overdue": "⚠ Нет ответа оператора за {minutes} мин: клиенту сообщили о задержке.",
+        "op_overdue_resumed": "⚠ Нет ответа оператора за {minutes} мин: снова отвечает ассистент.",
+        "op_not_open": "Передача не открыта: клиент не увидит это сообщение.",
     },
 }
 
@@ -120,12 +174,14 @@ class Texts:
 
 
 MENU = ("new", "forget", "help")
-"""The commands listed in Telegram's menu, in order (each described by the text ``command_<name>``)."""
+"""The commands listed in Telegram's menu, in order (each described by the text ``command_<name>``);
+``operator`` comes first when handoff to an operator is on."""
 
 
-def bot_commands() -> dict[str, list[BotCommand]]:
+def bot_commands(*, handoff: bool = False) -> dict[str, list[BotCommand]]:
     """The command menu per language."""
+    menu = ("operator", *MENU) if handoff else MENU
     return {
-        language: [BotCommand(command=name, description=text(language, f"command_{name}")) for name in MENU]
+        language: [BotCommand(command=name, description=text(language, f"command_{name}")) for name in menu]
         for language in TEXTS
     }

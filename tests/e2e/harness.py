@@ -17,13 +17,16 @@ from services.settings import LLMSettings, MemorySettings, RedisSettings
 TOKEN = "123456:TEST-token-secret"
 
 
-def make_settings(telegram_url: str, openai_url: str, redis_url: str | None, **memory: object) -> Settings:
+def make_settings(
+    telegram_url: str, openai_url: str, redis_url: str | None, *, bot: dict[str, object] | None = None, **memory: object
+) -> Settings:
     return Settings(
         bot=BotSettings(
             _env_file=None,
             bot_token=TOKEN,
             telegram_api_url=telegram_url,  # type: ignore[call-arg]
             draft_interval_seconds=0.1,
+            **(bot or {}),  # type: ignore[arg-type]
         ),
         llm=LLMSettings(
             _env_file=None,

@@ -1,7 +1,9 @@
 """A stub Telegram Bot API server on loopback: records every call, serves queued updates to getUpdates.
 
 Implements getMe, getUpdates, sendMessage, sendMessageDraft, sendChatAction, editMessageText,
-deleteWebhook, setWebhook and setMyCommands. Faults can be injected per method.
+deleteWebhook, setWebhook, setMyCommands, and for forum topics createForumTopic, closeForumTopic,
+reopenForumTopic and copyMessage (``message_thread_id`` is recorded with every call's parameters).
+Faults can be injected per method.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ class StubTelegram:
     _new_update: asyncio.Event = field(default_factory=asyncio.Event)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _message_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
+    _topic_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(500))
+    topics: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Forum topics created: thread id → {"chat_id", "name", "closed"}."""
 
     async def start(self, host: str = "127.0.0.1") -> str:
         app = web.Application()
@@ -116,6 +121,33 @@ class StubTelegram:
         }
         return self.message_update(chat_id, None, extra={"sticker": sticker})
 
+    def photo_update(self, chat_id: int, caption: str | None = None, language: str = "en") -> dict[str, Any]:
+        photo = [{"file_id": "AgAD-photo", "file_unique_id": "p1", "width": 640, "height": 480}]
+        extra: dict[str, Any] = {"photo": photo}
+        if caption is not None:
+            extra["caption"] = caption
+        return self.message_update(chat_id, None, language=language, extra=extra)
+
+    def operator_update(
+        self, group_id: int, thread_id: int | None, text: str | None, *, operator_id: int = 9001, extra: Any = None
+    ) -> dict[str, Any]:
+        """A message an operator writes in the operator group (in forum topic ``thread_id``)."""
+        update = self.message_update(group_id, text, chat_type="supergroup", extra=extra)
+        message = update["message"]
+        message["chat"]["is_forum"] = True
+        message["from"] = {"id": operator_id, "is_bot": False, "first_name": "Olga", "language_code": "en"}
+        if thread_id is not None:
+            message["message_thread_id"] = thread_id
+            message["is_topic_message"] = True
+        return update
+
+    def in_topic(self, thread_id: int, method: str | None = None) -> list[Call]:
+        """Calls posting into a forum topic (sendMessage and copyMessage by default), in order."""
+        methods = (method,) if method else ("sendMessage", "copyMessage")
+        return [
+            c for c in self.calls if c.method in methods and str(c.params.get("message_thread_id")) == str(thread_id)
+        ]
+
     # --- reading what the bot did ------------------------------------------------------------------
     def of(self, method: str, chat_id: int | None = None) -> list[Call]:
         return [
@@ -174,6 +206,8 @@ class StubTelegram:
         if handler is None:
             return web.json_response({"ok": False, "error_code": 404, "description": "Not Found"}, status=404)
         result = await handler(params)
+        if isinstance(result, web.Response):  # the method's own error answer
+            return web.Response(status=400, body=result.body, content_type="application/json")
         return web.json_response({"ok": True, "result": result})
 
     async def _m_getMe(self, _params: dict[str, Any]) -> Any:
@@ -216,6 +250,29 @@ class StubTelegram:
 
     async def _m_editMessageText(self, params: dict[str, Any]) -> Any:
         return await self._m_sendMessage(params)
+
+    async def _m_createForumTopic(self, params: dict[str, Any]) -> Any:
+        thread_id = next(self._topic_ids)
+        self.topics[thread_id] = {"chat_id": int(params["chat_id"]), "name": params["name"], "closed": False}
+        return {"message_thread_id": thread_id, "name": params["name"], "icon_color": 7322096}
+
+    async def _topic_state(self, params: dict[str, Any], closed: bool) -> Any:
+        topic = self.topics.get(int(params["message_thread_id"]))
+        if topic is None:
+            return web.json_response({"ok": False, "error_code": 400, "description": "Bad Request: TOPIC_ID_INVALID"})
+        if topic["closed"] == closed:
+            return web.json_response({"ok": False, "error_code": 400, "description": "Bad Request: TOPIC_NOT_MODIFIED"})
+        topic["closed"] = closed
+        return True
+
+    async def _m_closeForumTopic(self, params: dict[str, Any]) -> Any:
+        return await self._topic_state(params, True)
+
+    async def _m_reopenForumTopic(self, params: dict[str, Any]) -> Any:
+        return await self._topic_state(params, False)
+
+    async def _m_copyMessage(self, _params: dict[str, Any]) -> Any:
+        return {"message_id": next(self._message_ids)}
 
     async def _true(self, _params: dict[str, Any]) -> Any:
         return True

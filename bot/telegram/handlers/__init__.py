@@ -2,10 +2,17 @@
 
 from aiogram import Router
 
-from bot.telegram.handlers import chat, commands, errors, unsupported
+from bot.telegram.handlers import chat, commands, errors, handoff, unsupported
 
 
 def all_routers() -> list[Router]:
-    """Fresh routers (a router attaches to one dispatcher), in matching order: errors, commands, text,
-    everything else."""
-    return [m.make_router() for m in (errors, commands, chat, unsupported)]
+    """Fresh routers (a router attaches to one dispatcher), in matching order: errors, the operator
+    group and /operator, commands, the customer's messages during a handoff, text, everything else."""
+    return [
+        errors.make_router(),
+        handoff.make_router(),
+        commands.make_router(),
+        handoff.make_relay_router(),
+        chat.make_router(),
+        unsupported.make_router(),
+    ]

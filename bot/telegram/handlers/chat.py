@@ -13,6 +13,7 @@ from aiogram.utils.chat_action import ChatActionSender
 
 from bot.settings import BotSettings
 from bot.telegram.drafts import DraftStreamer
+from bot.telegram.handoff import HandoffDesk
 from bot.telegram.middlewares.access import GROUP_TYPES, strip_mention
 from bot.telegram.render import send_reply
 from bot.telegram.texts import Texts
@@ -33,6 +34,7 @@ async def on_text(
     limiter: RateLimiter,
     say: Texts,
     event_update: Update,
+    desk: HandoffDesk,
     fence: Fence | None = None,
 ) -> None:
     assert message.text is not None  # guaranteed by the F.text filter
@@ -61,6 +63,17 @@ async def on_text(
             await typing.aclose()  # stop "typing…" before the answer appears
             if result.quarantined:
                 await bot.send_message(chat_id, say("session_lost"))
+            if result.handoff_reason is not None and desk.enabled:  # the model handed the chat over
+                await desk.start(
+                    bot,
+                    chat_id,
+                    user=message.from_user,
+                    reason=result.handoff_reason,
+                    trigger="model",
+                    say=say,
+                    fence=fence,
+                )
+                return
             await send_reply(bot, chat_id, result.reply, before_each=fence.ensure_valid if fence else None)
 
         result = await chat.handle(

@@ -1,11 +1,12 @@
-"""/start, /help, /new and /forget."""
+"""/start, /help, /new and /forget (the last two also end an open handoff to an operator)."""
 
 from __future__ import annotations
 
-from aiogram import Router
+from aiogram import Bot, Router
 from aiogram.filters import Command, CommandStart
 from aiogram.types import Message
 
+from bot.telegram.handoff import HandoffDesk
 from bot.telegram.texts import Texts
 from services.engine.chat import ChatService
 from services.fence import Fence
@@ -20,15 +21,26 @@ async def on_help(message: Message, say: Texts) -> None:
     await message.answer(say("help"))
 
 
-async def on_new(message: Message, chat: ChatService, say: Texts, fence: Fence | None = None) -> None:
+async def on_new(
+    message: Message, bot: Bot, chat: ChatService, desk: HandoffDesk, say: Texts, fence: Fence | None = None
+) -> None:
+    handoff = await desk.open_record(message.chat.id)
+    if handoff is not None:
+        await desk.end(bot, message.chat.id, handoff, by="new", fence=fence)
     await chat.reset(message.chat.id, fence=fence)
     if fence is not None:
         fence.ensure_valid()
     await message.answer(say("new_done"))
 
 
-async def on_forget(message: Message, backend: Backend, say: Texts, fence: Fence | None = None) -> None:
-    """Delete every record of the chat's conversation (the backend knows them all)."""
+async def on_forget(
+    message: Message, bot: Bot, backend: Backend, desk: HandoffDesk, say: Texts, fence: Fence | None = None
+) -> None:
+    """Delete every record of the chat's conversation (the backend knows them all); an open handoff
+    ends first (its topic is told; what was copied into the operator group stays there)."""
+    handoff = await desk.open_record(message.chat.id)
+    if handoff is not None:
+        await desk.end(bot, message.chat.id, handoff, by="forget", fence=fence)
     await backend.forget_chat(message.chat.id, fence=fence)
     if fence is not None:
         fence.ensure_valid()

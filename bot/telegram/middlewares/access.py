@@ -40,7 +40,8 @@ def strip_mention(text: str, username: str | None) -> str:
 
 class AccessMiddleware(BaseMiddleware):
     """Outer middleware on messages (after the language middleware): refuses strangers once per message,
-    skips group chatter."""
+    skips group chatter. The operator group (``OPERATOR_CHAT_ID``) passes: the handoff router takes
+    all of it and none of it reaches the model."""
 
     async def __call__(
         self,
@@ -52,6 +53,8 @@ class AccessMiddleware(BaseMiddleware):
             return await handler(event, data)
         settings: BotSettings = data["settings"]
         bot: Bot = data["bot"]
+        if settings.operator_chat_id is not None and event.chat.id == settings.operator_chat_id:
+            return await handler(event, data)  # operators: no allowlist, no mention needed (handoff router)
         user_id = event.from_user.id if event.from_user else None
         if not settings.is_allowed(user_id, event.chat.id):
             log.info("refused chat=%s user=%s (not in the allowlist)", event.chat.id, user_id)

@@ -1,0 +1,196 @@
+"""Handoff to a human operator, end to end in one process: the real aiogram Bot and Dispatcher against
+the stub Bot API (forum topics, copyMessage), the real AsyncOpenAI against the stub model (which can
+answer with a tool call), the in-process store and a real redis-server."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from bot.telegram.texts import TEXTS
+from services.handoff import HANDOFF_TOOL
+from tests.conftest import RedisServer
+from tests.e2e.harness import RunningBot, make_settings, start_bot
+from tests.stubs.openai_server import StubOpenAI, customer_texts, tool_reply
+from tests.stubs.telegram_server import StubTelegram
+
+CHAT = 31337
+GROUP = -1001234567890
+SEED = (
+    "Hello, my order 7718 arrived and the monitor stand is cracked.",
+    "The box was intact, no damage on the outside.",
+    "I took a photo of the crack this morning.",
+)
+DECISION = (
+    "We will send a replacement stand for order 7718 free of charge; the courier collects the cracked one Friday."
+)
+
+_REPLY = re.compile(r"<support_reply>\n(.*?)\n</support_reply>", re.S)
+
+
+def operator_aware_summary(body: dict[str, Any]) -> str:
+    """A stub summarizer that keeps what the customer said as facts and what support said as
+    decisions (the real model's job; the stub's default keeps only the customer's side)."""
+    content = body["messages"][-1]["content"]
+    previous = re.search(r"<previous_summary>\n(.*?)\n</previous_summary>", content, re.S)
+    old = json.loads(previous.group(1)) if previous else {}
+    return json.dumps(
+        {
+            "topic": "damaged delivery",
+            "key_facts": [*old.get("key_facts", []), *(t[:100] for t in customer_texts(body))],
+            "actions_taken": old.get("actions_taken", []),
+            "decisions": [*old.get("decisions", []), *(r[:200] for r in _REPLY.findall(content) if "operator" in r)],
+            "pending_questions": [],
+            "next_step": "continue",
+        }
+    )
+
+
+def prompt_of(request: dict[str, Any]) -> str:
+    return "\n".join(m["content"] or "" for m in request["messages"])
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def running(request: pytest.FixtureRequest, telegram: StubTelegram, stub_llm: StubOpenAI) -> Any:
+    redis_url = None
+    if request.param == "redis":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        client = Redis.from_url(server.url)
+        await client.flushdb()
+        await client.aclose()
+        redis_url = server.url
+    stub_llm.summary_reply = operator_aware_summary
+    settings = make_settings(telegram.base_url, stub_llm.base_url, redis_url, bot={"operator_chat_id": GROUP})
+    bot = await start_bot(settings)
+    yield bot
+    await bot.stop()
+
+
+async def seed(telegram: StubTelegram) -> None:
+    for n, line in enumerate(SEED, start=1):
+        telegram.send_text(CHAT, line)
+        await telegram.wait_messages(CHAT, n)
+
+
+async def wait_topic(telegram: StubTelegram) -> int:
+    await telegram.wait_for(lambda: bool(telegram.topics))
+    (thread,) = telegram.topics
+    return thread
+
+
+async def test_operator_command_ticket_relay_note_close_and_memory(
+    running: RunningBot, telegram: StubTelegram, stub_llm: StubOpenAI
+) -> None:
+    await seed(telegram)
+    telegram.send_text(CHAT, "/operator")
+    thread = await wait_topic(telegram)
+    assert telegram.topics[thread]["chat_id"] == GROUP and str(CHAT) in telegram.topics[thread]["name"]
+    await telegram.wait_for(lambda: TEXTS["en"]["handoff_started"] in telegram.texts_to(CHAT))
+    ticket = "\n".join(c.params["text"] for c in telegram.in_topic(thread, "sendMessage"))
+    for fact in ("7718", "monitor stand is cracked", "box was intact", "photo of the crack"):
+        assert fact in ticket, (fact, ticket)
+    assert "/operator" in ticket and "Customer's language: en" in ticket
+    model_calls = len(stub_llm.chat_requests)
+
+    # the customer's photo and text reach the topic, in order
+    photo = telegram.push(telegram.photo_update(CHAT, caption="the crack"))
+    telegram.send_text(CHAT, "Can I get a replacement?")
+    await telegram.wait_for(lambda: len(telegram.in_topic(thread, "copyMessage")) == 2)
+    copies = telegram.in_topic(thread, "copyMessage")
+    assert [int(c.params["from_chat_id"]) for c in copies] == [CHAT, CHAT]
+    assert int(copies[0].params["message_id"]) == photo["message"]["message_id"]
+    assert int(copies[0].params["message_id"]) < int(copies[1].params["message_id"])
+
+    # the operator's answer reaches the customer; the note does not
+    answer = telegram.push(telegram.operator_update(GROUP, thread, DECISION))
+    await telegram.wait_for(lambda: len(telegram.of("copyMessage", CHAT)) == 1)
+    copied = telegram.of("copyMessage", CHAT)[0].params
+    assert int(copied["from_chat_id"]) == GROUP and int(copied["message_id"]) == answer["message"]["message_id"]
+    telegram.push(telegram.operator_update(GROUP, thread, "/note customer was polite, VIP"))
+    telegram.push(telegram.operator_update(GROUP, thread, "/close"))
+    await telegram.wait_for(lambda: TEXTS["en"]["handoff_closed"] in telegram.texts_to(CHAT))
+    assert len(telegram.of("copyMessage", CHAT)) == 1, "a /note never reaches the customer"
+    assert not any("VIP" in t for t in telegram.texts_to(CHAT))
+    assert telegram.topics[thread]["closed"]
+    assert len(stub_llm.chat_requests) == model_calls, "the model is not called during the handoff"
+
+    # the assistant is back and knows what the operator decided
+    telegram.send_text(CHAT, "When does the courier come?")
+    await telegram.wait_for(lambda: len(stub_llm.chat_requests) == model_calls + 1)
+    (summary,) = [
+        m["content"]
+        for m in stub_llm.chat_requests[-1]["messages"]
+        if m["content"].startswith("<conversation_summary>")
+    ]
+    assert "replacement stand" in summary and "Friday" in summary and "7718" in summary, summary
+    assert not any("VIP" in prompt_of(r) for r in stub_llm.requests), "internal notes never reach the model"
+
+
+async def test_the_model_hands_over_and_a_second_handoff_reopens_the_topic(
+    running: RunningBot, telegram: StubTelegram, stub_llm: StubOpenAI
+) -> None:
+    telegram.send_text(CHAT, "Order 7718: the stand is cracked.")
+    await telegram.wait_messages(CHAT, 1)
+    stub_llm.chat_replies.append(tool_reply(HANDOFF_TOOL, reason="refund decision needed"))
+    telegram.send_text(CHAT, "I want my money back now.", language="ru")
+    thread = await wait_topic(telegram)
+    await telegram.wait_for(lambda: TEXTS["ru"]["handoff_started"] in telegram.texts_to(CHAT))
+    assert stub_llm.chat_requests[-2]["tools"][0]["function"]["name"] == HANDOFF_TOOL
+    ticket = "\n".join(c.params["text"] for c in telegram.in_topic(thread, "sendMessage"))
+    assert "refund decision needed" in ticket and "I want my money back now." in ticket and ": ru" in ticket
+    assert not any("handed over" in t for t in telegram.texts_to(CHAT)), "the marker is not a reply"
+    telegram.push(telegram.operator_update(GROUP, thread, "/close"))
+    await telegram.wait_for(lambda: telegram.topics[thread]["closed"])
+    telegram.send_text(CHAT, "/operator")
+    await telegram.wait_for(lambda: not telegram.topics[thread]["closed"])
+    assert len(telegram.topics) == 1, "one topic per customer chat, reopened"
+
+
+async def test_forget_and_new_end_a_handoff(running: RunningBot, telegram: StubTelegram) -> None:
+    await seed(telegram)
+    telegram.send_text(CHAT, "/operator")
+    thread = await wait_topic(telegram)
+    await telegram.wait_for(lambda: TEXTS["en"]["handoff_started"] in telegram.texts_to(CHAT))
+    telegram.send_text(CHAT, "/forget")
+    await telegram.wait_for(lambda: TEXTS["en"]["forget_done"] in telegram.texts_to(CHAT))
+    lines = [c.params["text"] for c in telegram.in_topic(thread, "sendMessage")]
+    assert lines[-1] == TEXTS["en"]["op_ended_forget"] and telegram.topics[thread]["closed"]
+    assert (await running.backend.handoffs.get(CHAT)).state == "none"
+    assert await running.backend.handoffs.chat_of_topic(thread) is None
+    session = await running.store.load(CHAT)
+    assert session.messages == () and session.summary is None
+    # operators writing into the old topic reach nobody
+    telegram.push(telegram.operator_update(GROUP, thread, "hello?"))
+    telegram.send_text(CHAT, "new question")
+    await telegram.wait_messages(CHAT, len(telegram.texts_to(CHAT)) + 1)
+    assert telegram.of("copyMessage", CHAT) == []
+
+    telegram.send_text(CHAT, "/operator")
+    await telegram.wait_for(lambda: len(telegram.topics) == 2)
+    (second,) = set(telegram.topics) - {thread}
+    telegram.send_text(CHAT, "/new")
+    await telegram.wait_for(lambda: TEXTS["en"]["new_done"] in telegram.texts_to(CHAT))
+    assert telegram.in_topic(second, "sendMessage")[-1].params["text"] == TEXTS["en"]["op_ended_new"]
+    assert (await running.backend.handoffs.get(CHAT)).state == "closed"
+
+
+async def test_handoff_off_without_operator_chat(telegram: StubTelegram, stub_llm: StubOpenAI) -> None:
+    bot = await start_bot(make_settings(telegram.base_url, stub_llm.base_url, None))
+    try:
+        telegram.send_text(CHAT, "/operator")
+        await telegram.wait_messages(CHAT, 1)
+        assert telegram.texts_to(CHAT) == [TEXTS["en"]["operator_off"]]
+        telegram.send_text(CHAT, "hello")
+        await telegram.wait_messages(CHAT, 2)
+        assert "tools" not in stub_llm.chat_requests[-1]
+        assert HANDOFF_TOOL not in prompt_of(stub_llm.chat_requests[-1])
+        # a group the bot is in is no operator group: nothing is relayed, the group is an ordinary chat
+        telegram.push(telegram.operator_update(GROUP, 5, "hi @support_test_bot"))
+        await telegram.wait_messages(GROUP, 1)
+        assert telegram.of("copyMessage") == [] and telegram.of("createForumTopic") == []
+    finally:
+        await bot.stop()
