@@ -6,17 +6,43 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from aiogram import Bot, Dispatcher
 from aiohttp import web
 
 from bot.factory import build_backend, build_bot, build_dispatcher, build_engine, set_commands
+from bot.runtime.deadlines import watch_deadlines
 from bot.runtime.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.runtime.startup import StartupError, with_startup_retries
 from bot.runtime.webhook import build_webhook_app
 from bot.settings import Settings
+from bot.telegram.handoff import HandoffDesk
 from services.errors import StoreError, SupportBotError
 from services.ports import Backend
 
 log = logging.getLogger("bot")
+
+
+def watch_handoffs(dispatcher: Dispatcher, bot: Bot, every: float = 1.0) -> None:
+    """In-process mode: the handoff reply deadlines are watched while the dispatcher runs (one
+    process, no leases: an overdue handoff is handled at once)."""
+    desk: HandoffDesk = dispatcher["desk"]
+    if not desk.enabled:
+        return
+    tasks: list[asyncio.Task[None]] = []
+
+    async def act(chat_id: int) -> None:
+        await desk.overdue(bot, chat_id, None)
+
+    async def start() -> None:
+        tasks.append(asyncio.create_task(watch_deadlines(desk.store, act, every), name="handoff-deadlines"))
+
+    async def stop() -> None:
+        for task in tasks:
+            task.cancel()
+        tasks.clear()
+
+    dispatcher.startup.register(start)
+    dispatcher.shutdown.register(stop)
 
 
 def readiness(backend: Backend, running: Callable[[], bool]) -> ReadyCheck:
@@ -41,6 +67,7 @@ async def run_polling(settings: Settings) -> None:
         await bot.session.close()
         raise
     dispatcher = build_dispatcher(chat, settings.bot, backend=backend)
+    watch_handoffs(dispatcher, bot)
     await bot.delete_webhook(drop_pending_updates=False)  # getUpdates is refused while a webhook is set
     await set_commands(bot, settings.bot)
     polling = asyncio.Event()
@@ -66,6 +93,7 @@ def run_webhook(settings: Settings) -> None:
     chat = build_engine(settings, backend.store)
     bot = build_bot(settings.bot)
     dispatcher = build_dispatcher(chat, settings.bot, backend=backend)
+    watch_handoffs(dispatcher, bot)
 
     async def on_startup() -> None:
         try:

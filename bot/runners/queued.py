@@ -13,16 +13,19 @@ from aiogram import Bot
 from aiohttp import web
 
 from bot.factory import Settings, build_bot, build_dispatcher, build_engine, open_redis_backend, set_commands
-from bot.runtime.intake import Intake, Poller, webhook_handler
+from bot.runtime.deadlines import OVERDUE_PREFIX, enqueue_overdue, watch_deadlines
+from bot.runtime.intake import Intake, Poller, operator_route, webhook_handler
 from bot.runtime.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.runtime.startup import StartupError, with_startup_retries
 from bot.runtime.supervisor import Supervisor
 from bot.runtime.worker import Worker
 from bot.settings import WorkerSettings
+from bot.telegram.handoff import HandoffDesk
 from services.backends.redis.backend import RedisBackend
 from services.backends.redis.deadletters import DeadLetterStore
 from services.backends.redis.queue import worker_identity
 from services.errors import TransientError
+from services.fence import Fence
 from services.metrics import DEAD_LETTERS_WAITING, QUEUE_DUE, QUEUE_OLDEST_AGE
 from services.ports import WorkQueue
 
@@ -49,8 +52,15 @@ async def _run(settings: Settings, workers: WorkerSettings, backend: RedisBacken
     chat = build_engine(settings, backend.store)
     queue = backend.queue(lease_ms=lease_ms)
     dead_letters = backend.dead_letters
-    intake = Intake(queue=queue, dead_letters=dead_letters, identity=identity)
+    route = operator_route(settings.bot.operator_chat_id, backend.handoffs)
+    intake = Intake(queue=queue, dead_letters=dead_letters, identity=identity, route=route)
     dispatcher = build_dispatcher(chat, settings.bot, backend=backend)
+    desk: HandoffDesk = dispatcher["desk"]
+
+    async def internal(chat_id: int, item_id: str, fence: Fence) -> None:
+        if item_id.startswith(OVERDUE_PREFIX) and desk.enabled:
+            await desk.overdue(bot, chat_id, fence)
+
     worker = Worker(
         queue=queue,
         dead_letters=dead_letters,
@@ -62,6 +72,7 @@ async def _run(settings: Settings, workers: WorkerSettings, backend: RedisBacken
         grace=workers.shutdown_grace_seconds,
         max_attempts=workers.worker_max_attempts,
         give_up_seconds=workers.worker_give_up_seconds,
+        internal=internal,
     )
     await with_startup_retries("registering the bot commands", lambda: set_commands(bot, settings.bot))
 
@@ -95,6 +106,8 @@ async def _run(settings: Settings, workers: WorkerSettings, backend: RedisBacken
         raise StartupError(f"cannot listen: {exc}") from None
     supervisor.start("worker", worker.run)
     supervisor.start("gauges", lambda: _queue_gauges(queue, dead_letters))
+    if desk.enabled:  # every worker watches (each due handoff is queued once: its deadline goes)
+        supervisor.start("handoff-deadlines", lambda: watch_deadlines(backend.handoffs, enqueue_overdue(queue)))
     poller: Poller | None = None
     if runner is not None:
         log.info(
@@ -122,6 +135,8 @@ async def _run(settings: Settings, workers: WorkerSettings, backend: RedisBacken
     if runner is not None:
         await runner.cleanup()  # stop intake first: Telegram retries elsewhere
     await supervisor.stop("gauges")
+    if desk.enabled:
+        await supervisor.stop("handoff-deadlines")
     if poller is not None:
         poller.stop()
     worker.stop()

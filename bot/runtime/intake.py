@@ -25,7 +25,7 @@ from aiohttp import web
 from services.backends.redis.deadletters import DeadLetterStore
 from services.errors import TransientError
 from services.metrics import DEAD_LETTERS, REDELIVERIES
-from services.ports import PollingLease, WorkQueue
+from services.ports import HandoffStore, PollingLease, WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,35 @@ def chat_of(update: dict[str, Any]) -> int | None:
     return None
 
 
+Route = Callable[[int, dict[str, Any]], Awaitable[int | None]]
+"""(chat id of the update, update) → the chat whose inbox takes it (None: dropped)."""
+
+
+def operator_route(operator_chat_id: int | None, handoffs: HandoffStore) -> Route:
+    """Updates from the operator group go into the inbox of the customer chat whose forum topic they
+    were written in (so both directions of a handoff are served in order under that chat's lease);
+    the group's other messages, and topics no handoff opened, are dropped here and never reach the
+    model. Every other update stays with its own chat."""
+
+    async def route(chat_id: int, update: dict[str, Any]) -> int | None:
+        if operator_chat_id is None or chat_id != operator_chat_id:
+            return chat_id
+        message = update.get("message")
+        thread = message.get("message_thread_id") if isinstance(message, dict) else None
+        if not isinstance(thread, int):
+            return None
+        customer = await handoffs.chat_of_topic(thread)
+        if customer is None:
+            log.info(
+                "operator group: update %s in topic %s, which no handoff opened; dropped",
+                update.get("update_id"),
+                thread,
+            )
+        return customer
+
+    return route
+
+
 UNEXPECTED_FAILURES_KEPT = 3
 """An update whose queueing fails this many times in a row, for no known reason, is dead-lettered."""
 
@@ -53,7 +82,10 @@ class IntakeError(TransientError):
 class Intake:
     """Queues raw updates under their chat; what cannot be queued goes to the dead letters."""
 
-    def __init__(self, *, queue: WorkQueue, dead_letters: DeadLetterStore, identity: str) -> None:
+    def __init__(
+        self, *, queue: WorkQueue, dead_letters: DeadLetterStore, identity: str, route: Route | None = None
+    ) -> None:
+        self._route = route
         self._queue = queue
         self._dead = dead_letters
         self._identity = identity
@@ -65,6 +97,10 @@ class Intake:
         update_id = update.get("update_id")
         if chat_id is None or not isinstance(update_id, int):
             return  # no chat: nothing this bot answers
+        if self._route is not None:
+            chat_id = await self._route(chat_id, update)  # TransientError: offered again
+            if chat_id is None:
+                return
         try:
             # ASCII JSON: a lone surrogate ("\ud800", valid JSON) cannot be encoded as UTF-8 for Redis
             payload = json.dumps(update, ensure_ascii=True, separators=(",", ":"))

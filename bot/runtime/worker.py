@@ -16,8 +16,9 @@ import itertools
 import json
 import logging
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from aiogram import Bot, Dispatcher
 from aiogram.types import Update
@@ -36,6 +37,12 @@ VANISHED_ALLOWANCE = 2
 """Attempts that vanish (worker killed, or paused past its lease) are also what an ordinary crash or
 failover looks like, so they are allowed a little more often than outright failures."""
 Outcome = Literal["done", "retry", "transient", "abandon"]
+INTERNAL_PREFIX = "internal:"
+"""Items the bot queues for itself (``internal:<kind>:...``, e.g. a handoff's reply deadline passed):
+handled by the worker's ``internal`` hook under the chat's lease, never fed to the dispatcher (no
+Telegram update can carry such an id: theirs are ``u<update id>``)."""
+Internal = Callable[[int, str, Fence], Coroutine[Any, Any, None]]
+"""(chat id, item id, fence) → handles one internal item."""
 
 
 @dataclass
@@ -67,7 +74,9 @@ class Worker:
         grace: float,
         max_attempts: int = 3,
         give_up_seconds: float = 600.0,
+        internal: Internal | None = None,
     ) -> None:
+        self._internal = internal
         self._queue = queue
         self._dead = dead_letters
         self._dispatcher = dispatcher
@@ -211,6 +220,11 @@ class Worker:
         reason = self._give_up_reason(item)
         if reason is not None:
             return await self._dead_letter(serving, item, reason)
+        if item.id.startswith(INTERNAL_PREFIX):
+            if self._internal is None:
+                return await self._dead_letter(serving, item, "internal item and no handler for it")
+            serving.work = asyncio.create_task(self._internal(serving.claim.chat_id, item.id, serving.fence))
+            return await self._outcome(serving, item.id)
         try:
             update = Update.model_validate(_parse(item.payload), context={"bot": self._bot})
         except ValueError as exc:
@@ -227,6 +241,11 @@ class Worker:
                 final_attempt=item.failures + 1 >= self._max_attempts,
             )
         )
+        return await self._outcome(serving, f"update {update.update_id}", item.started)
+
+    async def _outcome(self, serving: _Serving, what: str, started: int = 1) -> Outcome:
+        """Wait for the item's work task and classify how it ended."""
+        assert serving.work is not None
         try:
             await asyncio.wait({serving.work})
         finally:
@@ -242,9 +261,9 @@ class Worker:
             serving.lost.set()
             return "abandon"
         if is_transient(failure):
-            log.warning("update %s will be retried: %s: %s", update.update_id, type(failure).__name__, failure)
+            log.warning("%s will be retried: %s: %s", what, type(failure).__name__, failure)
             return "transient"
-        log.error("update %s failed (attempt %d)", update.update_id, item.started, exc_info=failure)
+        log.error("%s failed (attempt %d)", what, started, exc_info=failure)
         return "retry"
 
     async def _set_aside(self, serving: _Serving) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from aiogram import Bot, Dispatcher
 
 from bot.factory import Settings, build_backend, build_bot, build_dispatcher, build_engine
+from bot.runners.inprocess import watch_handoffs
 from bot.settings import BotSettings
 from services.engine.chat import ChatService
 from services.ports import Backend, SessionStore
@@ -74,5 +75,6 @@ async def start_bot(settings: Settings) -> RunningBot:
     running = RunningBot(
         settings, backend, chat, build_bot(settings.bot), build_dispatcher(chat, settings.bot, backend=backend)
     )
+    watch_handoffs(running.dispatcher, running.bot, every=0.1)  # as run_polling does
     await running.start()
     return running

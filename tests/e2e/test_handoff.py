@@ -194,3 +194,37 @@ async def test_handoff_off_without_operator_chat(telegram: StubTelegram, stub_ll
         assert telegram.of("copyMessage") == [] and telegram.of("createForumTopic") == []
     finally:
         await bot.stop()
+
+
+@pytest.mark.parametrize("resume", [False, True])
+async def test_no_operator_reply_in_time(
+    telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, real_redis: Redis, resume: bool
+) -> None:
+    settings = make_settings(
+        telegram.base_url,
+        stub_llm.base_url,
+        redis_server.url,
+        bot={"operator_chat_id": GROUP, "handoff_reply_timeout_seconds": 0.5, "handoff_resume_on_timeout": resume},
+    )
+    bot = await start_bot(settings)
+    try:
+        telegram.send_text(CHAT, "Order 7718: the stand is cracked.")
+        await telegram.wait_messages(CHAT, 1)
+        telegram.send_text(CHAT, "/operator")
+        thread = await wait_topic(telegram)
+        expected = TEXTS["en"]["handoff_slow_resumed" if resume else "handoff_slow"]
+        await telegram.wait_for(lambda: expected in telegram.texts_to(CHAT))
+        lines = [c.params["text"] for c in telegram.in_topic(thread, "sendMessage")]
+        assert lines[-1] == TEXTS["en"]["op_overdue_resumed" if resume else "op_overdue"].format(minutes=0)
+        record = await bot.backend.handoffs.get(CHAT)
+        assert (record.state, record.flagged) == (("closed", False) if resume else ("open", True))
+        assert await bot.backend.handoffs.due() == []
+        calls = len(stub_llm.chat_requests)
+        telegram.send_text(CHAT, "Still there?")
+        if resume:  # the assistant answers again
+            await telegram.wait_for(lambda: len(stub_llm.chat_requests) == calls + 1)
+        else:  # still with the operators, told once
+            await telegram.wait_for(lambda: len(telegram.in_topic(thread, "copyMessage")) == 1)
+            assert telegram.texts_to(CHAT).count(expected) == 1 and len(stub_llm.chat_requests) == calls
+    finally:
+        await bot.stop()

@@ -1,0 +1,40 @@
+"""Handoff reply deadlines: finds handoffs no operator answered in time and has them handled."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from services.errors import TransientError
+from services.ports import HandoffStore, WorkQueue
+
+log = logging.getLogger(__name__)
+
+OVERDUE_PREFIX = "internal:handoff-overdue:"
+LAST_ORDER = 2**52
+"""Queue order of an internal item: after every update already in the chat's inbox."""
+
+
+async def watch_deadlines(handoffs: HandoffStore, act: Callable[[int], Awaitable[None]], every: float = 1.0) -> None:
+    """Every ``every`` seconds, ``act`` on each chat whose handoff deadline passed, then remove the
+    deadline (a crash in between acts again: the handling is idempotent)."""
+    while True:
+        try:
+            for chat_id in await handoffs.due():
+                await act(chat_id)
+                await handoffs.track(chat_id, open=True, reply_within=None)
+        except TransientError as exc:
+            log.warning("handoff deadlines: %s", exc)
+        await asyncio.sleep(every)
+
+
+def enqueue_overdue(queue: WorkQueue) -> Callable[[int], Awaitable[None]]:
+    """Queued mode: the overdue handoff is handled by whichever worker serves the chat, under its lease."""
+
+    async def act(chat_id: int) -> None:
+        item_id = f"{OVERDUE_PREFIX}{chat_id}:{time.time_ns()}"
+        await queue.enqueue(chat_id, item_id, "{}", order=LAST_ORDER)
+
+    return act
