@@ -1,0 +1,155 @@
+"""Handoff to an operator in queued mode: three ``python -m bot`` workers (polling) on one real
+redis-server, the stub Bot API and the stub model. The whole operator workflow, then handoffs with
+messages both ways while a worker serving them is SIGKILLed: nothing lost, doubled or reordered."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from bot.telegram.texts import TEXTS
+from services.backends.redis.keys import KeySpace
+from tests.conftest import RedisServer
+from tests.e2e.processes import BotProcess, base_env
+from tests.e2e.test_handoff import DECISION, GROUP, SEED, operator_aware_summary
+from tests.stubs.openai_server import StubOpenAI
+from tests.stubs.telegram_server import StubTelegram
+
+KEYS = KeySpace("sb", "123456")
+CHAT = 777001
+CHATS = [777100 + n for n in range(8)]
+ROUNDS = 6
+
+
+async def start_workers(
+    telegram: StubTelegram, stub_llm: StubOpenAI, redis_url: str, tmp_path: Path, processes: list[BotProcess]
+) -> None:
+    env = base_env(telegram, stub_llm) | {
+        "BOT_MODE": "polling",
+        "REDIS_URL": redis_url,
+        "POLLING_TIMEOUT_SECONDS": "1",
+        "WORKER_LEASE_SECONDS": "2",
+        "WORKER_IDLE_WAIT_SECONDS": "0.2",
+        "LOG_LEVEL": "WARNING",
+        "OPERATOR_CHAT_ID": str(GROUP),
+        "HANDOFF_REPLY_TIMEOUT_SECONDS": "3600",
+    }
+    for _ in range(3):
+        process = BotProcess(env, tmp_path)
+        processes.append(process)
+        await process.start()
+
+
+def topic_of(telegram: StubTelegram, chat_id: int) -> int | None:
+    return next((t for t, info in telegram.topics.items() if info["name"].endswith(f"· {chat_id}")), None)
+
+
+async def test_queued_workers_relay_in_order_exactly_once_through_a_sigkill(
+    telegram: StubTelegram,
+    stub_llm: StubOpenAI,
+    redis_server: RedisServer,
+    real_redis: Redis,
+    tmp_path: Path,
+    processes: list[BotProcess],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    stub_llm.summary_reply = operator_aware_summary
+    await start_workers(telegram, stub_llm, redis_server.url, tmp_path, processes)
+
+    # the whole workflow once, through the queue
+    for n, line in enumerate(SEED, start=1):
+        telegram.send_text(CHAT, line)
+        await telegram.wait_messages(CHAT, n, within=120)
+    telegram.send_text(CHAT, "/operator")
+    await telegram.wait_for(lambda: TEXTS["en"]["handoff_started"] in telegram.texts_to(CHAT), within=30)
+    thread = topic_of(telegram, CHAT)
+    assert thread is not None
+    ticket = "\n".join(c.params["text"] for c in telegram.in_topic(thread, "sendMessage"))
+    assert all(f in ticket for f in ("7718", "monitor stand is cracked", "box was intact", "photo of the crack"))
+    calls = len(stub_llm.chat_requests)
+    telegram.push(telegram.photo_update(CHAT, caption="the crack"))
+    telegram.send_text(CHAT, "Can I get a replacement?")
+    telegram.push(telegram.operator_update(GROUP, thread, DECISION))
+    telegram.push(telegram.operator_update(GROUP, thread, "/note VIP customer"))
+    telegram.push(telegram.operator_update(GROUP, thread, "/close"))
+    await telegram.wait_for(lambda: TEXTS["en"]["handoff_closed"] in telegram.texts_to(CHAT), within=30)
+    assert len(telegram.in_topic(thread, "copyMessage")) == 2 and len(telegram.of("copyMessage", CHAT)) == 1
+    telegram.send_text(CHAT, "When does the courier come?")
+    await telegram.wait_for(lambda: len(stub_llm.chat_requests) == calls + 1, within=30)
+    summary = next(
+        m["content"] for m in stub_llm.chat_requests[-1]["messages"] if "<conversation_summary>" in m["content"][:30]
+    )
+    assert "replacement stand" in summary and "Friday" in summary
+    assert not any("VIP" in str(r["messages"]) for r in stub_llm.requests)
+
+    # many handoffs at once, both directions, one worker killed while serving them
+    for chat in CHATS:
+        telegram.send_text(chat, "/operator")
+    await telegram.wait_for(lambda: all(topic_of(telegram, c) is not None for c in CHATS), within=60)
+    await telegram.wait_for(
+        lambda: all(TEXTS["en"]["handoff_started"] in telegram.texts_to(c) for c in CHATS), within=60
+    )
+    topics = {chat: topic_of(telegram, chat) for chat in CHATS}
+    customer_ids: dict[int, list[int]] = {c: [] for c in CHATS}
+    operator_ids: dict[int, list[int]] = {c: [] for c in CHATS}
+    killed: list[int] = []
+
+    async def kill_one_serving_a_handoff() -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            for chat in CHATS:
+                holder = await real_redis.get(KEYS.chat(chat).lease)
+                if holder is None:
+                    continue
+                victim = next((p for p in processes if p.process and f":{p.process.pid}:" in holder.decode()), None)
+                if victim is not None and victim.process is not None:
+                    victim.process.send_signal(signal.SIGKILL)
+                    killed.append(chat)
+                    return
+            await asyncio.sleep(0.005)
+
+    killer: asyncio.Task[None] | None = None
+    for n in range(ROUNDS):
+        for chat in CHATS:
+            customer_ids[chat].append(telegram.send_text(chat, f"customer {chat} #{n}")["message"]["message_id"])
+            update = telegram.push(telegram.operator_update(GROUP, topics[chat], f"operator {chat} #{n}"))
+            operator_ids[chat].append(update["message"]["message_id"])
+        if n == 1:
+            killer = asyncio.create_task(kill_one_serving_a_handoff())
+        await asyncio.sleep(0.1)
+    assert killer is not None
+    await killer
+
+    def copied_to_topic(chat: int) -> list[int]:
+        return [int(c.params["message_id"]) for c in telegram.in_topic(topics[chat] or 0, "copyMessage")]
+
+    def copied_to_customer(chat: int) -> list[int]:
+        return [int(c.params["message_id"]) for c in telegram.of("copyMessage", chat)]
+
+    await telegram.wait_for(
+        lambda: all(
+            set(customer_ids[c]) <= set(copied_to_topic(c)) and set(operator_ids[c]) <= set(copied_to_customer(c))
+            for c in CHATS
+        ),
+        within=90,
+    )
+    doubled = sum(
+        count - 1
+        for chat in CHATS
+        for count in (Counter(copied_to_topic(chat)) + Counter(copied_to_customer(chat))).values()
+        if count > 1
+    )
+    with capsys.disabled():
+        print(f"\nhandoff relay, 3 workers, one SIGKILLed: chats={len(CHATS)} rounds={ROUNDS} doubled={doubled}")
+    assert killed, "a worker was killed while it held a handoff chat"
+    for chat in CHATS:
+        assert copied_to_topic(chat) == customer_ids[chat], f"chat {chat}: customer → topic"
+        assert copied_to_customer(chat) == operator_ids[chat], f"chat {chat}: topic → customer"
+        record_log = await real_redis.lrange(KEYS.chat(chat).handoff_log, 0, -1)
+        assert len(record_log) == 2 * ROUNDS, "every message in the transcript once"
