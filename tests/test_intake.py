@@ -46,3 +46,39 @@ async def test_a_lone_surrogate_is_queued_as_ascii_json() -> None:
     await intake.take(update(8, "broken \ud800 text"))
     [member] = await redis.zrange(KEYS.chat(5).inbox, 0, -1)
     assert b"\\\\ud800" in member
+
+
+async def test_operator_group_updates_go_to_the_inbox_of_their_topics_customer() -> None:
+    from bot.runtime.intake import operator_route
+    from services.backends.redis.handoffs import RedisHandoffStore
+
+    group, customer = -100777, 5
+    redis = fakeredis.FakeAsyncRedis()
+    handoffs = RedisHandoffStore(redis=redis, keys=KEYS)
+    await handoffs.bind_topic(42, customer)
+    intake = Intake(
+        queue=ChatWorkQueue(redis=redis, keys=KEYS),
+        dead_letters=DeadLetterStore(redis=redis, keys=KEYS),
+        identity="w",
+        route=operator_route(group, handoffs),
+    )
+
+    def in_group(update_id: int, thread: int | None) -> dict[str, object]:
+        message: dict[str, object] = {
+            "message_id": update_id,
+            "date": 0,
+            "chat": {"id": group, "type": "supergroup", "is_forum": True},
+            "text": "operator says",
+        }
+        if thread is not None:
+            message["message_thread_id"] = thread
+        return {"update_id": update_id, "message": message}
+
+    await intake.take(in_group(10, 42))  # the customer's topic
+    await intake.take(in_group(11, 43))  # a topic no handoff opened: dropped
+    await intake.take(in_group(12, None))  # the group's general chat: dropped
+    await intake.take({"update_id": 13, "edited_message": in_group(13, 42)["message"]})  # edits: dropped
+    await intake.take(update(14))  # a customer's own message stays with its chat
+    inbox = await redis.zrange(KEYS.chat(customer).inbox, 0, -1)
+    assert len(inbox) == 2 and b"operator says" in inbox[0] and b"u10" in inbox[0] and b"u14" in inbox[1]
+    assert await redis.zcard(KEYS.chat(group).inbox) == 0

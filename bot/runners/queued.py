@@ -26,8 +26,8 @@ from services.backends.redis.deadletters import DeadLetterStore
 from services.backends.redis.queue import worker_identity
 from services.errors import TransientError
 from services.fence import Fence
-from services.metrics import DEAD_LETTERS_WAITING, QUEUE_DUE, QUEUE_OLDEST_AGE
-from services.ports import WorkQueue
+from services.metrics import DEAD_LETTERS_WAITING, HANDOFFS_OPEN, QUEUE_DUE, QUEUE_OLDEST_AGE
+from services.ports import HandoffStore, WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,8 @@ async def _run(settings: Settings, workers: WorkerSettings, backend: RedisBacken
                 await started.cleanup()
         raise StartupError(f"cannot listen: {exc}") from None
     supervisor.start("worker", worker.run)
-    supervisor.start("gauges", lambda: _queue_gauges(queue, dead_letters))
+    handoffs = backend.handoffs if desk.enabled else None
+    supervisor.start("gauges", lambda: _queue_gauges(queue, dead_letters, handoffs))
     if desk.enabled:  # every worker watches (each due handoff is queued once: its deadline goes)
         supervisor.start("handoff-deadlines", lambda: watch_deadlines(backend.handoffs, enqueue_overdue(queue)))
     poller: Poller | None = None
@@ -183,13 +184,17 @@ def dump_tasks() -> None:
         log.warning("task %s: %s", task.get_name(), where)
 
 
-async def _queue_gauges(queue: WorkQueue, dead_letters: DeadLetterStore, every: float = 5.0) -> None:
+async def _queue_gauges(
+    queue: WorkQueue, dead_letters: DeadLetterStore, handoffs: HandoffStore | None, every: float = 5.0
+) -> None:
     while True:
         try:
             due, age = await queue.stats()
             QUEUE_DUE.set(due)
             QUEUE_OLDEST_AGE.set(age)
             DEAD_LETTERS_WAITING.set(await dead_letters.count())
+            if handoffs is not None:
+                HANDOFFS_OPEN.set(await handoffs.open_count())
         except TransientError:
             pass
         await asyncio.sleep(every)
