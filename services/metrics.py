@@ -52,6 +52,10 @@ QUARANTINED = Counter("sb_quarantined_sessions_total", "Unreadable sessions move
 HANDOFFS_OPENED = Counter("sb_handoffs_opened_total", "Handoffs to a human operator opened, by trigger", ["trigger"])
 HANDOFFS_CLOSED = Counter("sb_handoffs_closed_total", "Handoffs ended, by who ended them", ["by"])
 HANDOFFS_OPEN = Gauge("sb_handoffs_open", "Handoffs open now (whole bot)")
+HANDOFF_POSSIBLE_DUPLICATES = Counter(
+    "sb_handoff_possible_duplicates_total",
+    "Messages copied again because an earlier attempt died between copying and recording them",
+)
 HANDOFF_TICKETS = Counter("sb_handoff_tickets_total", "Tickets posted to the operator group (rate: tickets per hour)")
 HANDOFF_FIRST_REPLY = Histogram(
     "sb_handoff_first_reply_seconds",

@@ -242,6 +242,9 @@ class PollingLease(Protocol):
     async def resign(self) -> None: ...
 
 
+RelayState = Literal["new", "started", "done"]
+
+
 class HandoffStore(Protocol):
     """Handoffs to a human operator. Per chat (fenced by the chat's lease like every session write):
     the record, its transcript and the ids of the messages already relayed (exactly once). Global:
@@ -265,7 +268,14 @@ class HandoffStore(Protocol):
         """Append ``entry`` and mark ``item_id`` relayed, atomically; nothing if it was already."""
         ...
 
-    async def relayed(self, chat_id: int, item_id: str) -> bool: ...
+    async def begin_relay(self, chat_id: int, item_id: str, *, fence: Fence | None = None) -> None:
+        """Note that ``item_id`` is about to be copied (``record`` completes it)."""
+        ...
+
+    async def relay_state(self, chat_id: int, item_id: str) -> RelayState:
+        """``done`` (recorded: never copy again), ``started`` (a copy began and was not recorded: it
+        may have reached Telegram) or ``new``."""
+        ...
 
     async def flag(self, chat_id: int, *, fence: Fence | None = None) -> bool:
         """Mark an open handoff overdue (no operator reply in time); False if it was not open or

@@ -39,9 +39,15 @@ async def test_open_record_close_keeps_the_topic(backend: Backend) -> None:
     assert not again.new, "a relayed id is recorded once"
     later = await handoffs.record(CHAT, "u3", TranscriptEntry("operator", "sent"))
     assert later.first_reply_seconds is None, "only the first operator message counts"
-    assert await handoffs.relayed(CHAT, "u2") and not await handoffs.relayed(CHAT, "u9")
+    assert await handoffs.relay_state(CHAT, "u2") == "done" and await handoffs.relay_state(CHAT, "u9") == "new"
+    await handoffs.begin_relay(CHAT, "u9")
+    assert await handoffs.relay_state(CHAT, "u9") == "started", "a copy began and was not recorded"
+    await handoffs.record(CHAT, "u9", TranscriptEntry("customer", "late"))
+    assert await handoffs.relay_state(CHAT, "u9") == "done"
+    await handoffs.begin_relay(CHAT, "u9")
+    assert await handoffs.relay_state(CHAT, "u9") == "done", "done stays done"
     record = await handoffs.get(CHAT)
-    assert [e.text for e in record.transcript] == ["photo of the stand", "refund approved", "sent"]
+    assert [e.text for e in record.transcript] == ["photo of the stand", "refund approved", "sent", "late"]
     assert await handoffs.flag(CHAT) and not await handoffs.flag(CHAT)
     assert await handoffs.close(CHAT) and not await handoffs.close(CHAT)
     record = await handoffs.get(CHAT)
@@ -80,7 +86,7 @@ async def test_forget_chat_deletes_the_handoff(backend: Backend) -> None:
     await backend.handoffs.record(CHAT, "u1", TranscriptEntry("customer", "order 7718 cracked"))
     await backend.forget_chat(CHAT)
     assert (await backend.handoffs.get(CHAT)).state == "none"
-    assert not await backend.handoffs.relayed(CHAT, "u1")
+    assert await backend.handoffs.relay_state(CHAT, "u1") == "new"
     assert await backend.handoffs.chat_of_topic(77) is None
     assert await backend.handoffs.open_count() == 0
     if isinstance(backend, RedisBackend):
@@ -101,6 +107,7 @@ async def test_writes_of_a_worker_without_the_lease_are_refused(backend: Backend
         backend.handoffs.set_topic(CHAT, 1, fence=fence),
         backend.handoffs.record(CHAT, "u1", TranscriptEntry("customer", "x"), fence=fence),
         backend.handoffs.close(CHAT, fence=fence),
+        backend.handoffs.begin_relay(CHAT, "u1", fence=fence),
         backend.handoffs.flag(CHAT, fence=fence),
     ):
         with pytest.raises(LeaseLostError):

@@ -9,8 +9,9 @@ handoff are served one at a time, in order, by whichever worker holds that chat.
 Exactly once: a message is copied only if its update id is not yet marked relayed, and the mark is
 written (with the transcript entry, one fenced script) right after the copy. A worker killed between
 the copy and the mark copies that one message again on redelivery (the same window as a reply sent
-before ``mark_replied``); a worker that lost the lease copies nothing more (the fence is checked
-before every copy)."""
+before ``mark_replied``; such copies are counted in ``sb_handoff_possible_duplicates_total``: a
+"started" mark is written before each copy); a worker that lost the lease copies nothing more (the
+fence is checked before every copy)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from services.fence import Fence
 from services.handoff import EndedBy, Handoff, HandoffMemory, TranscriptEntry, ticket_text
 from services.metrics import (
     HANDOFF_FIRST_REPLY,
+    HANDOFF_POSSIBLE_DUPLICATES,
     HANDOFF_TICKETS,
     HANDOFFS_CLOSED,
     HANDOFFS_OPEN,
@@ -189,12 +191,25 @@ class HandoffDesk:
         """Copy the customer's message into the topic (exactly once)."""
         assert self.group is not None and record.topic_id is not None
         chat_id = message.chat.id
-        if content_kind(message) not in RELAYED_CONTENT or await self.store.relayed(chat_id, item_id):
+        if content_kind(message) not in RELAYED_CONTENT or not await self._begin(chat_id, item_id, fence):
             return
-        if fence is not None:
-            fence.ensure_valid()
         await bot.copy_message(self.group, chat_id, message.message_id, message_thread_id=record.topic_id)
         await self.store.record(chat_id, item_id, TranscriptEntry("customer", describe(message)), fence=fence)
+
+    async def _begin(self, chat_id: int, item_id: str, fence: Fence | None) -> bool:
+        """False if ``item_id`` was relayed already. A copy begun by an attempt that died before
+        recording it may have reached Telegram: it is copied again (counted, like a reply resent)."""
+        state = await self.store.relay_state(chat_id, item_id)
+        if state == "done":
+            return False
+        if state == "started":
+            HANDOFF_POSSIBLE_DUPLICATES.inc()
+            log.warning("chat %s: %s was being relayed by an attempt that died; copying it again", chat_id, item_id)
+        else:
+            await self.store.begin_relay(chat_id, item_id, fence=fence)
+        if fence is not None:
+            fence.ensure_valid()
+        return True
 
     async def from_operator(self, bot: Bot, message: Message, item_id: str, fence: Fence | None) -> None:
         """A message in the operator group: relayed to the customer if it is in a topic the bot opened
@@ -221,10 +236,8 @@ class HandoffDesk:
             if note:
                 await self.store.record(chat_id, item_id, TranscriptEntry("note", note), fence=fence)
             return
-        if content_kind(message) not in RELAYED_CONTENT or await self.store.relayed(chat_id, item_id):
+        if content_kind(message) not in RELAYED_CONTENT or not await self._begin(chat_id, item_id, fence):
             return
-        if fence is not None:
-            fence.ensure_valid()
         await bot.copy_message(chat_id, message.chat.id, message.message_id)
         recorded = await self.store.record(
             chat_id, item_id, TranscriptEntry("operator", describe(message)), fence=fence

@@ -13,7 +13,7 @@ from services.engine.summary_state import SummaryState
 from services.errors import ConcurrentUpdateError
 from services.fence import Fence
 from services.handoff import RELAYED_IDS_KEPT, Handoff, Recorded, TranscriptEntry
-from services.ports import RATE_WINDOW_SECONDS, TURN_IDS_KEPT, CommitResult, RateDecision, TurnStatus
+from services.ports import RATE_WINDOW_SECONDS, TURN_IDS_KEPT, CommitResult, RateDecision, RelayState, TurnStatus
 
 
 @dataclass
@@ -229,6 +229,7 @@ class InMemoryHandoffStore:
         relayed = self._relayed.setdefault(chat_id, {})
         if item_id in relayed:
             return Recorded(new=False)
+        relayed.pop(f"~{item_id}", None)
         relayed[item_id] = None
         while len(relayed) > RELAYED_IDS_KEPT:
             relayed.pop(next(iter(relayed)))
@@ -242,8 +243,12 @@ class InMemoryHandoffStore:
         self._records[chat_id] = replace(record, **changes)  # type: ignore[arg-type]
         return Recorded(new=True, first_reply_seconds=first)
 
-    async def relayed(self, chat_id: int, item_id: str) -> bool:
-        return item_id in self._relayed.get(chat_id, {})
+    async def begin_relay(self, chat_id: int, item_id: str, *, fence: Fence | None = None) -> None:
+        self._relayed.setdefault(chat_id, {})[f"~{item_id}"] = None
+
+    async def relay_state(self, chat_id: int, item_id: str) -> RelayState:
+        relayed = self._relayed.get(chat_id, {})
+        return "done" if item_id in relayed else "started" if f"~{item_id}" in relayed else "new"
 
     async def flag(self, chat_id: int, *, fence: Fence | None = None) -> bool:
         record = await self.get(chat_id)

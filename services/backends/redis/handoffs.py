@@ -16,6 +16,7 @@ from services.backends.redis.scripts import FENCE_LOST, LUA_FENCE, LUA_NOW, AnyR
 from services.errors import CorruptSessionError, LeaseLostError
 from services.fence import Fence, token_of
 from services.handoff import RELAYED_IDS_KEPT, Handoff, Recorded, TranscriptEntry
+from services.ports import RelayState
 
 _EXPIRE = """
 local function expire_all(ttl, keys)
@@ -60,6 +61,7 @@ _RECORD = (
     + """
 if not holds(KEYS[4], ARGV[5]) then return {FENCE_LOST, -1} end
 if redis.call('ZSCORE', KEYS[3], ARGV[1]) then return {0, -1} end
+redis.call('ZREM', KEYS[3], '~' .. ARGV[1])
 redis.call('ZADD', KEYS[3], now, ARGV[1])
 redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -RELAYED_IDS_KEPT - 1)
 redis.call('RPUSH', KEYS[2], ARGV[2])
@@ -72,6 +74,24 @@ expire_all(tonumber(ARGV[4]), {KEYS[1], KEYS[2], KEYS[3]})
 return {1, first}
 """.replace("RELAYED_IDS_KEPT", str(RELAYED_IDS_KEPT))
 )
+
+# KEYS: handoff_relayed, lease. ARGV: item id, ttl, token. "~<id>": a copy of <id> began.
+_BEGIN = (
+    LUA_NOW
+    + _EXPIRE
+    + LUA_FENCE
+    + """
+if not holds(KEYS[2], ARGV[3]) then return FENCE_LOST end
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then redis.call('ZADD', KEYS[1], now, '~' .. ARGV[1]) end
+expire_all(tonumber(ARGV[2]), {KEYS[1]})
+return 1
+"""
+)
+
+# KEYS: handoff_relayed. ARGV: item id. → {done score or false, started score or false}
+_RELAY_STATE = """
+return {redis.call('ZSCORE', KEYS[1], ARGV[1]), redis.call('ZSCORE', KEYS[1], '~' .. ARGV[1])}
+"""
 
 # KEYS: handoff, lease. ARGV: field to set, value, token. Only while open, only if the field is unset
 # (flagged) or always (state -> closed).
@@ -137,6 +157,8 @@ class RedisHandoffStore:
         self._record = register(redis, _fenced(_RECORD))
         self._flag = register(redis, _fenced(_FLAG))
         self._get = register(redis, _GET)
+        self._begin = register(redis, _fenced(_BEGIN))
+        self._relay_state = register(redis, _RELAY_STATE)
         self._track = register(redis, _TRACK)
         self._due = register(redis, _DUE)
         self._unbind = register(redis, _UNBIND)
@@ -191,9 +213,14 @@ class RedisHandoffStore:
         )
         return Recorded(new=int(status) == 1, first_reply_seconds=int(first) / 1000 if int(first) >= 0 else None)
 
-    async def relayed(self, chat_id: int, item_id: str) -> bool:
+    async def begin_relay(self, chat_id: int, item_id: str, *, fence: Fence | None = None) -> None:
+        keys = self._keys.chat(chat_id)
+        await self._run(chat_id, self._begin, [keys.handoff_relayed, keys.lease], [item_id, self._ttl, token_of(fence)])
+
+    async def relay_state(self, chat_id: int, item_id: str) -> RelayState:
         with redis_errors(f"cannot read the handoff of chat {chat_id}"):
-            return await self._redis.zscore(self._keys.chat(chat_id).handoff_relayed, item_id) is not None
+            done, started = await self._relay_state(keys=[self._keys.chat(chat_id).handoff_relayed], args=[item_id])
+        return "done" if done is not None else "started" if started is not None else "new"
 
     async def flag(self, chat_id: int, *, fence: Fence | None = None) -> bool:
         keys = self._keys.chat(chat_id)
