@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from bot.telegram.texts import TEXTS
 from services.backends.redis.keys import KeySpace
 from tests.conftest import RedisServer
+from tests.e2e.conftest import SharedRedis
 from tests.e2e.processes import BotProcess, base_env
 from tests.e2e.test_handoff import DECISION, GROUP, SEED, operator_aware_summary
 from tests.stubs.openai_server import StubOpenAI
@@ -54,14 +55,16 @@ def topic_of(telegram: StubTelegram, chat_id: int) -> int | None:
 async def test_queued_workers_relay_in_order_exactly_once_through_a_sigkill(
     telegram: StubTelegram,
     stub_llm: StubOpenAI,
-    redis_server: RedisServer,
-    real_redis: Redis,
+    shared_redis: SharedRedis,
     tmp_path: Path,
     processes: list[BotProcess],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """On one redis-server and on a 3-master Redis Cluster (the global handoff keys live in another
+    slot than the chats' keys)."""
     stub_llm.summary_reply = operator_aware_summary
-    await start_workers(telegram, stub_llm, redis_server.url, tmp_path, processes)
+    real_redis = shared_redis.client
+    await start_workers(telegram, stub_llm, shared_redis.url, tmp_path, processes)
 
     # the whole workflow once, through the queue
     for n, line in enumerate(SEED, start=1):
@@ -152,7 +155,7 @@ async def test_queued_workers_relay_in_order_exactly_once_through_a_sigkill(
             doubled[chat] = doubled.get(chat, 0) + len(copies) - len(set(copies))
     with capsys.disabled():
         print(
-            f"\nhandoff relay, 3 workers, one SIGKILLed: chats={len(CHATS)} rounds={ROUNDS} "
+            f"\nhandoff relay ({shared_redis.mode}), 3 workers, one SIGKILLed: chats={len(CHATS)} rounds={ROUNDS} "
             f"held_by_the_killed_worker={len(held_at_kill)} doubled={sum(doubled.values())}"
         )
     assert killed, "a worker was killed while it held a handoff chat"
@@ -172,3 +175,65 @@ async def test_queued_workers_relay_in_order_exactly_once_through_a_sigkill(
 def collapse_repeats(ids: list[int]) -> list[int]:
     """``ids`` with a value repeated right after itself counted once (a redelivered copy comes next)."""
     return [value for index, value in enumerate(ids) if index == 0 or ids[index - 1] != value]
+
+
+async def metric(port: int, line_start: str) -> float | None:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as response:
+        body = await response.text()
+    for line in body.splitlines():
+        if line.startswith(line_start + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+async def test_queued_overdue_handoff_and_metrics(
+    telegram: StubTelegram,
+    stub_llm: StubOpenAI,
+    redis_server: RedisServer,
+    real_redis: Redis,
+    tmp_path: Path,
+    processes: list[BotProcess],
+) -> None:
+    """The reply deadline is found by the worker's watcher and handled as an internal queue item under
+    the chat's lease; the handoff metrics are served on /metrics."""
+    from tests.conftest import free_port
+
+    port = free_port()
+    env = base_env(telegram, stub_llm) | {
+        "REDIS_URL": redis_server.url,
+        "POLLING_TIMEOUT_SECONDS": "1",
+        "WORKER_LEASE_SECONDS": "2",
+        "WORKER_IDLE_WAIT_SECONDS": "0.2",
+        "OPERATOR_CHAT_ID": str(GROUP),
+        "HANDOFF_REPLY_TIMEOUT_SECONDS": "1",
+        "METRICS_PORT": str(port),
+        "METRICS_HOST": "127.0.0.1",
+    }
+    worker = BotProcess(env, tmp_path)
+    processes.append(worker)
+    await worker.start()
+    await worker.wait_http_ok(f"http://127.0.0.1:{port}/readyz")
+    telegram.send_text(CHAT, "/operator", language="ru")
+    await telegram.wait_for(lambda: TEXTS["ru"]["handoff_slow"] in telegram.texts_to(CHAT), within=30)
+    thread = topic_of(telegram, CHAT)
+    assert thread is not None
+    assert telegram.in_topic(thread, "sendMessage")[-1].params["text"] == TEXTS["en"]["op_overdue"].format(minutes=0)
+    assert await real_redis.hget(KEYS.chat(CHAT).handoff, "flagged") == b"1"
+    assert await real_redis.zcard(KEYS.handoff_deadlines) == 0
+    assert await metric(port, "sb_handoffs_open") == 1
+    telegram.push(telegram.operator_update(GROUP, thread, "Sorry for the wait, looking at it now."))
+    telegram.push(telegram.operator_update(GROUP, thread, "/close"))
+    await telegram.wait_for(lambda: TEXTS["ru"]["handoff_closed"] in telegram.texts_to(CHAT), within=30)
+    assert telegram.texts_to(CHAT).count(TEXTS["ru"]["handoff_slow"]) == 1
+    assert await metric(port, 'sb_handoffs_opened_total{trigger="command"}') == 1
+    assert await metric(port, 'sb_handoffs_closed_total{by="operator"}') == 1
+    assert await metric(port, "sb_handoff_tickets_total") == 1
+    assert await metric(port, "sb_handoff_first_reply_seconds_count") == 1
+    first_reply = await metric(port, "sb_handoff_first_reply_seconds_sum")
+    assert first_reply is not None and first_reply >= 1
+    deadline = time.monotonic() + 15
+    while await metric(port, "sb_handoffs_open") != 0:  # the gauge is refreshed every 5 s
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.2)
