@@ -135,10 +135,13 @@ class HandoffDesk:
         reason: str,
         trigger: str,
         say: Texts,
+        item_id: str,
         fence: Fence | None,
     ) -> None:
         """Open (or reopen) the chat's topic, post the ticket, open the handoff, tell the customer.
-        Each step is safe to redo if a worker dies in the middle (the ticket may then be posted twice)."""
+        Each step is safe to redo if a worker dies in the middle (``item_id``, the update that started
+        it, keeps the ticket from being posted twice; a topic created by an attempt that died before
+        storing its id stays behind, empty)."""
         assert self.group is not None and self.memory is not None
         record = await self.store.get(chat_id)
         if record.open:
@@ -159,11 +162,16 @@ class HandoffDesk:
                 for key in ("reason", "language", "summary", "no_summary", "recent", "customer", "assistant")
             },
         )
-        for chunk in split_text(f"{ticket}\n\n{ops('op_how')}"):
-            await self._send(bot, self.group, chunk, fence, thread=topic)
+        # the ticket once: a redelivered start does not post it again (unless the attempt before died
+        # while posting it: then it is posted again and counted)
+        ticket_id = f"{item_id}:ticket"
+        if await self._begin(chat_id, ticket_id, fence):
+            for chunk in split_text(f"{ticket}\n\n{ops('op_how')}"):
+                await self._send(bot, self.group, chunk, fence, thread=topic)
+            await self.store.record(chat_id, ticket_id, TranscriptEntry("event", "ticket posted"), fence=fence)
+            HANDOFF_TICKETS.inc()
         if await self.store.open(chat_id, reason=reason, trigger=trigger, language=say.language, fence=fence):
             HANDOFFS_OPENED.labels(trigger).inc()
-            HANDOFF_TICKETS.inc()
         await self.store.track(chat_id, open=True, reply_within=self.settings.handoff_reply_timeout_seconds)
         await self._gauge()
         await self._send(bot, chat_id, say("handoff_started"), fence)

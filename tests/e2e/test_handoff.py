@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from bot.telegram.texts import TEXTS
+from bot.factory import build_bot, build_desk, build_engine
+from bot.telegram.texts import TEXTS, Texts
+from services.backends.memory import InMemoryHandoffStore, MemoryBackend
+from services.errors import StoreUnavailableError
 from services.handoff import HANDOFF_TOOL
 from tests.conftest import RedisServer
 from tests.e2e.harness import RunningBot, make_settings, start_bot
@@ -228,3 +231,46 @@ async def test_no_operator_reply_in_time(
             assert telegram.texts_to(CHAT).count(expected) == 1 and len(stub_llm.chat_requests) == calls
     finally:
         await bot.stop()
+
+
+class OpenFailsOnce(InMemoryHandoffStore):
+    """A handoff store whose first ``open`` fails as an unreachable Redis would (a worker dying there)."""
+
+    failed = False
+
+    async def open(self, chat_id: int, **kwargs: Any) -> bool:
+        if not self.failed:
+            self.failed = True
+            raise StoreUnavailableError("Redis unreachable")
+        return await super().open(chat_id, **kwargs)
+
+
+async def test_a_start_redone_after_a_failure_posts_the_ticket_once(
+    telegram: StubTelegram, stub_llm: StubOpenAI
+) -> None:
+    settings = make_settings(telegram.base_url, stub_llm.base_url, None, bot={"operator_chat_id": GROUP})
+    backend = MemoryBackend()
+    backend.handoffs = OpenFailsOnce()
+    chat = build_engine(settings, backend.store)
+    desk = build_desk(chat, settings.bot, backend)
+    bot = build_bot(settings.bot)
+    try:
+        start = {
+            "user": None,
+            "reason": "asked",
+            "trigger": "command",
+            "say": Texts("en"),
+            "item_id": "u7",
+            "fence": None,
+        }
+        with pytest.raises(StoreUnavailableError):
+            await desk.start(bot, CHAT, **start)  # type: ignore[arg-type]
+        await desk.start(bot, CHAT, **start)  # type: ignore[arg-type]
+        (thread,) = telegram.topics
+        tickets = [c for c in telegram.in_topic(thread, "sendMessage") if c.params["text"].startswith("Ticket for")]
+        assert len(tickets) == 1 and len(telegram.of("createForumTopic")) == 1
+        assert (await backend.handoffs.get(CHAT)).open
+        assert telegram.texts_to(CHAT) == [TEXTS["en"]["handoff_started"]]
+    finally:
+        await chat.close()
+        await bot.session.close()

@@ -71,6 +71,7 @@ async def on_text(
                     reason=result.handoff_reason,
                     trigger="model",
                     say=say,
+                    item_id=turn_id,
                     fence=fence,
                 )
                 return

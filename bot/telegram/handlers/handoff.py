@@ -31,7 +31,9 @@ async def on_operator_group(
     await desk.from_operator(bot, message, f"u{event_update.update_id}", fence)
 
 
-async def on_operator(message: Message, bot: Bot, desk: HandoffDesk, say: Texts, fence: Fence | None = None) -> None:
+async def on_operator(
+    message: Message, bot: Bot, desk: HandoffDesk, say: Texts, event_update: Update, fence: Fence | None = None
+) -> None:
     if not desk.enabled:
         await message.answer(say("operator_off"))
         return
@@ -42,6 +44,7 @@ async def on_operator(message: Message, bot: Bot, desk: HandoffDesk, say: Texts,
         reason="the customer asked for a person (/operator)",
         trigger="command",
         say=say,
+        item_id=f"u{event_update.update_id}",
         fence=fence,
     )
 
