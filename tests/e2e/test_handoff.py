@@ -274,3 +274,25 @@ async def test_a_start_redone_after_a_failure_posts_the_ticket_once(
     finally:
         await chat.close()
         await bot.session.close()
+
+
+async def test_rate_limits_apply_to_the_customer_not_to_operators(telegram: StubTelegram, stub_llm: StubOpenAI) -> None:
+    settings = make_settings(
+        telegram.base_url, stub_llm.base_url, None, bot={"operator_chat_id": GROUP, "rate_limit_per_minute": 2}
+    )
+    bot = await start_bot(settings)
+    try:
+        telegram.send_text(CHAT, "/operator")
+        thread = await wait_topic(telegram)
+        await telegram.wait_for(lambda: TEXTS["en"]["handoff_started"] in telegram.texts_to(CHAT))
+        for n in range(3):
+            telegram.send_text(CHAT, f"customer {n}")
+        await telegram.wait_for(
+            lambda: any(t.startswith("You are sending messages too fast") for t in telegram.texts_to(CHAT))
+        )
+        for n in range(4):
+            telegram.push(telegram.operator_update(GROUP, thread, f"operator {n}"))
+        await telegram.wait_for(lambda: len(telegram.of("copyMessage", CHAT)) == 4)
+        assert len(telegram.in_topic(thread, "copyMessage")) == 2
+    finally:
+        await bot.stop()

@@ -12,6 +12,8 @@ from aiogram.types import Message, Update
 from bot.telegram.handoff import HandoffDesk
 from bot.telegram.texts import Texts
 from services.fence import Fence
+from services.metrics import RATE_LIMITED
+from services.ports import RateLimiter
 
 
 async def in_operator_group(message: Message, desk: HandoffDesk) -> bool:
@@ -50,9 +52,24 @@ async def on_operator(
 
 
 async def on_customer(
-    message: Message, bot: Bot, desk: HandoffDesk, handoff: Any, event_update: Update, fence: Fence | None = None
+    message: Message,
+    bot: Bot,
+    desk: HandoffDesk,
+    handoff: Any,
+    limiter: RateLimiter,
+    say: Texts,
+    event_update: Update,
+    fence: Fence | None = None,
 ) -> None:
-    await desk.from_customer(bot, message, handoff, f"u{event_update.update_id}", fence)
+    """The customer's rate limit still applies (the operators' messages have none)."""
+    item_id = f"u{event_update.update_id}"
+    decision = await limiter.hit(message.chat.id, key=item_id)
+    if not decision.allowed:
+        RATE_LIMITED.inc()
+        if decision.notify and (fence is None or fence.remaining() > 0):
+            await message.answer(say("rate_limited", seconds=max(1, round(decision.retry_after))))
+        return
+    await desk.from_customer(bot, message, handoff, item_id, fence)
 
 
 def make_router() -> Router:
