@@ -251,7 +251,9 @@ class Backend(Protocol):
         ...
 
     async def forget_chat(self, chat_id: int, *, fence: Fence | None = None) -> None:
-        """/forget: every record of the chat's conversation goes (only the version counter stays)."""
+        """/forget: every record of the chat's conversation goes. What stays holds no conversation:
+        the version counter (nothing loaded before can be written back) and the rate-limit window
+        (update ids and times: /forget is no way around the limit)."""
         ...
 
     async def close(self) -> None: ...

@@ -204,7 +204,6 @@ class MemoryBackend:
 
     async def forget_chat(self, chat_id: int, *, fence: Fence | None = None) -> None:
         await self.store.forget(chat_id, fence=fence)
-        await self.limiter.forget(chat_id)
 
     async def close(self) -> None:
         await self.store.close()

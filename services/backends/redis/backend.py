@@ -39,9 +39,8 @@ class RedisBackend:
         await self.store.ping()
 
     async def forget_chat(self, chat_id: int, *, fence: Fence | None = None) -> None:
-        """The session (fenced), then the rate-limit window and the chat's dead letters."""
+        """The session (fenced, the quarantined copy included), then the chat's dead letters."""
         await self.store.forget(chat_id, fence=fence)
-        await self.limiter.forget(chat_id)
         await self.dead_letters.drop_chat(chat_id)
 
     async def close(self) -> None:
