@@ -66,6 +66,10 @@ class SessionStore(Protocol):
         """Replace the summary and drop the folded oldest messages; returns the new version."""
         ...
 
+    async def load_turn(self, chat_id: int, turn_id: str) -> tuple[TurnStatus, Session]:
+        """``turn_status`` and ``load`` together, in one round trip (the start of every queued turn)."""
+        ...
+
     async def turn_status(self, chat_id: int, turn_id: str) -> TurnStatus:
         """Whether a turn with this id was committed and its reply sent (recent ids only)."""
         ...

@@ -110,6 +110,9 @@ class InMemorySessionStore:
         self._touch(chat)
         return chat.version
 
+    async def load_turn(self, chat_id: int, turn_id: str) -> tuple[TurnStatus, Session]:
+        return await self.turn_status(chat_id, turn_id), await self.load(chat_id)
+
     async def turn_status(self, chat_id: int, turn_id: str) -> TurnStatus:
         chat = self._get(chat_id)
         if chat is None:
