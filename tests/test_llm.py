@@ -1,10 +1,13 @@
+import openai
 import pytest
 from openai import AsyncOpenAI
 
+from services.engine.builders import build_llm_client
 from services.engine.llm import LLMClient
 from services.engine.models import PromptPart
 from services.engine.summary_state import SummaryState
 from services.errors import LLMBadReplyError, LLMUnavailableError
+from services.settings import LLMSettings, MemorySettings
 from tests.conftest import free_port
 from tests.stubs.openai_server import StubOpenAI
 
@@ -73,3 +76,25 @@ async def test_retries_with_backoff_then_succeeds(stub_llm: StubOpenAI) -> None:
     )
     completion = await llm.chat(PROMPT)
     assert completion.text and len(stub_llm.requests) == 3
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+async def test_both_http_transports_stream_a_reply(stub_llm: StubOpenAI, transport: str) -> None:
+    settings = LLMSettings(
+        _env_file=None,
+        openai_api_key="sk-test",
+        openai_base_url=stub_llm.base_url,  # type: ignore[call-arg]
+        openai_http_client=transport,  # type: ignore[arg-type]
+    )
+    llm = build_llm_client(settings, MemorySettings(_env_file=None))  # type: ignore[call-arg]
+    inner = type(llm._client._client).__name__.lower()  # the http client under the SDK
+    # openai releases before DefaultAioHttpClient (the lowest-versions step) fall back to httpx
+    assert ("aiohttp" in inner) == (transport == "aiohttp" and hasattr(openai, "DefaultAioHttpClient")), inner
+    deltas: list[str] = []
+
+    async def on_delta(text: str) -> None:
+        deltas.append(text)
+
+    completion = await llm.chat([PromptPart("user", "hello there", 3)], on_delta=on_delta)
+    assert completion.text and deltas
+    await llm.close()
