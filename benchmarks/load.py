@@ -276,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeat", type=int, default=1, help="alternate the variants this many times")
     args = parser.parse_args(argv)
+    if args.profile_dir:
+        Path(args.profile_dir).mkdir(parents=True, exist_ok=True)
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     print(
         f"machine: {machine()}; chats={args.chats} messages={args.messages} "

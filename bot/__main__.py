@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from bot.logs import setup_logging
 from bot.preflight import check_api_key, missing_message, missing_settings
 from bot.runtime.fastpath import install_event_loop
-from bot.settings import Settings, WorkerSettings
+from bot.settings import Settings
 from services.errors import ConfigurationError, SupportBotError
 
 # aiogram, aiohttp and openai take seconds to import: the runners are loaded only once the settings
@@ -38,7 +38,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         settings = Settings()
-        workers = WorkerSettings()
     except ValidationError as exc:
         raise SystemExit(f"invalid settings (see .env.example):\n{exc}") from None
     setup_logging(settings.bot.log_level, settings.bot.log_format)
@@ -52,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.command in ("run", "console"):
             asyncio.run(check_api_key(settings.llm))
-        _run(args, settings, workers)
+        _run(args, settings)
     except (ConfigurationError, SupportBotError) as exc:
         log.error("cannot start: %s", exc)
         raise SystemExit(2) from None
@@ -68,7 +67,7 @@ def describe(command: str, settings: Settings) -> str:
     return f"{settings.bot.bot_mode} mode, {store}"
 
 
-def _run(args: argparse.Namespace, settings: Settings, workers: WorkerSettings) -> None:
+def _run(args: argparse.Namespace, settings: Settings) -> None:
     if args.command == "console":
         from bot.console import main as console_main
 
@@ -82,7 +81,7 @@ def _run(args: argparse.Namespace, settings: Settings, workers: WorkerSettings) 
     elif settings.redis.redis_url is not None:
         from bot.runners.queued import run_queued
 
-        asyncio.run(run_queued(settings, workers))
+        asyncio.run(run_queued(settings))
     elif settings.bot.bot_mode == "webhook":
         from bot.runners.inprocess import run_webhook
 

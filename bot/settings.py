@@ -123,3 +123,4 @@ class Settings:
     llm: LLMSettings = field(default_factory=LLMSettings)
     memory: MemorySettings = field(default_factory=MemorySettings)
     redis: RedisSettings = field(default_factory=RedisSettings)
+    workers: WorkerSettings = field(default_factory=WorkerSettings)

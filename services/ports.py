@@ -67,6 +67,10 @@ class SessionStore(Protocol):
         """Replace the summary and drop the folded oldest messages; returns the new version."""
         ...
 
+    async def load_turn(self, chat_id: int, turn_id: str) -> tuple[TurnStatus, Session]:
+        """``turn_status`` and ``load`` together, in one round trip (the start of every queued turn)."""
+        ...
+
     async def turn_status(self, chat_id: int, turn_id: str) -> TurnStatus:
         """Whether a turn with this id was committed and its reply sent (recent ids only)."""
         ...
@@ -328,8 +332,10 @@ class Backend(Protocol):
         ...
 
     async def forget_chat(self, chat_id: int, *, fence: Fence | None = None) -> None:
-        """/forget: every record of the chat's conversation goes (only the version counter stays), the
-        handoff record and its topic binding included."""
+        """/forget: every record of the chat's conversation goes, the handoff record and its topic
+        binding included. What stays holds no conversation: the version counter (nothing loaded before
+        can be written back) and the rate-limit window (update ids and times: /forget is no way around
+        the limit)."""
         ...
 
     async def close(self) -> None: ...

@@ -21,6 +21,11 @@ class LLMSettings(BaseSettings):
     openai_instruction_role: Literal["developer", "system"] = "developer"
     openai_timeout_seconds: float = Field(default=60.0, gt=0)
     openai_max_retries: int = Field(default=2, ge=0)
+    openai_http_client: Literal["aiohttp", "httpx"] = Field(
+        default="aiohttp",
+        description="the openai client's HTTP transport: aiohttp (less CPU per call; benchmarks/RESULTS.md) "
+        "or httpx (the SDK's default). aiohttp falls back to httpx on openai versions without it",
+    )
     openai_token_limit_param: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
     openai_temperature: float | None = None
     summary_response_format: Literal["json_schema", "json_object"] = "json_schema"

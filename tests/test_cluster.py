@@ -93,6 +93,7 @@ def test_every_key_group_shares_one_slot() -> None:
     assert len({slot_of(key) for key in (*(getattr(chat, f) for f in chat.__slots__),)}) == 1
     assert slot_of(KEYS.poller_leader) == slot_of(KEYS.poller_offset)
     assert slot_of(KEYS.dead_items) == slot_of(KEYS.dead_index)
+    assert slot_of(KEYS.ready) == slot_of(KEYS.wake), "one script marks a chat due and wakes a worker"
     # chats spread: 1000 chats land on many slots
     assert len({slot_of(KEYS.chat(n).meta) for n in range(1000)}) > 900
 

@@ -1,12 +1,15 @@
 import json
 
+import openai
 import pytest
 from openai import AsyncOpenAI
 
+from services.engine.builders import build_llm_client
 from services.engine.llm import LLMClient
 from services.engine.models import PromptPart
 from services.engine.summary_state import SummaryState
 from services.errors import LLMBadReplyError, LLMUnavailableError
+from services.settings import LLMSettings, MemorySettings
 from tests.conftest import free_port
 from tests.stubs.openai_server import StubOpenAI
 
@@ -96,3 +99,25 @@ async def test_tools_are_offered_and_a_tool_call_is_reported(stub_llm: StubOpenA
     assert completion.finish_reason == "tool_calls" and deltas == []
     await llm.chat(PROMPT)
     assert "tools" not in stub_llm.requests[-1], "no tools unless asked"
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+async def test_both_http_transports_stream_a_reply(stub_llm: StubOpenAI, transport: str) -> None:
+    settings = LLMSettings(
+        _env_file=None,
+        openai_api_key="sk-test",
+        openai_base_url=stub_llm.base_url,  # type: ignore[call-arg]
+        openai_http_client=transport,  # type: ignore[arg-type]
+    )
+    llm = build_llm_client(settings, MemorySettings(_env_file=None))  # type: ignore[call-arg]
+    inner = type(llm._client._client).__name__.lower()  # the http client under the SDK
+    # openai releases before DefaultAioHttpClient (the lowest-versions step) fall back to httpx
+    assert ("aiohttp" in inner) == (transport == "aiohttp" and hasattr(openai, "DefaultAioHttpClient")), inner
+    deltas: list[str] = []
+
+    async def on_delta(text: str) -> None:
+        deltas.append(text)
+
+    completion = await llm.chat([PromptPart("user", "hello there", 3)], on_delta=on_delta)
+    assert completion.text and deltas
+    await llm.close()

@@ -161,3 +161,16 @@ async def test_replied_marks_and_reply_lookup_after_more_turns(store: SessionSto
     folded = await store.turn_status(1, "u1")
     assert folded.committed and folded.reply is None
     assert (await store.turn_status(1, "u2")).reply == "answer 1"
+
+
+async def test_load_turn_is_turn_status_and_load_in_one(store: SessionStore) -> None:
+    status, session = await store.load_turn(1, "u1")
+    assert status == await store.turn_status(1, "u1") and not status.committed
+    assert session == await store.load(1)
+    await store.commit_turn(1, expected_version=0, messages=turn(0), turn_id="u1")
+    status, session = await store.load_turn(1, "u1")
+    assert status.committed and not status.replied and status.reply == "answer 0"
+    assert session == await store.load(1) and session.version == 1
+    await store.mark_replied(1, "u1")
+    status, _ = await store.load_turn(1, "u1")
+    assert status == await store.turn_status(1, "u1") and status.replied

@@ -19,7 +19,6 @@ from bot.runtime.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.runtime.startup import StartupError, with_startup_retries
 from bot.runtime.supervisor import Supervisor
 from bot.runtime.worker import Worker
-from bot.settings import WorkerSettings
 from bot.telegram.handoff import HandoffDesk
 from services.backends.redis.backend import RedisBackend
 from services.backends.redis.deadletters import DeadLetterStore
@@ -32,11 +31,11 @@ from services.ports import HandoffStore, WorkQueue
 log = logging.getLogger(__name__)
 
 
-async def run_queued(settings: Settings, workers: WorkerSettings) -> None:
+async def run_queued(settings: Settings) -> None:
     backend = await open_redis_backend(settings)
     bot = build_bot(settings.bot)
     try:
-        await _run(settings, workers, backend, bot)
+        await _run(settings, backend, bot)
     finally:
         with contextlib.suppress(Exception):
             await bot.session.close()
@@ -44,7 +43,8 @@ async def run_queued(settings: Settings, workers: WorkerSettings) -> None:
             await backend.close()
 
 
-async def _run(settings: Settings, workers: WorkerSettings, backend: RedisBackend, bot: Bot) -> None:
+async def _run(settings: Settings, backend: RedisBackend, bot: Bot) -> None:
+    workers = settings.workers
     identity = worker_identity()
     lease_ms = int(workers.worker_lease_seconds * 1000)
     await with_startup_retries("connecting to Redis", backend.ping)

@@ -1,9 +1,10 @@
-"""Which failures are worth retrying (the outside world comes back) and which are not."""
+"""Which failures are worth retrying (the outside world comes back) and which are not. Backends
+translate their libraries' errors at their edge (a Redis failure arrives as StoreUnavailableError, a
+TransientError); only Telegram's own errors are named here, because this is Telegram's edge."""
 
 from __future__ import annotations
 
 from aiogram.exceptions import TelegramNetworkError, TelegramRetryAfter, TelegramServerError
-from redis.exceptions import RedisError
 
 from services.errors import TransientError
 
@@ -12,7 +13,6 @@ _TRANSIENT: tuple[type[BaseException], ...] = (
     TelegramNetworkError,
     TelegramServerError,
     TelegramRetryAfter,
-    RedisError,
     OSError,
 )
 

@@ -111,6 +111,9 @@ class InMemorySessionStore:
         self._touch(chat)
         return chat.version
 
+    async def load_turn(self, chat_id: int, turn_id: str) -> tuple[TurnStatus, Session]:
+        return await self.turn_status(chat_id, turn_id), await self.load(chat_id)
+
     async def turn_status(self, chat_id: int, turn_id: str) -> TurnStatus:
         chat = self._get(chat_id)
         if chat is None:
@@ -314,7 +317,6 @@ class MemoryBackend:
         await self.store.forget(chat_id, fence=fence)
         self.handoffs.forget(chat_id)
         await self.handoffs.unbind(chat_id, topic_id)
-        await self.limiter.forget(chat_id)
 
     async def close(self) -> None:
         await self.store.close()

@@ -3,6 +3,10 @@ the evaluation runner and the benchmarks)."""
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
+import openai
 from openai import AsyncOpenAI
 
 from prompts import PromptRegistry, default_registry
@@ -16,6 +20,24 @@ from services.errors import ConfigurationError
 from services.ports import SessionStore, TurnObserver
 from services.settings import LLMSettings, MemorySettings
 
+log = logging.getLogger(__name__)
+
+
+def _http_client(settings: LLMSettings) -> Any:
+    """aiohttp under the SDK's httpx interface (``openai.DefaultAioHttpClient``) when asked for and
+    available, else None (the SDK's own httpx client)."""
+    if settings.openai_http_client != "aiohttp":
+        return None
+    aiohttp_client = getattr(openai, "DefaultAioHttpClient", None)
+    if aiohttp_client is None:
+        log.info("this openai version has no aiohttp transport; using httpx")
+        return None
+    try:
+        return aiohttp_client(timeout=settings.openai_timeout_seconds)
+    except RuntimeError as exc:  # the SDK's aiohttp extra is missing
+        log.info("openai aiohttp transport unavailable (%s); using httpx", exc)
+        return None
+
 
 def build_llm_client(settings: LLMSettings, memory: MemorySettings) -> LLMClient:
     """Raises ConfigurationError when OPENAI_API_KEY is empty (no placeholder key is ever sent)."""
@@ -27,6 +49,7 @@ def build_llm_client(settings: LLMSettings, memory: MemorySettings) -> LLMClient
         base_url=settings.openai_base_url,
         timeout=settings.openai_timeout_seconds,
         max_retries=settings.openai_max_retries,
+        http_client=_http_client(settings),
     )
     return LLMClient(
         client=client,

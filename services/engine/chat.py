@@ -115,9 +115,10 @@ class ChatService:
         fence: Fence | None,
     ) -> TurnResult:
         quarantined = False
+        session: Session | None = None
         if turn_id is not None:
             try:
-                status = await self._store.turn_status(chat_id, turn_id)
+                status, session = await self._store.load_turn(chat_id, turn_id)
             except CorruptSessionError as exc:
                 await self._quarantine(chat_id, exc, fence)
                 status, quarantined = TurnStatus(), True
@@ -125,7 +126,7 @@ class ChatService:
                 return TurnResult(reply="", duplicate=True)
             if status.committed:
                 return await self._redeliver(chat_id, turn_id, status, deliver, fence)
-        result = await self.respond(chat_id, text, on_delta=on_delta, turn_id=turn_id, fence=fence)
+        result = await self.respond(chat_id, text, on_delta=on_delta, turn_id=turn_id, fence=fence, loaded=session)
         if quarantined:
             result = replace(result, quarantined=True)
         if turn_id is not None and result.duplicate:  # another worker committed it meanwhile
@@ -187,8 +188,10 @@ class ChatService:
         on_delta: OnDelta | None = None,
         turn_id: str | None = None,
         fence: Fence | None = None,
+        loaded: Session | None = None,
     ) -> TurnResult:
-        """Produce and store one turn. Nothing is written unless the model replied."""
+        """Produce and store one turn. Nothing is written unless the model replied. ``loaded``: the
+        session as just loaded (the first attempt uses it instead of loading again)."""
         if len(text) > self._max_message_chars:  # checked before tokenizing megabytes of text
             raise MessageTooLongError(tokens=len(text), limit=self._max_message_chars, unit="characters")
         text = clean_text(text)
@@ -196,7 +199,10 @@ class ChatService:
         new_part = PromptPart("user", content, self._counter.count_message("user", content))
         quarantined = False
         for attempt in range(1, self._commit_attempts + 1):
-            session, fresh = await self._load(chat_id, fence)
+            if attempt == 1 and loaded is not None:
+                session, fresh = loaded, False
+            else:
+                session, fresh = await self._load(chat_id, fence)
             try:
                 window = self._window(self._summary_part(session), session.messages, new_part)
             except CorruptHistoryError as exc:

@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
+from bot.telegram.texts import text
 from tests.conftest import RedisServer, free_port
 from tests.e2e.harness import TOKEN
 from tests.e2e.processes import API_KEY, SECRET, BotProcess, base_env, run_side_by_side
@@ -34,7 +35,12 @@ async def test_polling_without_redis_url_uses_in_process_store(
     telegram.send_text(42, "second message")
     await telegram.wait_messages(42, 2, within=20)
     assert "hello from a process" in json.dumps(stub_llm.chat_requests[-1])
-    assert telegram.of("deleteWebhook") and telegram.of("setMyCommands")
+    assert telegram.of("deleteWebhook")
+    menus = {call.params.get("language_code"): call.params["commands"] for call in telegram.of("setMyCommands")}
+    assert set(menus) == {None, "ru"}, "the default menu (English) and one per other language"
+    for language, commands in menus.items():
+        described = {c["command"]: c["description"] for c in commands}
+        assert described == {name: text(language or "en", f"command_{name}") for name in ("new", "forget", "help")}
     assert await bot.stop() == 0
     log = bot.log.decode(errors="replace")
     assert TOKEN not in log and TOKEN.split(":")[1] not in log

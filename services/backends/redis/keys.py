@@ -12,7 +12,8 @@ of one slot only:
 * the dead-letter records and their index share ``{<prefix>:<bot id>:dead}``;
 * the handoff topics (topic → chat), the open handoffs and their reply deadlines share
   ``{<prefix>:<bot id>:handoff}``;
-* the ready set and the wake-up list are single keys (each script touching them touches nothing else).
+* the ready set ``<ns>:ready`` has no tag; the wake-up list's tag is that whole name,
+  ``{<ns>:ready}:wake``, so both hash to the same slot and one script marks a chat due and wakes a worker.
 """
 
 from __future__ import annotations
@@ -115,7 +116,8 @@ class KeySpace:
 
     @property
     def wake(self) -> str:
-        return f"{self.namespace}:wake"
+        """In the ready set's slot (its tag is the ready set's whole name)."""
+        return f"{{{self.ready}}}:wake"
 
     @property
     def poller_leader(self) -> str:

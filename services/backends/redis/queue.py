@@ -49,11 +49,14 @@ return 1
 """.replace("SEEN_KEPT", str(SEEN_KEPT))
 )
 
-# KEYS: ready. ARGV: chat member. Make the chat due now (never postpones an earlier due time).
+# KEYS: ready, wake (one slot). ARGV: chat member. Make the chat due now (never postpones an earlier due
+# time) and wake one idle worker.
 _MARK_READY = (
     LUA_NOW
     + """
 redis.call('ZADD', KEYS[1], 'LT', now, ARGV[1])
+redis.call('LPUSH', KEYS[2], '1')
+redis.call('LTRIM', KEYS[2], 0, 999)
 return now
 """
 )
@@ -212,9 +215,7 @@ class ChatWorkQueue:
         return bool(new)
 
     async def _make_due(self, chat_id: int) -> None:
-        await self._mark_ready(keys=[self._keys.ready], args=[str(chat_id)])
-        await self._redis.lpush(self._keys.wake, "1")
-        await self._redis.ltrim(self._keys.wake, 0, 999)
+        await self._mark_ready(keys=[self._keys.ready, self._keys.wake], args=[str(chat_id)])
 
     async def claim(self, token: str) -> Claim | None:
         """The first due chat (its lease is taken by the first ``next(acquire=True)``), or None."""

@@ -153,6 +153,12 @@ return {redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1)}
 """
 
 # KEYS: turns, replied, msgs. ARGV: turn_id. → {reply seq or false, replied or false, first message or false}
+# KEYS: meta, msgs, turns, replied. ARGV: turn id
+_LOAD_TURN = """
+return {redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1),
+        redis.call('ZSCORE', KEYS[3], ARGV[1]), redis.call('ZSCORE', KEYS[4], ARGV[1])}
+"""
+
 _TURN_STATUS = """
 local reply_seq = redis.call('ZSCORE', KEYS[1], ARGV[1])
 return {reply_seq, redis.call('ZSCORE', KEYS[2], ARGV[1]), redis.call('LINDEX', KEYS[3], 0)}
@@ -178,6 +184,7 @@ class RedisSessionStore:
         self._quarantine = register(redis, _QUARANTINE.replace("FENCE_LOST", str(FENCE_LOST)))
         self._load = register(redis, _LOAD)
         self._turn_status = register(redis, _TURN_STATUS)
+        self._load_turn = register(redis, _LOAD_TURN)
 
     @property
     def key_space(self) -> KeySpace:
@@ -189,6 +196,19 @@ class RedisSessionStore:
             flat, raw_messages = await self._load(keys=[keys.meta, keys.msgs])
         meta = dict(zip(flat[::2], flat[1::2], strict=True))
         return _decode_session(chat_id, meta, raw_messages)
+
+    async def load_turn(self, chat_id: int, turn_id: str) -> tuple[TurnStatus, Session]:
+        keys = self._keys.chat(chat_id)
+        with redis_errors(f"cannot load chat {chat_id}"):
+            flat, raw_messages, reply_seq, replied = await self._load_turn(
+                keys=[keys.meta, keys.msgs, keys.turns, keys.replied], args=[turn_id]
+            )
+        session = _decode_session(chat_id, dict(zip(flat[::2], flat[1::2], strict=True)), raw_messages)
+        if reply_seq is None:
+            return TurnStatus(replied=replied is not None), session
+        seq = int(float(reply_seq))
+        reply = next((m.content for m in session.messages if m.seq == seq and m.role == "assistant"), None)
+        return TurnStatus(committed=True, replied=replied is not None, reply=reply), session
 
     async def commit_turn(
         self,
