@@ -55,6 +55,14 @@ redelivered turn is recognised by it)."""
 RELAYED_IDS_KEPT = 1000
 """How many relayed message ids a chat remembers (exactly-once relaying)."""
 
+TRANSCRIPT_KEPT = 500
+"""How many transcript entries a handoff keeps (the newest; older ones are dropped and never reach the
+summary): a handoff's transcript is bounded, and so is the one summarizer call that folds it."""
+
+NEEDS_OPEN = frozenset({"customer", "operator", "note"})
+"""Transcript entries written only while the handoff is open (the ticket and relay marks need only the
+record to exist: nothing at all is written after /forget)."""
+
 RECENT_TURNS_IN_TICKET = 6
 """Messages of the verbatim history the ticket repeats word for word."""
 
@@ -79,7 +87,9 @@ class TranscriptEntry:
 @dataclass(frozen=True, slots=True)
 class Handoff:
     """A chat's handoff record. ``topic_id`` stays after the handoff is closed (the next one reopens
-    the same topic); ``first_reply_ms`` is the time of the first operator message (Redis clock)."""
+    the same topic); ``first_reply_ms`` is the time of the first operator message (Redis clock);
+    ``opened_by``/``closed_by`` are the updates that opened and closed it (a retried update finishes
+    its own steps)."""
 
     state: Literal["open", "closed", "none"] = "none"
     topic_id: int | None = None
@@ -89,6 +99,8 @@ class Handoff:
     opened_ms: int = 0
     first_reply_ms: int = 0
     flagged: bool = False
+    opened_by: str = ""
+    closed_by: str = ""
     transcript: tuple[TranscriptEntry, ...] = field(default_factory=tuple)
 
     @property

@@ -9,9 +9,9 @@ import pytest
 
 from services.backends.redis.backend import RedisBackend
 from services.engine.models import NewMessage
-from services.errors import LeaseLostError
+from services.errors import CorruptSessionError, LeaseLostError, StoreUnavailableError
 from services.fence import Fence
-from services.handoff import TranscriptEntry
+from services.handoff import TRANSCRIPT_KEPT, Handoff, TranscriptEntry
 from services.ports import Backend
 
 CHAT = 4242
@@ -113,3 +113,86 @@ async def test_writes_of_a_worker_without_the_lease_are_refused(backend: Backend
         with pytest.raises(LeaseLostError):
             await write
     assert (await backend.handoffs.get(CHAT)).state == "none"
+
+
+async def test_nothing_is_recorded_for_a_handoff_forgotten_or_closed_meanwhile(backend: Backend) -> None:
+    h = backend.handoffs
+    await h.set_topic(CHAT, 77)
+    await h.open(CHAT, reason="asked", trigger="command", language="en", item_id="u1")
+    assert (await h.get(CHAT)).opened_by == "u1"
+    await h.close(CHAT, item_id="u5")
+    closed = await h.get(CHAT)
+    assert closed.closed_by == "u5"
+    assert not (await h.record(CHAT, "u6", TranscriptEntry("operator", "too late"))).new
+    assert (await h.record(CHAT, "u5:closed-topic", None)).new, "a notice's mark is kept after the close"
+    assert await h.relay_state(CHAT, "u5:closed-topic") == "done"
+    assert (await h.get(CHAT)).transcript == ()
+    await backend.forget_chat(CHAT)
+    await h.begin_relay(CHAT, "u7")
+    assert not (await h.record(CHAT, "u7", TranscriptEntry("operator", "after /forget"))).new
+    assert not (await h.record(CHAT, "u8", None)).new
+    assert await h.get(CHAT) == Handoff()
+    assert await h.relay_state(CHAT, "u7") == "new"
+    if isinstance(backend, RedisBackend):
+        keys = [k async for k in backend.redis.scan_iter(match="*")]
+        assert not [k for k in keys if b"handoff" in k and f"{{chat:{CHAT}}}".encode() in k], keys
+
+
+async def test_the_transcript_keeps_its_newest_entries_and_goes_with_the_close(backend: Backend) -> None:
+    h = backend.handoffs
+    await h.set_topic(CHAT, 77)
+    await h.open(CHAT, reason="asked", trigger="command", language="en")
+    for n in range(TRANSCRIPT_KEPT + 5):
+        await h.record(CHAT, f"u{n}", TranscriptEntry("customer", f"line {n}"))
+    transcript = (await h.get(CHAT)).transcript
+    assert len(transcript) == TRANSCRIPT_KEPT and transcript[0].text == "line 5"
+    assert (await h.get(CHAT, transcript=False)).transcript == ()
+    await h.close(CHAT)
+    assert (await h.get(CHAT)).transcript == ()
+    if isinstance(backend, RedisBackend):
+        assert not await backend.redis.exists(backend.keys.chat(CHAT).handoff_log)
+
+
+async def test_removing_a_deadline_leaves_the_open_set_alone(backend: Backend) -> None:
+    h = backend.handoffs
+    await h.track(CHAT, open=False, reply_within=0)
+    await h.track(CHAT, open=None, reply_within=None)
+    assert await h.open_count() == 0 and await h.due() == []
+    await h.track(CHAT, open=True, reply_within=0)
+    await h.track(CHAT, open=None, reply_within=None)
+    assert await h.open_count() == 1 and await h.due() == []
+
+
+async def test_forget_chat_redone_after_a_failure_still_unbinds_the_topic(backend: Backend) -> None:
+    h = backend.handoffs
+    await h.set_topic(CHAT, 77)
+    await h.bind_topic(77, CHAT)
+    await h.open(CHAT, reason="asked", trigger="command", language="en")
+    real_unbind = h.unbind
+    calls = {"n": 0}
+
+    async def unbind_fails_once(chat_id: int, topic_id: int | None) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise StoreUnavailableError("the process dies here")
+        await real_unbind(chat_id, topic_id)
+
+    h.unbind = unbind_fails_once  # type: ignore[method-assign]
+    with pytest.raises(StoreUnavailableError):
+        await backend.forget_chat(CHAT)
+    await backend.forget_chat(CHAT)  # the /forget redone
+    assert await h.chat_of_topic(77) is None, "the topic stays bound to a forgotten chat"
+    assert (await h.get(CHAT)).state == "none"
+
+
+async def test_forget_chat_does_not_need_to_read_the_transcript(backend: Backend) -> None:
+    if not isinstance(backend, RedisBackend):
+        pytest.skip("the in-process store holds no serialized transcript")
+    h = backend.handoffs
+    await h.set_topic(CHAT, 77)
+    await h.open(CHAT, reason="asked", trigger="command", language="en")
+    await backend.redis.rpush(backend.keys.chat(CHAT).handoff_log, "not json")
+    with pytest.raises(CorruptSessionError):
+        await h.get(CHAT)
+    await backend.forget_chat(CHAT)
+    assert await h.get(CHAT) == Handoff()

@@ -12,7 +12,7 @@ from services.engine.models import Compaction, NewMessage, Session, StoredMessag
 from services.engine.summary_state import SummaryState
 from services.errors import ConcurrentUpdateError
 from services.fence import Fence
-from services.handoff import RELAYED_IDS_KEPT, Handoff, Recorded, TranscriptEntry
+from services.handoff import NEEDS_OPEN, RELAYED_IDS_KEPT, TRANSCRIPT_KEPT, Handoff, Recorded, TranscriptEntry
 from services.ports import RATE_WINDOW_SECONDS, TURN_IDS_KEPT, CommitResult, RateDecision, RelayState, TurnStatus
 
 
@@ -210,25 +210,31 @@ class InMemoryHandoffStore:
     def _ms(self) -> int:
         return int(self._now() * 1000)
 
-    async def get(self, chat_id: int) -> Handoff:
-        return self._records.get(chat_id, Handoff())
+    async def get(self, chat_id: int, *, transcript: bool = True) -> Handoff:
+        record = self._records.get(chat_id, Handoff())
+        return record if transcript else replace(record, transcript=())
 
     async def set_topic(self, chat_id: int, topic_id: int, *, fence: Fence | None = None) -> None:
         self._records[chat_id] = replace(await self.get(chat_id), topic_id=topic_id)
 
-    async def open(self, chat_id: int, *, reason: str, trigger: str, language: str, fence: Fence | None = None) -> bool:
+    async def open(
+        self, chat_id: int, *, reason: str, trigger: str, language: str, item_id: str = "", fence: Fence | None = None
+    ) -> bool:
         record = await self.get(chat_id)
         if record.open:
             return False
         self._records[chat_id] = Handoff(
             state="open", topic_id=record.topic_id, reason=reason, trigger=trigger, language=language,
-            opened_ms=self._ms(),
+            opened_ms=self._ms(), opened_by=item_id,
         )  # fmt: skip
         return True
 
     async def record(
-        self, chat_id: int, item_id: str, entry: TranscriptEntry, *, fence: Fence | None = None
+        self, chat_id: int, item_id: str, entry: TranscriptEntry | None, *, fence: Fence | None = None
     ) -> Recorded:
+        record = self._records.get(chat_id)
+        if record is None or (entry is not None and entry.who in NEEDS_OPEN and not record.open):
+            return Recorded(new=False)
         relayed = self._relayed.setdefault(chat_id, {})
         if item_id in relayed:
             return Recorded(new=False)
@@ -238,7 +244,9 @@ class InMemoryHandoffStore:
             relayed.pop(next(iter(relayed)))
         record = await self.get(chat_id)
         first: float | None = None
-        changes: dict[str, object] = {"transcript": (*record.transcript, entry)}
+        if entry is None:
+            return Recorded(new=True)
+        changes: dict[str, object] = {"transcript": (*record.transcript, entry)[-TRANSCRIPT_KEPT:]}
         if entry.who == "operator" and not record.first_reply_ms:
             now = self._ms()
             changes["first_reply_ms"] = now
@@ -247,6 +255,8 @@ class InMemoryHandoffStore:
         return Recorded(new=True, first_reply_seconds=first)
 
     async def begin_relay(self, chat_id: int, item_id: str, *, fence: Fence | None = None) -> None:
+        if chat_id not in self._records:
+            return
         self._relayed.setdefault(chat_id, {})[f"~{item_id}"] = None
 
     async def relay_state(self, chat_id: int, item_id: str) -> RelayState:
@@ -260,11 +270,11 @@ class InMemoryHandoffStore:
         self._records[chat_id] = replace(record, flagged=True)
         return True
 
-    async def close(self, chat_id: int, *, fence: Fence | None = None) -> bool:
+    async def close(self, chat_id: int, *, item_id: str = "", fence: Fence | None = None) -> bool:
         record = await self.get(chat_id)
         if not record.open:
             return False
-        self._records[chat_id] = replace(record, state="closed")
+        self._records[chat_id] = replace(record, state="closed", closed_by=item_id, transcript=())
         return True
 
     async def bind_topic(self, topic_id: int, chat_id: int) -> None:
@@ -273,10 +283,10 @@ class InMemoryHandoffStore:
     async def chat_of_topic(self, topic_id: int) -> int | None:
         return self._topics.get(topic_id)
 
-    async def track(self, chat_id: int, *, open: bool, reply_within: float | None = None) -> None:
-        if open:
+    async def track(self, chat_id: int, *, open: bool | None, reply_within: float | None = None) -> None:
+        if open is True:
             self._open.add(chat_id)
-        else:
+        elif open is False:
             self._open.discard(chat_id)
         if reply_within is None:
             self._deadlines.pop(chat_id, None)
@@ -313,10 +323,12 @@ class MemoryBackend:
         await self.store.ping()
 
     async def forget_chat(self, chat_id: int, *, fence: Fence | None = None) -> None:
-        topic_id = (await self.handoffs.get(chat_id)).topic_id
+        """The topic binding first (idempotent), then the records: a failure in between leaves the
+        record, and the topic id with it, for the next attempt."""
+        topic_id = (await self.handoffs.get(chat_id, transcript=False)).topic_id
+        await self.handoffs.unbind(chat_id, topic_id)
         await self.store.forget(chat_id, fence=fence)
         self.handoffs.forget(chat_id)
-        await self.handoffs.unbind(chat_id, topic_id)
 
     async def close(self) -> None:
         await self.store.close()

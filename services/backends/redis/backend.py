@@ -41,13 +41,13 @@ class RedisBackend:
         await self.store.ping()
 
     async def forget_chat(self, chat_id: int, *, fence: Fence | None = None) -> None:
-        """The session and the handoff record (one fenced script; the quarantined copy included), then
-        the handoff's topic binding and the chat's dead letters. The rate-limit window stays (ids and
+        """The handoff's topic binding, then the session and the handoff record (one fenced script; the
+        quarantined copy included), then the chat's dead letters. The rate-limit window stays (ids and
         times only: /forget is no way around the limit). Messages already copied into the operator
         group stay there: they are the operators' records, not the bot's."""
-        topic_id = (await self.handoffs.get(chat_id)).topic_id
+        topic_id = (await self.handoffs.get(chat_id, transcript=False)).topic_id  # not decoded: never corrupt
+        await self.handoffs.unbind(chat_id, topic_id)  # first (idempotent): the record keeps the topic id until then
         await self.store.forget(chat_id, fence=fence)
-        await self.handoffs.unbind(chat_id, topic_id)
         await self.dead_letters.drop_chat(chat_id)
 
     async def close(self) -> None:

@@ -15,7 +15,14 @@ from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import FENCE_LOST, LUA_FENCE, LUA_NOW, AnyRedis, redis_errors, register
 from services.errors import CorruptSessionError, LeaseLostError
 from services.fence import Fence, token_of
-from services.handoff import RELAYED_IDS_KEPT, Handoff, Recorded, TranscriptEntry
+from services.handoff import (
+    NEEDS_OPEN,
+    RELAYED_IDS_KEPT,
+    TRANSCRIPT_KEPT,
+    Handoff,
+    Recorded,
+    TranscriptEntry,
+)
 from services.ports import RelayState
 
 _EXPIRE = """
@@ -36,7 +43,7 @@ return 1
 """
 )
 
-# KEYS: handoff, handoff_log, lease. ARGV: reason, trigger, language, ttl, token.
+# KEYS: handoff, handoff_log, lease. ARGV: reason, trigger, language, ttl, token, item id (opened_by).
 _OPEN = (
     LUA_NOW
     + _EXPIRE
@@ -45,26 +52,35 @@ _OPEN = (
 if not holds(KEYS[3], ARGV[5]) then return FENCE_LOST end
 if redis.call('HGET', KEYS[1], 'state') == 'open' then return 0 end
 redis.call('DEL', KEYS[2])
-redis.call('HDEL', KEYS[1], 'first_reply', 'flagged')
-redis.call('HSET', KEYS[1], 'state', 'open', 'reason', ARGV[1], 'trigger', ARGV[2], 'language', ARGV[3], 'opened', now)
+redis.call('HDEL', KEYS[1], 'first_reply', 'flagged', 'closed_by')
+redis.call('HSET', KEYS[1], 'state', 'open', 'reason', ARGV[1], 'trigger', ARGV[2], 'language', ARGV[3], 'opened', now,
+  'opened_by', ARGV[6])
 expire_all(tonumber(ARGV[4]), {KEYS[1]})
 return 1
 """
 )
 
-# KEYS: handoff, handoff_log, handoff_relayed, lease. ARGV: item id, entry JSON, is operator, ttl, token.
-# Returns {1, first reply latency ms or -1} | {0, -1} already relayed | {FENCE_LOST, -1}.
+# KEYS: handoff, handoff_log, handoff_relayed, lease. ARGV: item id, entry JSON ('' = a relay mark
+# only), is operator, ttl, token, needs open ('1': a message or note, written only while the handoff
+# is open; '0': the ticket or a mark, written while the record exists; never after /forget).
+# Returns {1, first reply latency ms or -1} | {0, -1} already relayed or not open | {FENCE_LOST, -1}.
 _RECORD = (
     LUA_NOW
     + _EXPIRE
     + LUA_FENCE
     + """
 if not holds(KEYS[4], ARGV[5]) then return {FENCE_LOST, -1} end
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state and redis.call('EXISTS', KEYS[1]) == 0 then return {0, -1} end
+if ARGV[6] == '1' and state ~= 'open' then return {0, -1} end
 if redis.call('ZSCORE', KEYS[3], ARGV[1]) then return {0, -1} end
 redis.call('ZREM', KEYS[3], '~' .. ARGV[1])
 redis.call('ZADD', KEYS[3], now, ARGV[1])
 redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -RELAYED_IDS_KEPT - 1)
-redis.call('RPUSH', KEYS[2], ARGV[2])
+if ARGV[2] ~= '' then
+  redis.call('RPUSH', KEYS[2], ARGV[2])
+  redis.call('LTRIM', KEYS[2], -TRANSCRIPT_KEPT, -1)
+end
 local first = -1
 if ARGV[3] == '1' and not redis.call('HGET', KEYS[1], 'first_reply') then
   redis.call('HSET', KEYS[1], 'first_reply', now)
@@ -72,16 +88,18 @@ if ARGV[3] == '1' and not redis.call('HGET', KEYS[1], 'first_reply') then
 end
 expire_all(tonumber(ARGV[4]), {KEYS[1], KEYS[2], KEYS[3]})
 return {1, first}
-""".replace("RELAYED_IDS_KEPT", str(RELAYED_IDS_KEPT))
+""".replace("RELAYED_IDS_KEPT", str(RELAYED_IDS_KEPT)).replace("TRANSCRIPT_KEPT", str(TRANSCRIPT_KEPT))
 )
 
-# KEYS: handoff_relayed, lease. ARGV: item id, ttl, token. "~<id>": a copy of <id> began.
+# KEYS: handoff_relayed, lease, handoff. ARGV: item id, ttl, token. "~<id>": a copy of <id> began.
+# Nothing is written once the record is gone (/forget).
 _BEGIN = (
     LUA_NOW
     + _EXPIRE
     + LUA_FENCE
     + """
 if not holds(KEYS[2], ARGV[3]) then return FENCE_LOST end
+if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then redis.call('ZADD', KEYS[1], now, '~' .. ARGV[1]) end
 expire_all(tonumber(ARGV[2]), {KEYS[1]})
 return 1
@@ -93,33 +111,44 @@ _RELAY_STATE = """
 return {redis.call('ZSCORE', KEYS[1], ARGV[1]), redis.call('ZSCORE', KEYS[1], '~' .. ARGV[1])}
 """
 
-# KEYS: handoff, lease. ARGV: field to set, value, token. Only while open, only if the field is unset
-# (flagged) or always (state -> closed).
+# KEYS: handoff, lease. ARGV: token. Only while open, only once.
 _FLAG = (
     LUA_FENCE
     + """
-if not holds(KEYS[2], ARGV[2]) then return FENCE_LOST end
+if not holds(KEYS[2], ARGV[1]) then return FENCE_LOST end
 if redis.call('HGET', KEYS[1], 'state') ~= 'open' then return 0 end
-if ARGV[1] == 'flag' then
-  if redis.call('HGET', KEYS[1], 'flagged') then return 0 end
-  redis.call('HSET', KEYS[1], 'flagged', '1')
-else
-  redis.call('HSET', KEYS[1], 'state', 'closed')
-end
+if redis.call('HGET', KEYS[1], 'flagged') then return 0 end
+redis.call('HSET', KEYS[1], 'flagged', '1')
 return 1
 """
 )
 
-# KEYS: handoff, handoff_log. → {hash as a flat list, transcript}
+# KEYS: handoff, handoff_log, lease. ARGV: token, item id (closed_by). Only while open; the transcript
+# goes with it (folded into the summary before, when it is kept).
+_CLOSE = (
+    LUA_FENCE
+    + """
+if not holds(KEYS[3], ARGV[1]) then return FENCE_LOST end
+if redis.call('HGET', KEYS[1], 'state') ~= 'open' then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'closed', 'closed_by', ARGV[2])
+redis.call('DEL', KEYS[2])
+return 1
+"""
+)
+
+# KEYS: handoff, handoff_log. ARGV: '1' with the transcript. → {hash as a flat list, transcript}
 _GET = """
-return {redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1)}
+local log = {}
+if ARGV[1] == '1' then log = redis.call('LRANGE', KEYS[2], 0, -1) end
+return {redis.call('HGETALL', KEYS[1]), log}
 """
 
-# KEYS: open, deadlines. ARGV: chat, open (1/0), seconds ('' = no deadline).
+# KEYS: open, deadlines. ARGV: chat, open (1/0, '' = unchanged), seconds ('' = no deadline).
 _TRACK = (
     LUA_NOW
     + """
-if ARGV[2] == '1' then redis.call('SADD', KEYS[1], ARGV[1]) else redis.call('SREM', KEYS[1], ARGV[1]) end
+if ARGV[2] == '1' then redis.call('SADD', KEYS[1], ARGV[1])
+elseif ARGV[2] == '0' then redis.call('SREM', KEYS[1], ARGV[1]) end
 if ARGV[3] == '' then redis.call('ZREM', KEYS[2], ARGV[1])
 else redis.call('ZADD', KEYS[2], now + math.floor(tonumber(ARGV[3]) * 1000), ARGV[1]) end
 return 1
@@ -156,6 +185,7 @@ class RedisHandoffStore:
         self._open = register(redis, _fenced(_OPEN))
         self._record = register(redis, _fenced(_RECORD))
         self._flag = register(redis, _fenced(_FLAG))
+        self._close = register(redis, _fenced(_CLOSE))
         self._get = register(redis, _GET)
         self._begin = register(redis, _fenced(_BEGIN))
         self._relay_state = register(redis, _RELAY_STATE)
@@ -171,10 +201,10 @@ class RedisHandoffStore:
             raise LeaseLostError(f"chat {chat_id}: this worker no longer holds the lease; nothing written")
         return result
 
-    async def get(self, chat_id: int) -> Handoff:
+    async def get(self, chat_id: int, *, transcript: bool = True) -> Handoff:
         keys = self._keys.chat(chat_id)
         with redis_errors(f"cannot read the handoff of chat {chat_id}"):
-            flat, log = await self._get(keys=[keys.handoff, keys.handoff_log])
+            flat, log = await self._get(keys=[keys.handoff, keys.handoff_log], args=["1" if transcript else "0"])
         try:
             fields = {_text(k): _text(v) for k, v in zip(flat[::2], flat[1::2], strict=True)}
             if not fields:
@@ -189,6 +219,8 @@ class RedisHandoffStore:
                 opened_ms=int(fields.get("opened", 0)),
                 first_reply_ms=int(fields.get("first_reply", 0)),
                 flagged=bool(fields.get("flagged")),
+                opened_by=fields.get("opened_by", ""),
+                closed_by=fields.get("closed_by", ""),
                 transcript=tuple(TranscriptEntry.from_json(raw) for raw in log),
             )
         except (ValueError, KeyError, TypeError) as exc:
@@ -198,16 +230,25 @@ class RedisHandoffStore:
         keys = self._keys.chat(chat_id)
         await self._run(chat_id, self._set_topic, [keys.handoff, keys.lease], [topic_id, self._ttl, token_of(fence)])
 
-    async def open(self, chat_id: int, *, reason: str, trigger: str, language: str, fence: Fence | None = None) -> bool:
+    async def open(
+        self, chat_id: int, *, reason: str, trigger: str, language: str, item_id: str = "", fence: Fence | None = None
+    ) -> bool:
         keys = self._keys.chat(chat_id)
-        args = [reason[:1000], trigger, language, self._ttl, token_of(fence)]
+        args = [reason[:1000], trigger, language, self._ttl, token_of(fence), item_id]
         return int(await self._run(chat_id, self._open, [keys.handoff, keys.handoff_log, keys.lease], args)) == 1
 
     async def record(
-        self, chat_id: int, item_id: str, entry: TranscriptEntry, *, fence: Fence | None = None
+        self, chat_id: int, item_id: str, entry: TranscriptEntry | None, *, fence: Fence | None = None
     ) -> Recorded:
         keys = self._keys.chat(chat_id)
-        args = [item_id, entry.to_json(), "1" if entry.who == "operator" else "0", self._ttl, token_of(fence)]
+        args = [
+            item_id,
+            entry.to_json() if entry is not None else "",
+            "1" if entry is not None and entry.who == "operator" else "0",
+            self._ttl,
+            token_of(fence),
+            "1" if entry is not None and entry.who in NEEDS_OPEN else "0",
+        ]
         status, first = await self._run(
             chat_id, self._record, [keys.handoff, keys.handoff_log, keys.handoff_relayed, keys.lease], args
         )
@@ -215,7 +256,8 @@ class RedisHandoffStore:
 
     async def begin_relay(self, chat_id: int, item_id: str, *, fence: Fence | None = None) -> None:
         keys = self._keys.chat(chat_id)
-        await self._run(chat_id, self._begin, [keys.handoff_relayed, keys.lease], [item_id, self._ttl, token_of(fence)])
+        script_keys = [keys.handoff_relayed, keys.lease, keys.handoff]
+        await self._run(chat_id, self._begin, script_keys, [item_id, self._ttl, token_of(fence)])
 
     async def relay_state(self, chat_id: int, item_id: str) -> RelayState:
         with redis_errors(f"cannot read the handoff of chat {chat_id}"):
@@ -224,11 +266,12 @@ class RedisHandoffStore:
 
     async def flag(self, chat_id: int, *, fence: Fence | None = None) -> bool:
         keys = self._keys.chat(chat_id)
-        return int(await self._run(chat_id, self._flag, [keys.handoff, keys.lease], ["flag", token_of(fence)])) == 1
+        return int(await self._run(chat_id, self._flag, [keys.handoff, keys.lease], [token_of(fence)])) == 1
 
-    async def close(self, chat_id: int, *, fence: Fence | None = None) -> bool:
+    async def close(self, chat_id: int, *, item_id: str = "", fence: Fence | None = None) -> bool:
         keys = self._keys.chat(chat_id)
-        return int(await self._run(chat_id, self._flag, [keys.handoff, keys.lease], ["close", token_of(fence)])) == 1
+        script_keys = [keys.handoff, keys.handoff_log, keys.lease]
+        return int(await self._run(chat_id, self._close, script_keys, [token_of(fence), item_id])) == 1
 
     async def bind_topic(self, topic_id: int, chat_id: int) -> None:
         with redis_errors("cannot bind a handoff topic"):
@@ -239,8 +282,9 @@ class RedisHandoffStore:
             raw = await self._redis.hget(self._keys.handoff_topics, str(topic_id))
         return int(raw) if raw is not None else None
 
-    async def track(self, chat_id: int, *, open: bool, reply_within: float | None = None) -> None:
-        args = [chat_id, "1" if open else "0", "" if reply_within is None else repr(float(reply_within))]
+    async def track(self, chat_id: int, *, open: bool | None, reply_within: float | None = None) -> None:
+        flag = "" if open is None else "1" if open else "0"
+        args = [chat_id, flag, "" if reply_within is None else repr(float(reply_within))]
         with redis_errors("cannot track a handoff"):
             await self._track(keys=[self._keys.handoff_open, self._keys.handoff_deadlines], args=args)
 
