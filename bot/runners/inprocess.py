@@ -33,8 +33,16 @@ def watch_handoffs(dispatcher: Dispatcher, bot: Bot, every: float = 1.0) -> None
     async def act(chat_id: int) -> None:
         await desk.overdue(bot, chat_id, None)
 
+    async def watch() -> None:
+        while True:  # supervised: whatever escapes the watcher, it starts again
+            try:
+                await watch_deadlines(desk.store, act, every)
+            except Exception:
+                log.exception("handoff deadlines: the watcher failed; restarting it")
+                await asyncio.sleep(every)
+
     async def start() -> None:
-        tasks.append(asyncio.create_task(watch_deadlines(desk.store, act, every), name="handoff-deadlines"))
+        tasks.append(asyncio.create_task(watch(), name="handoff-deadlines"))
 
     async def stop() -> None:
         for task in tasks:

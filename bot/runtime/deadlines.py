@@ -8,6 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from services.errors import TransientError
+from services.metrics import ERRORS
 from services.ports import HandoffStore, WorkQueue
 
 log = logging.getLogger(__name__)
@@ -19,14 +20,22 @@ LAST_ORDER = 2**52
 
 async def watch_deadlines(handoffs: HandoffStore, act: Callable[[int], Awaitable[None]], every: float = 1.0) -> None:
     """Every ``every`` seconds, ``act`` on each chat whose handoff deadline passed, then remove the
-    deadline (a crash in between acts again: the handling is idempotent)."""
+    deadline (only the deadline: the open set belongs to the start and the end of a handoff). A crash
+    in between acts again: the handling is idempotent. A chat whose handling fails is logged and
+    counted, keeps its deadline (tried again next round) and stops no other chat."""
     while True:
         try:
-            for chat_id in await handoffs.due():
-                await act(chat_id)
-                await handoffs.track(chat_id, open=True, reply_within=None)
+            due = await handoffs.due()
         except TransientError as exc:
             log.warning("handoff deadlines: %s", exc)
+            due = []
+        for chat_id in due:
+            try:
+                await act(chat_id)
+                await handoffs.track(chat_id, open=None, reply_within=None)
+            except Exception as exc:  # one chat's failure must not stop the others
+                ERRORS.labels(type(exc).__name__).inc()
+                log.warning("handoff deadlines: chat %s not handled (tried again): %s", chat_id, exc, exc_info=exc)
         await asyncio.sleep(every)
 
 
