@@ -54,6 +54,11 @@ class SummaryError(SupportBotError):
     """The summarizer failed or returned something that is not a valid summary."""
 
 
+class SummaryUnavailableError(SummaryError, TransientError):
+    """A handoff transcript could not be folded into the summary: the ending is retried (not done
+    without it)."""
+
+
 class StoreError(SupportBotError):
     """The session store failed."""
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from services.engine.models import Compaction, StoredMessage
 from services.engine.summarizer import Summarizer
 from services.engine.summary_state import SummaryState, render_summary
-from services.errors import ConcurrentUpdateError, SummaryError
+from services.errors import ConcurrentUpdateError, SummaryError, SummaryUnavailableError
 from services.fence import Fence
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 Who = Literal["customer", "operator", "note", "event"]
 Trigger = Literal["command", "model"]
-EndedBy = Literal["operator", "new", "forget", "timeout"]
+EndedBy = Literal["operator", "new", "forget", "timeout", "lost"]
 
 HANDOFF_TOOL = "handoff_to_operator"
 """The OpenAI tool the model may call (offered only when handoff is on)."""
@@ -155,29 +155,29 @@ class HandoffMemory:
                 log.warning("chat %s: ticket summary failed (%s); the stored one is used", chat_id, exc)
         return summary, list(session.messages[-RECENT_TURNS_IN_TICKET:])
 
-    async def fold_transcript(self, chat_id: int, entries: Sequence[TranscriptEntry], *, fence: Fence | None) -> bool:
+    async def fold_transcript(self, chat_id: int, entries: Sequence[TranscriptEntry], *, fence: Fence | None) -> None:
         """Fold the handoff into the summary (fenced, version-checked, retried on a concurrent change).
-        False if the summarizer failed (nothing written)."""
+        ``SummaryUnavailableError`` (transient: the ending is retried) if the summarizer failed."""
         if not entries:
-            return True
+            return
         messages = transcript_messages(entries)
         for attempt in range(1, self._attempts + 1):
             session = await self._store.load(chat_id)
             try:
                 outcome = await self._summarizer.fold(session.summary, messages)
             except SummaryError as exc:
-                log.error("chat %s: the handoff transcript could not be summarized: %s", chat_id, exc)
-                return False
+                raise SummaryUnavailableError(
+                    f"chat {chat_id}: the handoff transcript could not be summarized: {exc}"
+                ) from exc
             compaction = Compaction(0, outcome.summary, outcome.block_tokens)
             try:
                 await self._store.apply_compaction(
                     chat_id, expected_version=session.version, compaction=compaction, fence=fence
                 )
-                return True
+                return
             except ConcurrentUpdateError:
                 if attempt == self._attempts:
                     raise
-        return False
 
 
 def ticket_text(

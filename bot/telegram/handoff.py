@@ -11,16 +11,28 @@ written (with the transcript entry, one fenced script) right after the copy. A w
 the copy and the mark copies that one message again on redelivery (the same window as a reply sent
 before ``mark_replied``; such copies are counted in ``sb_handoff_possible_duplicates_total``: a
 "started" mark is written before each copy); a worker that lost the lease copies nothing more (the
-fence is checked before every copy)."""
+fence is checked before every copy).
+
+In-process mode has no leases, and aiogram serves the operator group and the customer chat
+concurrently: every step on a chat's handoff (both directions, /new, /forget, the deadline) runs under
+the chat's ``lock`` and reads the record again under it.
+
+A notice (the "started", "closed" and "overdue" lines) is sent once per step, under a relay mark of
+its own written after it went out: a step retried after a failure sends what is not marked yet.
+Telegram's permanent refusals (a deleted topic, a customer who blocked the bot) are logged and do not
+stop the step."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import weakref
 
 from aiogram import Bot
-from aiogram.exceptions import TelegramBadRequest
+from aiogram.exceptions import TelegramBadRequest, TelegramForbiddenError
 from aiogram.types import Message, User
 
+from bot.runtime.failures import is_transient
 from bot.settings import BotSettings
 from bot.telegram.render import TELEGRAM_TEXT_LIMIT
 from bot.telegram.texts import Texts, pick_language, text
@@ -57,6 +69,17 @@ RELAYED_CONTENT = frozenset(
 """Messages that are copied between the customer and the topic (service messages are not)."""
 
 TOPIC_NAME_LIMIT = 128
+
+REFUSED = (TelegramBadRequest, TelegramForbiddenError)
+"""Telegram's permanent refusals: retrying the same call cannot help."""
+
+
+def topic_gone(exc: TelegramBadRequest | TelegramForbiddenError) -> bool:
+    """The operators deleted the topic, or the bot is no longer in the operator group."""
+    if isinstance(exc, TelegramForbiddenError):
+        return True
+    message = exc.message.lower()
+    return "thread not found" in message or "topic_deleted" in message or "topic_id_invalid" in message
 
 
 def content_kind(message: Message) -> str:
@@ -110,6 +133,7 @@ class HandoffDesk:
         self.settings = settings
         self.group = settings.operator_chat_id
         self._ops = Texts(pick_language(settings.default_language, "en"))
+        self._locks: weakref.WeakValueDictionary[int, asyncio.Lock] = weakref.WeakValueDictionary()
 
     @property
     def enabled(self) -> bool:
@@ -118,11 +142,21 @@ class HandoffDesk:
     def is_operator_group(self, chat_id: int) -> bool:
         return self.group is not None and chat_id == self.group
 
+    def lock(self, chat_id: int) -> asyncio.Lock:
+        """The customer chat's handoff lock (in-process mode: the operator group's updates, the
+        customer's and the deadline watcher otherwise run concurrently). Not re-entrant: the methods
+        below that take it are not called with it held; ``end`` and ``forgotten`` expect it held."""
+        lock = self._locks.get(chat_id)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[chat_id] = lock
+        return lock
+
     async def open_record(self, chat_id: int) -> Handoff | None:
-        """The chat's handoff if one is open (None when handoff is off)."""
+        """The chat's handoff if one is open (None when handoff is off); without its transcript."""
         if self.group is None:
             return None
-        record = await self.store.get(chat_id)
+        record = await self.store.get(chat_id, transcript=False)
         return record if record.open else None
 
     # --- starting ----------------------------------------------------------------------------------
@@ -140,13 +174,36 @@ class HandoffDesk:
     ) -> None:
         """Open (or reopen) the chat's topic, post the ticket, open the handoff, tell the customer.
         Each step is safe to redo if a worker dies in the middle (``item_id``, the update that started
-        it, keeps the ticket from being posted twice; a topic created by an attempt that died before
+        it, keeps the ticket from being posted twice and is stored as the handoff's ``opened_by``: its
+        redelivery finishes the steps after the opening; a topic created by an attempt that died before
         storing its id stays behind, empty)."""
         assert self.group is not None and self.memory is not None
-        record = await self.store.get(chat_id)
-        if record.open:
-            await self._send(bot, chat_id, say("handoff_already"), fence)
-            return
+        async with self.lock(chat_id):
+            record = await self.store.get(chat_id, transcript=False)
+            if record.open and record.opened_by != item_id:
+                await self._send(bot, chat_id, say("handoff_already"), fence)
+                return
+            if not record.open:
+                await self._open(bot, chat_id, record, user=user, reason=reason, trigger=trigger, say=say,
+                                 item_id=item_id, fence=fence)  # fmt: skip
+            await self.store.track(chat_id, open=True, reply_within=self.settings.handoff_reply_timeout_seconds)
+            await self._gauge()
+            await self._notify(bot, chat_id, f"{item_id}:started", chat_id, say("handoff_started"), fence)
+
+    async def _open(
+        self,
+        bot: Bot,
+        chat_id: int,
+        record: Handoff,
+        *,
+        user: User | None,
+        reason: str,
+        trigger: str,
+        say: Texts,
+        item_id: str,
+        fence: Fence | None,
+    ) -> None:
+        assert self.group is not None and self.memory is not None
         summary, recent = await self.memory.ticket_parts(chat_id)
         topic = await self._topic(bot, chat_id, record, user, fence)
         await self.store.bind_topic(topic, chat_id)
@@ -170,11 +227,11 @@ class HandoffDesk:
                 await self._send(bot, self.group, chunk, fence, thread=topic)
             await self.store.record(chat_id, ticket_id, TranscriptEntry("event", "ticket posted"), fence=fence)
             HANDOFF_TICKETS.inc()
-        if await self.store.open(chat_id, reason=reason, trigger=trigger, language=say.language, fence=fence):
+        opened = await self.store.open(
+            chat_id, reason=reason, trigger=trigger, language=say.language, item_id=item_id, fence=fence
+        )
+        if opened:
             HANDOFFS_OPENED.labels(trigger).inc()
-        await self.store.track(chat_id, open=True, reply_within=self.settings.handoff_reply_timeout_seconds)
-        await self._gauge()
-        await self._send(bot, chat_id, say("handoff_started"), fence)
 
     async def _topic(self, bot: Bot, chat_id: int, record: Handoff, user: User | None, fence: Fence | None) -> int:
         assert self.group is not None
@@ -193,16 +250,27 @@ class HandoffDesk:
         return created.message_thread_id
 
     # --- relaying ----------------------------------------------------------------------------------
-    async def from_customer(
-        self, bot: Bot, message: Message, record: Handoff, item_id: str, fence: Fence | None
-    ) -> None:
-        """Copy the customer's message into the topic (exactly once)."""
-        assert self.group is not None and record.topic_id is not None
+    async def from_customer(self, bot: Bot, message: Message, item_id: str, fence: Fence | None) -> None:
+        """Copy the customer's message into the topic (exactly once). If the topic is gone (deleted
+        by the operators), the handoff ends and the customer is told the assistant is back."""
+        assert self.group is not None
         chat_id = message.chat.id
-        if content_kind(message) not in RELAYED_CONTENT or not await self._begin(chat_id, item_id, fence):
-            return
-        await bot.copy_message(self.group, chat_id, message.message_id, message_thread_id=record.topic_id)
-        await self.store.record(chat_id, item_id, TranscriptEntry("customer", describe(message)), fence=fence)
+        async with self.lock(chat_id):
+            record = await self.store.get(chat_id, transcript=False)
+            if not record.open or record.topic_id is None:
+                log.info("chat %s: the handoff ended meanwhile; %s not relayed", chat_id, item_id)
+                return
+            if content_kind(message) not in RELAYED_CONTENT or not await self._begin(chat_id, item_id, fence):
+                return
+            try:
+                await bot.copy_message(self.group, chat_id, message.message_id, message_thread_id=record.topic_id)
+            except REFUSED as exc:
+                if not topic_gone(exc):
+                    raise
+                log.warning("chat %s: topic %s is gone (%s); the handoff ends", chat_id, record.topic_id, exc)
+                await self.end(bot, chat_id, record, by="lost", item_id=item_id, fence=fence)
+                return
+            await self.store.record(chat_id, item_id, TranscriptEntry("customer", describe(message)), fence=fence)
 
     async def _begin(self, chat_id: int, item_id: str, fence: Fence | None) -> bool:
         """False if ``item_id`` was relayed already. A copy begun by an attempt that died before
@@ -219,92 +287,183 @@ class HandoffDesk:
             fence.ensure_valid()
         return True
 
+    async def _command(self, bot: Bot, message: Message) -> tuple[str | None, str, bool]:
+        """(``/close``-like command or None, its argument, addressed to another bot) of a message's
+        text or media caption."""
+        words = (message.text or message.caption or "").split(maxsplit=1)
+        if not words or not words[0].startswith("/"):
+            return None, "", False
+        name, _, addressee = words[0].partition("@")
+        if addressee and addressee.lower() != ((await bot.me()).username or "").lower():
+            return None, "", True
+        return name.lower(), words[1] if len(words) > 1 else "", False
+
     async def from_operator(self, bot: Bot, message: Message, item_id: str, fence: Fence | None) -> None:
         """A message in the operator group: relayed to the customer if it is in a topic the bot opened
-        for a chat whose handoff is open; ``/close`` and ``/note`` are the operators' commands."""
+        for a chat whose handoff is open; ``/close`` and ``/note`` are the operators' commands (in a
+        text or a media caption). Operators posting as the group (anonymous admins) count; the bot's
+        own messages and other chats posting in do not."""
         thread = message.message_thread_id
-        if thread is None or (message.from_user is not None and message.from_user.is_bot):
+        if thread is None or (message.from_user is not None and message.from_user.id == bot.id):
+            return
+        if message.sender_chat is not None and message.sender_chat.id != message.chat.id:
             return
         chat_id = await self.store.chat_of_topic(thread)
         if chat_id is None:
             log.info("operator group: message in topic %s, which no handoff opened; ignored", thread)
             return
-        record = await self.store.get(chat_id)
-        words = (message.text or "").split(maxsplit=1)
-        command = words[0].split("@", 1)[0].lower() if words and words[0].startswith("/") else None
-        if not record.open or record.topic_id != thread:
-            if command is not None or content_kind(message) in RELAYED_CONTENT:
-                await self._send(bot, message.chat.id, self._ops("op_not_open"), fence, thread=thread)
+        command, argument, foreign = await self._command(bot, message)
+        if foreign:
             return
-        if command == "/close":
-            await self.end(bot, chat_id, record, by="operator", fence=fence)
-            return
-        if command == "/note":
-            note = words[1] if len(words) > 1 else ""
-            if note:
-                await self.store.record(chat_id, item_id, TranscriptEntry("note", note), fence=fence)
-            return
-        if content_kind(message) not in RELAYED_CONTENT or not await self._begin(chat_id, item_id, fence):
-            return
-        await bot.copy_message(chat_id, message.chat.id, message.message_id)
-        recorded = await self.store.record(
-            chat_id, item_id, TranscriptEntry("operator", describe(message)), fence=fence
-        )
-        if recorded.first_reply_seconds is not None:
-            HANDOFF_FIRST_REPLY.observe(recorded.first_reply_seconds)
-            await self.store.track(chat_id, open=True, reply_within=None)
+        async with self.lock(chat_id):
+            record = await self.store.get(chat_id, transcript=False)
+            if command == "/close" and record.state == "closed" and record.closed_by == item_id:
+                await self._ended(bot, chat_id, record, by="operator", item_id=item_id, fence=fence)  # a retry
+                return
+            if not record.open or record.topic_id != thread:
+                if command is not None or content_kind(message) in RELAYED_CONTENT:
+                    await self._send_topic(bot, self._ops("op_not_open"), thread, fence)
+                return
+            if command == "/close":
+                await self.end(bot, chat_id, record, by="operator", item_id=item_id, fence=fence)
+                return
+            if command == "/note":
+                if argument:
+                    await self.store.record(chat_id, item_id, TranscriptEntry("note", argument), fence=fence)
+                return
+            if content_kind(message) not in RELAYED_CONTENT or not await self._begin(chat_id, item_id, fence):
+                return
+            await bot.copy_message(chat_id, message.chat.id, message.message_id)
+            recorded = await self.store.record(
+                chat_id, item_id, TranscriptEntry("operator", describe(message)), fence=fence
+            )
+            if recorded.first_reply_seconds is not None:
+                HANDOFF_FIRST_REPLY.observe(recorded.first_reply_seconds)
+                await self.store.track(chat_id, open=None, reply_within=None)
 
     # --- ending --------------------------------------------------------------------------------------
-    async def end(self, bot: Bot, chat_id: int, record: Handoff, *, by: EndedBy, fence: Fence | None) -> None:
-        """End an open handoff. Closed by an operator or by the timeout, the transcript is folded into
-        the conversation's summary first (the assistant goes on from it); /new and /forget drop the
-        conversation anyway. The customer and the topic are told."""
+    async def finish(self, bot: Bot, chat_id: int, *, by: EndedBy, item_id: str, fence: Fence | None) -> None:
+        """End the chat's open handoff (``/new``), or send what a failed attempt of the same update
+        did not; nothing if there is none. Expects the chat's lock held."""
+        record = await self.store.get(chat_id, transcript=False)
+        if record.open:
+            await self.end(bot, chat_id, record, by=by, item_id=item_id, fence=fence)
+        elif record.state == "closed" and record.closed_by == item_id:
+            await self._ended(bot, chat_id, record, by=by, item_id=item_id, fence=fence)
+
+    async def end(
+        self, bot: Bot, chat_id: int, record: Handoff, *, by: EndedBy, item_id: str, fence: Fence | None
+    ) -> None:
+        """End an open handoff (not for /forget: see ``forgotten``). Closed by an operator, by the
+        timeout or because the topic is gone, the transcript is folded into the conversation's summary
+        first (the assistant goes on from it; a failed fold raises a transient error and nothing is
+        closed); /new drops the conversation anyway. Then the customer and the topic are told, each
+        once (``item_id`` marks the notices). Expects the chat's lock held."""
         assert self.group is not None and self.memory is not None
-        if by in ("operator", "timeout") and not await self.memory.fold_transcript(
-            chat_id, record.transcript, fence=fence
-        ):
-            log.error("chat %s: handoff closed without its transcript in the bot's memory", chat_id)
-        if by != "forget":  # /forget deletes the record itself (backend.forget_chat)
-            await self.store.close(chat_id, fence=fence)
-        await self.store.track(chat_id, open=False)
-        HANDOFFS_CLOSED.labels(by).inc()
-        await self._gauge()
+        if by in ("operator", "timeout", "lost"):
+            full = await self.store.get(chat_id, transcript=True)
+            await self.memory.fold_transcript(chat_id, full.transcript, fence=fence)
+        if await self.store.close(chat_id, item_id=item_id, fence=fence):
+            HANDOFFS_CLOSED.labels(by).inc()
+        await self._ended(bot, chat_id, record, by=by, item_id=item_id, fence=fence)
+
+    async def _ended(
+        self, bot: Bot, chat_id: int, record: Handoff, *, by: EndedBy, item_id: str, fence: Fence | None
+    ) -> None:
+        """The notices of an ended handoff, each once (a retry sends only what is not marked), then
+        the chat leaves the open set and its deadline goes (only now: the deadline watcher redoes a
+        timeout whose notices failed)."""
+        assert self.group is not None
         line = {
             "operator": "op_closed",
             "new": "op_ended_new",
             "forget": "op_ended_forget",
             "timeout": "op_overdue_resumed",
+            "lost": "op_closed",
         }[by]
         minutes = round(self.settings.handoff_reply_timeout_seconds / 60)
-        if record.topic_id is not None:
-            await self._send(bot, self.group, self._ops(line, minutes=minutes), fence, thread=record.topic_id)
-            try:
-                await bot.close_forum_topic(self.group, record.topic_id)
-            except TelegramBadRequest as exc:
-                log.info("topic %s not closed: %s", record.topic_id, exc.message)
-        if by in ("operator", "timeout"):
-            key = "handoff_closed" if by == "operator" else "handoff_slow_resumed"
-            await self._send(bot, chat_id, text(record.language or self._ops.language, key), fence)
+        if record.topic_id is not None and by != "lost":
+            body = self._ops(line, minutes=minutes)
+            await self._notify(bot, chat_id, f"{item_id}:closed-topic", self.group, body, fence, thread=record.topic_id)
+            await self._close_topic(bot, record.topic_id)
+        customer = {"operator": "handoff_closed", "timeout": "handoff_slow_resumed", "lost": "handoff_lost"}
+        if by in customer:
+            body = text(record.language or self._ops.language, customer[by])
+            await self._notify(bot, chat_id, f"{item_id}:closed-customer", chat_id, body, fence)
+        await self.store.track(chat_id, open=False)
+        await self._gauge()
+
+    async def forgotten(self, bot: Bot, chat_id: int, record: Handoff, fence: Fence | None) -> None:
+        """After /forget deleted an open handoff (``record``, read before): counted, and the topic told
+        and closed, best effort (the data is gone already; a failure here is only logged)."""
+        assert self.group is not None
+        HANDOFFS_CLOSED.labels("forget").inc()
+        await self._gauge()
+        if record.topic_id is None:
+            return
+        minutes = round(self.settings.handoff_reply_timeout_seconds / 60)
+        try:
+            await self._send_topic(bot, self._ops("op_ended_forget", minutes=minutes), record.topic_id, fence)
+            await self._close_topic(bot, record.topic_id)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            log.warning("chat %s: the topic %s was not told about /forget: %s", chat_id, record.topic_id, exc)
 
     async def overdue(self, bot: Bot, chat_id: int, fence: Fence | None) -> None:
         """No operator answered in time: the customer is told, the topic flagged; with
-        ``HANDOFF_RESUME_ON_TIMEOUT`` the assistant takes the chat back."""
+        ``HANDOFF_RESUME_ON_TIMEOUT`` the assistant takes the chat back. Safe to redo: the notices are
+        marked once sent, the flag is set after them. The reply deadline is removed here (the open
+        set is not touched: ``start`` and ``end`` own it)."""
         assert self.group is not None
-        record = await self.store.get(chat_id)
-        if not record.open or record.first_reply_ms:
-            await self.store.track(chat_id, open=record.open, reply_within=None)
+        async with self.lock(chat_id):
+            record = await self.store.get(chat_id, transcript=False)
+            step = f"timeout:{record.opened_ms}"
+            if record.state == "closed" and record.closed_by == step:  # redone after a failed notice
+                await self._ended(bot, chat_id, record, by="timeout", item_id=step, fence=fence)
+                return
+            if record.open and not record.first_reply_ms and not record.flagged:
+                if self.settings.handoff_resume_on_timeout:
+                    await self.end(bot, chat_id, record, by="timeout", item_id=step, fence=fence)
+                    return
+                minutes = round(self.settings.handoff_reply_timeout_seconds / 60)
+                if record.topic_id is not None:
+                    body = self._ops("op_overdue", minutes=minutes)
+                    await self._notify(bot, chat_id, f"{step}:overdue-topic", self.group, body, fence,
+                                       thread=record.topic_id)  # fmt: skip
+                body = text(record.language or self._ops.language, "handoff_slow")
+                await self._notify(bot, chat_id, f"{step}:overdue-customer", chat_id, body, fence)
+                await self.store.flag(chat_id, fence=fence)
+            await self.store.track(chat_id, open=None, reply_within=None)
+
+    # --- sending -------------------------------------------------------------------------------------
+    async def _notify(
+        self, bot: Bot, chat_id: int, mark: str, to: int, body: str, fence: Fence | None, *, thread: int | None = None
+    ) -> None:
+        """Send ``body`` once for the step ``mark`` of chat ``chat_id``'s handoff (the mark is written
+        after it went out, or after Telegram refused it for good: that is logged, not retried)."""
+        if await self.store.relay_state(chat_id, mark) == "done":
             return
-        if self.settings.handoff_resume_on_timeout:
-            await self.end(bot, chat_id, record, by="timeout", fence=fence)
-            return
-        if await self.store.flag(chat_id, fence=fence):
-            minutes = round(self.settings.handoff_reply_timeout_seconds / 60)
-            if record.topic_id is not None:
-                await self._send(
-                    bot, self.group, self._ops("op_overdue", minutes=minutes), fence, thread=record.topic_id
-                )
-            await self._send(bot, chat_id, text(record.language or self._ops.language, "handoff_slow"), fence)
-        await self.store.track(chat_id, open=True, reply_within=None)
+        try:
+            await self._send(bot, to, body, fence, thread=thread)
+        except REFUSED as exc:
+            log.warning("chat %s: notice %s to %s (topic %s) refused: %s", chat_id, mark, to, thread, exc)
+        await self.store.record(chat_id, mark, None, fence=fence)
+
+    async def _send_topic(self, bot: Bot, body: str, thread: int, fence: Fence | None) -> None:
+        """A line in a topic, best effort (a deleted topic is logged)."""
+        assert self.group is not None
+        try:
+            await self._send(bot, self.group, body, fence, thread=thread)
+        except REFUSED as exc:
+            log.warning("operator group: topic %s refused a line: %s", thread, exc)
+
+    async def _close_topic(self, bot: Bot, thread: int) -> None:
+        assert self.group is not None
+        try:
+            await bot.close_forum_topic(self.group, thread)
+        except REFUSED as exc:
+            log.info("topic %s not closed: %s", thread, exc.message)
 
     async def _send(self, bot: Bot, chat_id: int, body: str, fence: Fence | None, *, thread: int | None = None) -> None:
         if fence is not None:

@@ -56,6 +56,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "you can keep writing here.",
         "handoff_slow_resumed": "It is taking longer than usual for a person to answer, so the assistant is "
         "back for now. The team still has your request.",
+        "handoff_lost": "No person from the support team can be reached in this chat right now, so the "
+        "assistant is back. Write /operator to try again later.",
         "op_ticket": "Ticket for {name}",
         "op_reason": "Reason",
         "op_language": "Customer's language",
@@ -117,6 +119,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "можете продолжать писать здесь.",
         "handoff_slow_resumed": "Ответ сотрудника задерживается дольше обычного, поэтому пока снова отвечает "
         "ассистент. Ваш запрос у команды.",
+        "handoff_lost": "Сейчас связаться с сотрудником поддержки в этом чате не получается, поэтому снова "
+        "отвечает ассистент. Напишите /operator, чтобы попробовать позже.",
         "op_ticket": "Обращение: {name}",
         "op_reason": "Причина",
         "op_language": "Язык клиента",

@@ -296,3 +296,154 @@ async def test_rate_limits_apply_to_the_customer_not_to_operators(telegram: Stub
         assert len(telegram.in_topic(thread, "copyMessage")) == 2
     finally:
         await bot.stop()
+
+
+async def _open_handoff(telegram: StubTelegram, chat: int = CHAT) -> int:
+    telegram.send_text(chat, "/operator")
+    await telegram.wait_for(lambda: TEXTS["en"]["handoff_started"] in telegram.texts_to(chat))
+    return max(telegram.topics)
+
+
+async def test_a_handoff_resumed_on_timeout_is_not_counted_open_again(
+    telegram: StubTelegram, stub_llm: StubOpenAI
+) -> None:
+    settings = make_settings(
+        telegram.base_url, stub_llm.base_url, None,
+        bot={"operator_chat_id": GROUP, "handoff_reply_timeout_seconds": 0.3, "handoff_resume_on_timeout": True},
+    )  # fmt: skip
+    bot = await start_bot(settings)
+    try:
+        await _open_handoff(telegram)
+        await telegram.wait_for(lambda: TEXTS["en"]["handoff_slow_resumed"] in telegram.texts_to(CHAT))
+        handoffs = bot.backend.handoffs
+        assert isinstance(handoffs, InMemoryHandoffStore)
+        await telegram.wait_for(lambda: CHAT not in handoffs._deadlines)  # the watcher is done with the chat
+        assert (await handoffs.get(CHAT)).state == "closed"
+        assert await handoffs.open_count() == 0
+    finally:
+        await bot.stop()
+
+
+async def test_a_note_or_close_in_a_media_caption_is_not_copied_to_the_customer(
+    telegram: StubTelegram, stub_llm: StubOpenAI
+) -> None:
+    bot = await start_bot(make_settings(telegram.base_url, stub_llm.base_url, None, bot={"operator_chat_id": GROUP}))
+    try:
+        thread = await _open_handoff(telegram)
+        photo = [{"file_id": "AgAD-photo", "file_unique_id": "p1", "width": 640, "height": 480}]
+        caption = {"photo": photo, "caption": "/note internal: refund fraud?"}
+        telegram.push(telegram.operator_update(GROUP, thread, None, extra=caption))
+        telegram.push(telegram.operator_update(GROUP, thread, "visible answer"))
+        handoffs = bot.backend.handoffs
+
+        async def relayed() -> list[str]:
+            return [e.text for e in (await handoffs.get(CHAT, transcript=True)).transcript if e.who == "operator"]
+
+        import asyncio
+        import time
+
+        deadline = time.monotonic() + 10
+        while "visible answer" not in await relayed():
+            assert time.monotonic() < deadline, "the operator's answer was never relayed"
+            await asyncio.sleep(0.02)
+        assert len(telegram.of("copyMessage", CHAT)) == 1, "the /note photo was copied to the customer"
+        notes = [e.text for e in (await handoffs.get(CHAT, transcript=True)).transcript if e.who == "note"]
+        assert notes == ["internal: refund fraud?"]
+    finally:
+        await bot.stop()
+
+
+async def test_an_operator_posting_as_an_anonymous_admin_is_relayed(
+    telegram: StubTelegram, stub_llm: StubOpenAI
+) -> None:
+    bot = await start_bot(make_settings(telegram.base_url, stub_llm.base_url, None, bot={"operator_chat_id": GROUP}))
+    try:
+        thread = await _open_handoff(telegram)
+        update = telegram.operator_update(GROUP, thread, "hello, I am Olga from support")
+        update["message"]["from"] = {
+            "id": 1087968824, "is_bot": True, "first_name": "Group", "username": "GroupAnonymousBot",
+        }  # fmt: skip
+        update["message"]["sender_chat"] = {"id": GROUP, "type": "supergroup", "title": "Support"}
+        telegram.push(update)
+        await telegram.wait_for(lambda: len(telegram.of("copyMessage", CHAT)) == 1, within=5)
+    finally:
+        await bot.stop()
+
+
+class DeletedTopicTelegram(StubTelegram):
+    """Operators deleted a topic: whatever is sent into it is refused (400)."""
+
+    deleted: set[int]
+
+    def _gone(self, params: dict[str, Any]) -> Any:
+        from aiohttp import web
+
+        thread = params.get("message_thread_id")
+        if thread is not None and int(thread) in getattr(self, "deleted", set()):
+            return web.json_response(
+                {"ok": False, "error_code": 400, "description": "Bad Request: message thread not found"}, status=400
+            )
+        return None
+
+    async def _m_sendMessage(self, params: dict[str, Any]) -> Any:
+        return self._gone(params) or await super()._m_sendMessage(params)
+
+    async def _m_copyMessage(self, params: dict[str, Any]) -> Any:
+        return self._gone(params) or await super()._m_copyMessage(params)
+
+
+async def test_forget_works_after_the_operators_deleted_the_topic(stub_llm: StubOpenAI) -> None:
+    telegram = DeletedTopicTelegram()
+    await telegram.start()
+    bot = await start_bot(make_settings(telegram.base_url, stub_llm.base_url, None, bot={"operator_chat_id": GROUP}))
+    try:
+        thread = await _open_handoff(telegram)
+        telegram.deleted = {thread}
+        telegram.topics.pop(thread)
+        for _ in range(2):
+            before = len(telegram.texts_to(CHAT))
+            telegram.send_text(CHAT, "/forget")
+            await telegram.wait_messages(CHAT, before + 1)
+        assert TEXTS["en"]["forget_done"] in telegram.texts_to(CHAT), "/forget never completes"
+        assert (await bot.backend.handoffs.get(CHAT)).state == "none"
+    finally:
+        await bot.stop()
+        await telegram.stop()
+
+
+async def test_a_customer_message_to_a_deleted_topic_ends_the_handoff(stub_llm: StubOpenAI) -> None:
+    telegram = DeletedTopicTelegram()
+    await telegram.start()
+    bot = await start_bot(make_settings(telegram.base_url, stub_llm.base_url, None, bot={"operator_chat_id": GROUP}))
+    try:
+        thread = await _open_handoff(telegram)
+        telegram.deleted = {thread}
+        telegram.topics.pop(thread)
+        telegram.send_text(CHAT, "is anyone there?")
+        await telegram.wait_for(lambda: TEXTS["en"]["handoff_lost"] in telegram.texts_to(CHAT))
+        assert (await bot.backend.handoffs.get(CHAT)).state == "closed"
+    finally:
+        await bot.stop()
+        await telegram.stop()
+
+
+async def test_one_failing_overdue_notice_does_not_stop_the_deadline_watcher(
+    telegram: StubTelegram, stub_llm: StubOpenAI
+) -> None:
+    from collections import deque
+
+    settings = make_settings(
+        telegram.base_url, stub_llm.base_url, None,
+        bot={"operator_chat_id": GROUP, "handoff_reply_timeout_seconds": 0.5},
+    )  # fmt: skip
+    bot = await start_bot(settings)
+    try:
+        await _open_handoff(telegram)
+        # the overdue notice fails as Telegram answers for a blocked or deleted target
+        telegram.faults["sendMessage"] = deque([{"error_code": 403, "description": "Forbidden: bot was blocked"}])
+        await telegram.wait_for(lambda: not telegram.faults["sendMessage"])
+        other = CHAT + 1
+        await _open_handoff(telegram, other)
+        await telegram.wait_for(lambda: TEXTS["en"]["handoff_slow"] in telegram.texts_to(other), within=5)
+    finally:
+        await bot.stop()

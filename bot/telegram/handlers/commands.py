@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiogram import Bot, Router
 from aiogram.filters import Command, CommandStart
-from aiogram.types import Message
+from aiogram.types import Message, Update
 
 from bot.telegram.handoff import HandoffDesk
 from bot.telegram.texts import Texts
@@ -22,12 +22,20 @@ async def on_help(message: Message, say: Texts) -> None:
 
 
 async def on_new(
-    message: Message, bot: Bot, chat: ChatService, desk: HandoffDesk, say: Texts, fence: Fence | None = None
+    message: Message,
+    bot: Bot,
+    chat: ChatService,
+    desk: HandoffDesk,
+    say: Texts,
+    event_update: Update,
+    fence: Fence | None = None,
 ) -> None:
-    handoff = await desk.open_record(message.chat.id)
-    if handoff is not None:
-        await desk.end(bot, message.chat.id, handoff, by="new", fence=fence)
-    await chat.reset(message.chat.id, fence=fence)
+    if desk.enabled:
+        async with desk.lock(message.chat.id):
+            await desk.finish(bot, message.chat.id, by="new", item_id=f"u{event_update.update_id}", fence=fence)
+            await chat.reset(message.chat.id, fence=fence)
+    else:
+        await chat.reset(message.chat.id, fence=fence)
     if fence is not None:
         fence.ensure_valid()
     await message.answer(say("new_done"))
@@ -37,11 +45,13 @@ async def on_forget(
     message: Message, bot: Bot, backend: Backend, desk: HandoffDesk, say: Texts, fence: Fence | None = None
 ) -> None:
     """Delete every record of the chat's conversation (the backend knows them all); an open handoff
-    ends first (its topic is told; what was copied into the operator group stays there)."""
-    handoff = await desk.open_record(message.chat.id)
-    if handoff is not None:
-        await desk.end(bot, message.chat.id, handoff, by="forget", fence=fence)
-    await backend.forget_chat(message.chat.id, fence=fence)
+    ends with it (its topic is told afterwards, best effort; what was copied into the operator group
+    stays there)."""
+    async with desk.lock(message.chat.id):  # no operator's message is relayed while it runs, or after
+        handoff = await desk.open_record(message.chat.id)
+        await backend.forget_chat(message.chat.id, fence=fence)
+        if handoff is not None:
+            await desk.forgotten(bot, message.chat.id, handoff, fence)
     if fence is not None:
         fence.ensure_valid()
     await message.answer(say("forget_done"))

@@ -69,7 +69,7 @@ async def on_customer(
         if decision.notify and (fence is None or fence.remaining() > 0):
             await message.answer(say("rate_limited", seconds=max(1, round(decision.retry_after))))
         return
-    await desk.from_customer(bot, message, handoff, item_id, fence)
+    await desk.from_customer(bot, message, item_id, fence)
 
 
 def make_router() -> Router:
