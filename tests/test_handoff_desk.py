@@ -60,6 +60,7 @@ def operator_message(text: str) -> Message:
     return Message(
         message_id=77, date=datetime.datetime.now(), chat=Chat(id=GROUP, type="supergroup", is_forum=True),
         from_user=User(id=9001, is_bot=False, first_name="Olga"), text=text, message_thread_id=TOPIC,
+        is_topic_message=True,
     )  # fmt: skip
 
 

@@ -63,7 +63,7 @@ async def test_operator_group_updates_go_to_the_inbox_of_their_topics_customer()
         route=operator_route(group, handoffs),
     )
 
-    def in_group(update_id: int, thread: int | None) -> dict[str, object]:
+    def in_group(update_id: int, thread: int | None, *, topic: bool = True) -> dict[str, object]:
         message: dict[str, object] = {
             "message_id": update_id,
             "date": 0,
@@ -72,11 +72,13 @@ async def test_operator_group_updates_go_to_the_inbox_of_their_topics_customer()
         }
         if thread is not None:
             message["message_thread_id"] = thread
+            message["is_topic_message"] = topic
         return {"update_id": update_id, "message": message}
 
     await intake.take(in_group(10, 42))  # the customer's topic
     await intake.take(in_group(11, 43))  # a topic no handoff opened: dropped
     await intake.take(in_group(12, None))  # the group's general chat: dropped
+    await intake.take(in_group(15, 42, topic=False))  # a reply thread in the general chat, not a topic
     await intake.take({"update_id": 13, "edited_message": in_group(13, 42)["message"]})  # edits: dropped
     await intake.take(update(14))  # a customer's own message stays with its chat
     inbox = await redis.zrange(KEYS.chat(customer).inbox, 0, -1)

@@ -56,7 +56,8 @@ def operator_route(operator_chat_id: int | None, handoffs: HandoffStore) -> Rout
         if operator_chat_id is None or chat_id != operator_chat_id:
             return chat_id
         message = update.get("message")
-        thread = message.get("message_thread_id") if isinstance(message, dict) else None
+        topical = isinstance(message, dict) and message.get("is_topic_message") is True  # not a reply thread
+        thread = message.get("message_thread_id") if isinstance(message, dict) and topical else None
         if not isinstance(thread, int):
             return None
         customer = await handoffs.chat_of_topic(thread)

@@ -96,8 +96,9 @@ def describe(message: Message) -> str:
     return f"[{kind}] {message.caption}" if message.caption else f"[{kind}]"
 
 
-def topic_name(user: User | None, chat_id: int) -> str:
-    name = user.full_name if user is not None else "customer"
+def topic_name(user: User | None, chat_id: int, unknown: str = "customer") -> str:
+    """``unknown``: the name of a customer without a user (the operators' text ``op_customer``)."""
+    name = user.full_name if user is not None else unknown
     username = f" @{user.username}" if user is not None and user.username else ""
     return f"{name}{username} · {chat_id}"[:TOPIC_NAME_LIMIT]
 
@@ -138,6 +139,10 @@ class HandoffDesk:
     @property
     def enabled(self) -> bool:
         return self.group is not None
+
+    def ops(self, key: str) -> str:
+        """An operators' text (in the operators' language)."""
+        return self._ops(key)
 
     def is_operator_group(self, chat_id: int) -> bool:
         return self.group is not None and chat_id == self.group
@@ -209,7 +214,7 @@ class HandoffDesk:
         await self.store.bind_topic(topic, chat_id)
         ops = self._ops
         ticket = ticket_text(
-            title=ops("op_ticket", name=topic_name(user, chat_id)),
+            title=ops("op_ticket", name=topic_name(user, chat_id, ops("op_customer"))),
             summary=summary,
             recent=recent,
             reason=reason,
@@ -245,7 +250,7 @@ class HandoffDesk:
                 log.warning("chat %s: topic %s cannot be reopened (%s); a new one", chat_id, record.topic_id, exc)
         if fence is not None:
             fence.ensure_valid()
-        created = await bot.create_forum_topic(self.group, topic_name(user, chat_id))
+        created = await bot.create_forum_topic(self.group, topic_name(user, chat_id, self._ops("op_customer")))
         await self.store.set_topic(chat_id, created.message_thread_id, fence=fence)
         return created.message_thread_id
 
@@ -303,7 +308,7 @@ class HandoffDesk:
         for a chat whose handoff is open; ``/close`` and ``/note`` are the operators' commands (in a
         text or a media caption). Operators posting as the group (anonymous admins) count; the bot's
         own messages and other chats posting in do not."""
-        thread = message.message_thread_id
+        thread = message.message_thread_id if message.is_topic_message else None
         if thread is None or (message.from_user is not None and message.from_user.id == bot.id):
             return
         if message.sender_chat is not None and message.sender_chat.id != message.chat.id:

@@ -43,7 +43,7 @@ async def on_operator(
         bot,
         message.chat.id,
         user=message.from_user,
-        reason="the customer asked for a person (/operator)",
+        reason=desk.ops("op_reason_command"),
         trigger="command",
         say=say,
         item_id=f"u{event_update.update_id}",
