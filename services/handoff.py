@@ -86,13 +86,15 @@ class TranscriptEntry:
 
 @dataclass(frozen=True, slots=True)
 class Handoff:
-    """A chat's handoff record. ``topic_id`` stays after the handoff is closed (the next one reopens
-    the same topic); ``first_reply_ms`` is the time of the first operator message (Redis clock);
+    """A chat's handoff record. ``topic_id`` (a forum topic of the group ``topic_group``: topic ids
+    repeat between groups) stays after the handoff is closed (the next one reopens the same topic);
+    ``first_reply_ms`` is the time of the first operator message (Redis clock);
     ``opened_by``/``closed_by`` are the updates that opened and closed it (a retried update finishes
     its own steps)."""
 
     state: Literal["open", "closed", "none"] = "none"
     topic_id: int | None = None
+    topic_group: int | None = None
     reason: str = ""
     trigger: str = ""
     language: str = ""

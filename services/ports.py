@@ -259,8 +259,8 @@ class HandoffStore(Protocol):
         ``transcript`` (the hot path and /forget do without it)."""
         ...
 
-    async def set_topic(self, chat_id: int, topic_id: int, *, fence: Fence | None = None) -> None:
-        """Remember the chat's forum topic (reused by its next handoff)."""
+    async def set_topic(self, chat_id: int, group_id: int, topic_id: int, *, fence: Fence | None = None) -> None:
+        """Remember the chat's forum topic and its group (reused by its next handoff in that group)."""
         ...
 
     async def open(
@@ -299,11 +299,11 @@ class HandoffStore(Protocol):
         transcript is deleted: fold it first); False if none was open."""
         ...
 
-    async def bind_topic(self, topic_id: int, chat_id: int) -> None:
-        """Global: the topic belongs to this chat (idempotent)."""
+    async def bind_topic(self, group_id: int, topic_id: int, chat_id: int) -> None:
+        """Global: the group's topic belongs to this chat (idempotent)."""
         ...
 
-    async def chat_of_topic(self, topic_id: int) -> int | None: ...
+    async def chat_of_topic(self, group_id: int, topic_id: int) -> int | None: ...
 
     async def track(self, chat_id: int, *, open: bool | None, reply_within: float | None = None) -> None:
         """Global: whether the chat has an open handoff (None: left as it is), and its reply deadline
@@ -318,7 +318,7 @@ class HandoffStore(Protocol):
         """Open handoffs (the gauge)."""
         ...
 
-    async def unbind(self, chat_id: int, topic_id: int | None) -> None:
+    async def unbind(self, chat_id: int, group_id: int | None, topic_id: int | None) -> None:
         """Global: forget the chat's topic and deadline (/forget)."""
         ...
 

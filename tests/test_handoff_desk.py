@@ -51,8 +51,8 @@ def desk_for(backend: MemoryBackend) -> HandoffDesk:
 
 async def opened(backend: MemoryBackend) -> None:
     h = backend.handoffs
-    await h.set_topic(CHAT, TOPIC)
-    await h.bind_topic(TOPIC, CHAT)
+    await h.set_topic(CHAT, GROUP, TOPIC)
+    await h.bind_topic(GROUP, TOPIC, CHAT)
     await h.open(CHAT, reason="r", trigger="command", language="en", item_id="u1")
 
 
@@ -197,3 +197,29 @@ async def test_an_overdue_handoff_redone_after_a_blip_sends_each_notice_once(res
     assert await backend.handoffs.open_count() == (0 if resume else 1)
     record = await backend.handoffs.get(CHAT)
     assert record.state == ("closed" if resume else "open") and record.flagged is not resume
+
+
+class ReopeningBot(FakeBot):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reopened: list[tuple[int, int]] = []
+
+    async def reopen_forum_topic(self, chat_id: int, thread: int) -> None:
+        self.reopened.append((chat_id, thread))
+
+
+async def test_a_topic_of_the_previous_operator_group_is_never_reopened_in_the_new_one() -> None:
+    backend = MemoryBackend()
+    h = backend.handoffs
+    old_group, old_topic = GROUP - 1, 600
+    await h.set_topic(CHAT, old_group, old_topic)  # a handoff from before OPERATOR_CHAT_ID changed
+    await h.bind_topic(old_group, old_topic, CHAT)
+    desk = desk_for(backend)  # now GROUP
+    bot = ReopeningBot()
+    start: dict[str, Any] = dict(user=None, reason="r", trigger="command", say=Texts("en"), item_id="u7", fence=None)
+    await desk.start(bot, CHAT, **start)  # type: ignore[arg-type]
+    assert bot.reopened == [], "another customer's topic with that id may exist in the new group"
+    record = await h.get(CHAT)
+    assert (record.topic_group, record.topic_id) == (GROUP, TOPIC)
+    assert await h.chat_of_topic(GROUP, TOPIC) == CHAT
+    assert await h.chat_of_topic(GROUP, old_topic) is None

@@ -15,12 +15,13 @@ from services.handoff import TRANSCRIPT_KEPT, Handoff, TranscriptEntry
 from services.ports import Backend
 
 CHAT = 4242
+GROUP = -1001234567890
 
 
 async def test_open_record_close_keeps_the_topic(backend: Backend) -> None:
     handoffs = backend.handoffs
     assert (await handoffs.get(CHAT)).state == "none"
-    await handoffs.set_topic(CHAT, 77)
+    await handoffs.set_topic(CHAT, GROUP, 77)
     assert await handoffs.open(CHAT, reason="asked", trigger="command", language="ru")
     assert not await handoffs.open(CHAT, reason="again", trigger="model", language="en"), "already open"
     record = await handoffs.get(CHAT)
@@ -59,10 +60,10 @@ async def test_open_record_close_keeps_the_topic(backend: Backend) -> None:
 
 async def test_topics_deadlines_and_open_count(backend: Backend) -> None:
     handoffs = backend.handoffs
-    await handoffs.bind_topic(77, CHAT)
-    await handoffs.bind_topic(77, CHAT)
-    assert await handoffs.chat_of_topic(77) == CHAT
-    assert await handoffs.chat_of_topic(78) is None
+    await handoffs.bind_topic(GROUP, 77, CHAT)
+    await handoffs.bind_topic(GROUP, 77, CHAT)
+    assert await handoffs.chat_of_topic(GROUP, 77) == CHAT
+    assert await handoffs.chat_of_topic(GROUP, 78) is None
     await handoffs.track(CHAT, open=True, reply_within=0)
     await handoffs.track(CHAT + 1, open=True, reply_within=3600)
     assert await handoffs.open_count() == 2
@@ -72,22 +73,22 @@ async def test_topics_deadlines_and_open_count(backend: Backend) -> None:
         await asyncio.sleep(0.01)
     await handoffs.track(CHAT, open=True, reply_within=None)
     assert await handoffs.due() == []
-    await handoffs.unbind(CHAT, 77)
-    assert await handoffs.chat_of_topic(77) is None
+    await handoffs.unbind(CHAT, GROUP, 77)
+    assert await handoffs.chat_of_topic(GROUP, 77) is None
     assert await handoffs.open_count() == 1
 
 
 async def test_forget_chat_deletes_the_handoff(backend: Backend) -> None:
     await backend.store.commit_turn(CHAT, expected_version=0, messages=[NewMessage("user", "order 7718", 5)])
-    await backend.handoffs.set_topic(CHAT, 77)
-    await backend.handoffs.bind_topic(77, CHAT)
+    await backend.handoffs.set_topic(CHAT, GROUP, 77)
+    await backend.handoffs.bind_topic(GROUP, 77, CHAT)
     await backend.handoffs.open(CHAT, reason="asked", trigger="command", language="en")
     await backend.handoffs.track(CHAT, open=True, reply_within=900)
     await backend.handoffs.record(CHAT, "u1", TranscriptEntry("customer", "order 7718 cracked"))
     await backend.forget_chat(CHAT)
     assert (await backend.handoffs.get(CHAT)).state == "none"
     assert await backend.handoffs.relay_state(CHAT, "u1") == "new"
-    assert await backend.handoffs.chat_of_topic(77) is None
+    assert await backend.handoffs.chat_of_topic(GROUP, 77) is None
     assert await backend.handoffs.open_count() == 0
     if isinstance(backend, RedisBackend):
         keys = [k async for k in backend.redis.scan_iter(match="*")]
@@ -104,7 +105,7 @@ async def test_writes_of_a_worker_without_the_lease_are_refused(backend: Backend
     fence = Fence("me", valid_until=time.monotonic() + 30)
     for write in (
         backend.handoffs.open(CHAT, reason="r", trigger="command", language="en", fence=fence),
-        backend.handoffs.set_topic(CHAT, 1, fence=fence),
+        backend.handoffs.set_topic(CHAT, GROUP, 1, fence=fence),
         backend.handoffs.record(CHAT, "u1", TranscriptEntry("customer", "x"), fence=fence),
         backend.handoffs.close(CHAT, fence=fence),
         backend.handoffs.begin_relay(CHAT, "u1", fence=fence),
@@ -117,7 +118,7 @@ async def test_writes_of_a_worker_without_the_lease_are_refused(backend: Backend
 
 async def test_nothing_is_recorded_for_a_handoff_forgotten_or_closed_meanwhile(backend: Backend) -> None:
     h = backend.handoffs
-    await h.set_topic(CHAT, 77)
+    await h.set_topic(CHAT, GROUP, 77)
     await h.open(CHAT, reason="asked", trigger="command", language="en", item_id="u1")
     assert (await h.get(CHAT)).opened_by == "u1"
     await h.close(CHAT, item_id="u5")
@@ -140,7 +141,7 @@ async def test_nothing_is_recorded_for_a_handoff_forgotten_or_closed_meanwhile(b
 
 async def test_the_transcript_keeps_its_newest_entries_and_goes_with_the_close(backend: Backend) -> None:
     h = backend.handoffs
-    await h.set_topic(CHAT, 77)
+    await h.set_topic(CHAT, GROUP, 77)
     await h.open(CHAT, reason="asked", trigger="command", language="en")
     for n in range(TRANSCRIPT_KEPT + 5):
         await h.record(CHAT, f"u{n}", TranscriptEntry("customer", f"line {n}"))
@@ -165,23 +166,23 @@ async def test_removing_a_deadline_leaves_the_open_set_alone(backend: Backend) -
 
 async def test_forget_chat_redone_after_a_failure_still_unbinds_the_topic(backend: Backend) -> None:
     h = backend.handoffs
-    await h.set_topic(CHAT, 77)
-    await h.bind_topic(77, CHAT)
+    await h.set_topic(CHAT, GROUP, 77)
+    await h.bind_topic(GROUP, 77, CHAT)
     await h.open(CHAT, reason="asked", trigger="command", language="en")
     real_unbind = h.unbind
     calls = {"n": 0}
 
-    async def unbind_fails_once(chat_id: int, topic_id: int | None) -> None:
+    async def unbind_fails_once(chat_id: int, group_id: int | None, topic_id: int | None) -> None:
         calls["n"] += 1
         if calls["n"] == 1:
             raise StoreUnavailableError("the process dies here")
-        await real_unbind(chat_id, topic_id)
+        await real_unbind(chat_id, group_id, topic_id)
 
     h.unbind = unbind_fails_once  # type: ignore[method-assign]
     with pytest.raises(StoreUnavailableError):
         await backend.forget_chat(CHAT)
     await backend.forget_chat(CHAT)  # the /forget redone
-    assert await h.chat_of_topic(77) is None, "the topic stays bound to a forgotten chat"
+    assert await h.chat_of_topic(GROUP, 77) is None, "the topic stays bound to a forgotten chat"
     assert (await h.get(CHAT)).state == "none"
 
 
@@ -189,10 +190,25 @@ async def test_forget_chat_does_not_need_to_read_the_transcript(backend: Backend
     if not isinstance(backend, RedisBackend):
         pytest.skip("the in-process store holds no serialized transcript")
     h = backend.handoffs
-    await h.set_topic(CHAT, 77)
+    await h.set_topic(CHAT, GROUP, 77)
     await h.open(CHAT, reason="asked", trigger="command", language="en")
     await backend.redis.rpush(backend.keys.chat(CHAT).handoff_log, "not json")
     with pytest.raises(CorruptSessionError):
         await h.get(CHAT)
     await backend.forget_chat(CHAT)
     assert await h.get(CHAT) == Handoff()
+
+
+async def test_topic_ids_of_different_groups_are_different_topics(backend: Backend) -> None:
+    h = backend.handoffs
+    other = GROUP - 1
+    await h.set_topic(CHAT, GROUP, 77)
+    await h.bind_topic(GROUP, 77, CHAT)
+    await h.bind_topic(other, 77, CHAT + 1)
+    record = await h.get(CHAT)
+    assert (record.topic_group, record.topic_id) == (GROUP, 77)
+    assert await h.chat_of_topic(GROUP, 77) == CHAT
+    assert await h.chat_of_topic(other, 77) == CHAT + 1
+    await backend.forget_chat(CHAT)
+    assert await h.chat_of_topic(GROUP, 77) is None
+    assert await h.chat_of_topic(other, 77) == CHAT + 1, "another group's topic 77 was unbound"

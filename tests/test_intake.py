@@ -55,7 +55,7 @@ async def test_operator_group_updates_go_to_the_inbox_of_their_topics_customer()
     group, customer = -100777, 5
     redis = fakeredis.FakeAsyncRedis()
     handoffs = RedisHandoffStore(redis=redis, keys=KEYS)
-    await handoffs.bind_topic(42, customer)
+    await handoffs.bind_topic(group, 42, customer)
     intake = Intake(
         queue=ChatWorkQueue(redis=redis, keys=KEYS),
         dead_letters=DeadLetterStore(redis=redis, keys=KEYS),

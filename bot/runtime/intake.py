@@ -60,7 +60,7 @@ def operator_route(operator_chat_id: int | None, handoffs: HandoffStore) -> Rout
         thread = message.get("message_thread_id") if isinstance(message, dict) and topical else None
         if not isinstance(thread, int):
             return None
-        customer = await handoffs.chat_of_topic(thread)
+        customer = await handoffs.chat_of_topic(operator_chat_id, thread)
         if customer is None:
             log.info(
                 "operator group: update %s in topic %s, which no handoff opened; dropped",

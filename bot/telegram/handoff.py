@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
+from dataclasses import replace
 
 from aiogram import Bot
 from aiogram.exceptions import TelegramBadRequest, TelegramForbiddenError
@@ -161,8 +162,16 @@ class HandoffDesk:
         """The chat's handoff if one is open (None when handoff is off); without its transcript."""
         if self.group is None:
             return None
-        record = await self.store.get(chat_id, transcript=False)
+        record = await self._get(chat_id)
         return record if record.open else None
+
+    async def _get(self, chat_id: int) -> Handoff:
+        """The record without its transcript; its topic only if it is in this bot's operator group
+        (after ``OPERATOR_CHAT_ID`` changed, an old topic id may be another customer's topic there)."""
+        record = await self.store.get(chat_id, transcript=False)
+        if record.topic_id is not None and record.topic_group != self.group:
+            return replace(record, topic_id=None, topic_group=None)
+        return record
 
     # --- starting ----------------------------------------------------------------------------------
     async def start(
@@ -184,7 +193,7 @@ class HandoffDesk:
         storing its id stays behind, empty)."""
         assert self.group is not None and self.memory is not None
         async with self.lock(chat_id):
-            record = await self.store.get(chat_id, transcript=False)
+            record = await self._get(chat_id)
             if record.open and record.opened_by != item_id:
                 await self._send(bot, chat_id, say("handoff_already"), fence)
                 return
@@ -211,7 +220,7 @@ class HandoffDesk:
         assert self.group is not None and self.memory is not None
         summary, recent = await self.memory.ticket_parts(chat_id)
         topic = await self._topic(bot, chat_id, record, user, fence)
-        await self.store.bind_topic(topic, chat_id)
+        await self.store.bind_topic(self.group, topic, chat_id)
         ops = self._ops
         ticket = ticket_text(
             title=ops("op_ticket", name=topic_name(user, chat_id, ops("op_customer"))),
@@ -251,7 +260,7 @@ class HandoffDesk:
         if fence is not None:
             fence.ensure_valid()
         created = await bot.create_forum_topic(self.group, topic_name(user, chat_id, self._ops("op_customer")))
-        await self.store.set_topic(chat_id, created.message_thread_id, fence=fence)
+        await self.store.set_topic(chat_id, self.group, created.message_thread_id, fence=fence)
         return created.message_thread_id
 
     # --- relaying ----------------------------------------------------------------------------------
@@ -261,9 +270,13 @@ class HandoffDesk:
         assert self.group is not None
         chat_id = message.chat.id
         async with self.lock(chat_id):
-            record = await self.store.get(chat_id, transcript=False)
-            if not record.open or record.topic_id is None:
+            record = await self._get(chat_id)
+            if not record.open:
                 log.info("chat %s: the handoff ended meanwhile; %s not relayed", chat_id, item_id)
+                return
+            if record.topic_id is None:  # its topic is in another group (OPERATOR_CHAT_ID changed)
+                log.warning("chat %s: the open handoff has no topic in the operator group; it ends", chat_id)
+                await self.end(bot, chat_id, record, by="lost", item_id=item_id, fence=fence)
                 return
             if content_kind(message) not in RELAYED_CONTENT or not await self._begin(chat_id, item_id, fence):
                 return
@@ -313,7 +326,7 @@ class HandoffDesk:
             return
         if message.sender_chat is not None and message.sender_chat.id != message.chat.id:
             return
-        chat_id = await self.store.chat_of_topic(thread)
+        chat_id = await self.store.chat_of_topic(message.chat.id, thread)
         if chat_id is None:
             log.info("operator group: message in topic %s, which no handoff opened; ignored", thread)
             return
@@ -321,7 +334,7 @@ class HandoffDesk:
         if foreign:
             return
         async with self.lock(chat_id):
-            record = await self.store.get(chat_id, transcript=False)
+            record = await self._get(chat_id)
             if command == "/close" and record.state == "closed" and record.closed_by == item_id:
                 await self._ended(bot, chat_id, record, by="operator", item_id=item_id, fence=fence)  # a retry
                 return
@@ -350,7 +363,7 @@ class HandoffDesk:
     async def finish(self, bot: Bot, chat_id: int, *, by: EndedBy, item_id: str, fence: Fence | None) -> None:
         """End the chat's open handoff (``/new``), or send what a failed attempt of the same update
         did not; nothing if there is none. Expects the chat's lock held."""
-        record = await self.store.get(chat_id, transcript=False)
+        record = await self._get(chat_id)
         if record.open:
             await self.end(bot, chat_id, record, by=by, item_id=item_id, fence=fence)
         elif record.state == "closed" and record.closed_by == item_id:
@@ -422,7 +435,7 @@ class HandoffDesk:
         set is not touched: ``start`` and ``end`` own it)."""
         assert self.group is not None
         async with self.lock(chat_id):
-            record = await self.store.get(chat_id, transcript=False)
+            record = await self._get(chat_id)
             step = f"timeout:{record.opened_ms}"
             if record.state == "closed" and record.closed_by == step:  # redone after a failed notice
                 await self._ended(bot, chat_id, record, by="timeout", item_id=step, fence=fence)

@@ -202,7 +202,7 @@ class InMemoryHandoffStore:
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._records: dict[int, Handoff] = {}
         self._relayed: dict[int, dict[str, None]] = {}
-        self._topics: dict[int, int] = {}
+        self._topics: dict[tuple[int, int], int] = {}
         self._deadlines: dict[int, float] = {}
         self._open: set[int] = set()
         self._now = clock
@@ -214,8 +214,8 @@ class InMemoryHandoffStore:
         record = self._records.get(chat_id, Handoff())
         return record if transcript else replace(record, transcript=())
 
-    async def set_topic(self, chat_id: int, topic_id: int, *, fence: Fence | None = None) -> None:
-        self._records[chat_id] = replace(await self.get(chat_id), topic_id=topic_id)
+    async def set_topic(self, chat_id: int, group_id: int, topic_id: int, *, fence: Fence | None = None) -> None:
+        self._records[chat_id] = replace(await self.get(chat_id), topic_id=topic_id, topic_group=group_id)
 
     async def open(
         self, chat_id: int, *, reason: str, trigger: str, language: str, item_id: str = "", fence: Fence | None = None
@@ -224,8 +224,8 @@ class InMemoryHandoffStore:
         if record.open:
             return False
         self._records[chat_id] = Handoff(
-            state="open", topic_id=record.topic_id, reason=reason, trigger=trigger, language=language,
-            opened_ms=self._ms(), opened_by=item_id,
+            state="open", topic_id=record.topic_id, topic_group=record.topic_group, reason=reason,
+            trigger=trigger, language=language, opened_ms=self._ms(), opened_by=item_id,
         )  # fmt: skip
         return True
 
@@ -277,11 +277,11 @@ class InMemoryHandoffStore:
         self._records[chat_id] = replace(record, state="closed", closed_by=item_id, transcript=())
         return True
 
-    async def bind_topic(self, topic_id: int, chat_id: int) -> None:
-        self._topics[topic_id] = chat_id
+    async def bind_topic(self, group_id: int, topic_id: int, chat_id: int) -> None:
+        self._topics[group_id, topic_id] = chat_id
 
-    async def chat_of_topic(self, topic_id: int) -> int | None:
-        return self._topics.get(topic_id)
+    async def chat_of_topic(self, group_id: int, topic_id: int) -> int | None:
+        return self._topics.get((group_id, topic_id))
 
     async def track(self, chat_id: int, *, open: bool | None, reply_within: float | None = None) -> None:
         if open is True:
@@ -300,9 +300,9 @@ class InMemoryHandoffStore:
     async def open_count(self) -> int:
         return len(self._open)
 
-    async def unbind(self, chat_id: int, topic_id: int | None) -> None:
-        if topic_id is not None and self._topics.get(topic_id) == chat_id:
-            del self._topics[topic_id]
+    async def unbind(self, chat_id: int, group_id: int | None, topic_id: int | None) -> None:
+        if group_id is not None and topic_id is not None and self._topics.get((group_id, topic_id)) == chat_id:
+            del self._topics[group_id, topic_id]
         await self.track(chat_id, open=False)
 
     def forget(self, chat_id: int) -> None:
@@ -325,8 +325,8 @@ class MemoryBackend:
     async def forget_chat(self, chat_id: int, *, fence: Fence | None = None) -> None:
         """The topic binding first (idempotent), then the records: a failure in between leaves the
         record, and the topic id with it, for the next attempt."""
-        topic_id = (await self.handoffs.get(chat_id, transcript=False)).topic_id
-        await self.handoffs.unbind(chat_id, topic_id)
+        record = await self.handoffs.get(chat_id, transcript=False)
+        await self.handoffs.unbind(chat_id, record.topic_group, record.topic_id)
         await self.store.forget(chat_id, fence=fence)
         self.handoffs.forget(chat_id)
 

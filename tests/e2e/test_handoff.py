@@ -163,7 +163,7 @@ async def test_forget_and_new_end_a_handoff(running: RunningBot, telegram: StubT
     lines = [c.params["text"] for c in telegram.in_topic(thread, "sendMessage")]
     assert lines[-1] == TEXTS["en"]["op_ended_forget"] and telegram.topics[thread]["closed"]
     assert (await running.backend.handoffs.get(CHAT)).state == "none"
-    assert await running.backend.handoffs.chat_of_topic(thread) is None
+    assert await running.backend.handoffs.chat_of_topic(GROUP, thread) is None
     session = await running.store.load(CHAT)
     assert session.messages == () and session.summary is None
     # operators writing into the old topic reach nobody

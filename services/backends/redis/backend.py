@@ -45,8 +45,9 @@ class RedisBackend:
         quarantined copy included), then the chat's dead letters. The rate-limit window stays (ids and
         times only: /forget is no way around the limit). Messages already copied into the operator
         group stay there: they are the operators' records, not the bot's."""
-        topic_id = (await self.handoffs.get(chat_id, transcript=False)).topic_id  # not decoded: never corrupt
-        await self.handoffs.unbind(chat_id, topic_id)  # first (idempotent): the record keeps the topic id until then
+        record = await self.handoffs.get(chat_id, transcript=False)  # the transcript is not decoded
+        # first (idempotent): the record keeps the topic until then
+        await self.handoffs.unbind(chat_id, record.topic_group, record.topic_id)
         await self.store.forget(chat_id, fence=fence)
         await self.dead_letters.drop_chat(chat_id)
 

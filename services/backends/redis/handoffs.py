@@ -2,7 +2,7 @@
 
 Per chat (hash tag ``{chat:<id>}``, so with the session): ``handoff`` (hash), ``handoff_log`` (the
 transcript) and ``handoff_relayed`` (message ids already relayed). Every write there is one Lua script
-fenced by the chat's lease. Global (hash tag ``{<ns>:handoff}``, one slot of its own): topic → chat,
+fenced by the chat's lease. Global (hash tag ``{<ns>:handoff}``, one slot of its own): (group, topic) → chat,
 the open handoffs and their reply deadlines; those scripts touch nothing else. The bot writes the
 per-chat record and the global keys in separate steps, ordered so that a crash in between leaves a
 state the next attempt completes (every global write is idempotent)."""
@@ -31,13 +31,13 @@ local function expire_all(ttl, keys)
 end
 """
 
-# KEYS: handoff, lease. ARGV: topic, ttl, token.
+# KEYS: handoff, lease. ARGV: topic, ttl, token, group.
 _SET_TOPIC = (
     _EXPIRE
     + LUA_FENCE
     + """
 if not holds(KEYS[2], ARGV[3]) then return FENCE_LOST end
-redis.call('HSET', KEYS[1], 'topic', ARGV[1])
+redis.call('HSET', KEYS[1], 'topic', ARGV[1], 'group', ARGV[4])
 expire_all(tonumber(ARGV[2]), {KEYS[1]})
 return 1
 """
@@ -163,7 +163,7 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(AR
 """
 )
 
-# KEYS: topics, open, deadlines. ARGV: chat, topic ('' = none).
+# KEYS: topics, open, deadlines. ARGV: chat, "<group>:<topic>" ('' = none).
 _UNBIND = """
 if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], ARGV[2]) == ARGV[1] then redis.call('HDEL', KEYS[1], ARGV[2]) end
 redis.call('SREM', KEYS[2], ARGV[1])
@@ -213,6 +213,7 @@ class RedisHandoffStore:
             return Handoff(
                 state=state if state in ("open", "closed") else "none",  # type: ignore[arg-type]
                 topic_id=int(fields["topic"]) if fields.get("topic") else None,
+                topic_group=int(fields["group"]) if fields.get("group") else None,
                 reason=fields.get("reason", ""),
                 trigger=fields.get("trigger", ""),
                 language=fields.get("language", ""),
@@ -226,9 +227,10 @@ class RedisHandoffStore:
         except (ValueError, KeyError, TypeError) as exc:
             raise CorruptSessionError(f"chat {chat_id} holds an unreadable handoff record: {exc}") from exc
 
-    async def set_topic(self, chat_id: int, topic_id: int, *, fence: Fence | None = None) -> None:
+    async def set_topic(self, chat_id: int, group_id: int, topic_id: int, *, fence: Fence | None = None) -> None:
         keys = self._keys.chat(chat_id)
-        await self._run(chat_id, self._set_topic, [keys.handoff, keys.lease], [topic_id, self._ttl, token_of(fence)])
+        args = [topic_id, self._ttl, token_of(fence), group_id]
+        await self._run(chat_id, self._set_topic, [keys.handoff, keys.lease], args)
 
     async def open(
         self, chat_id: int, *, reason: str, trigger: str, language: str, item_id: str = "", fence: Fence | None = None
@@ -273,13 +275,13 @@ class RedisHandoffStore:
         script_keys = [keys.handoff, keys.handoff_log, keys.lease]
         return int(await self._run(chat_id, self._close, script_keys, [token_of(fence), item_id])) == 1
 
-    async def bind_topic(self, topic_id: int, chat_id: int) -> None:
+    async def bind_topic(self, group_id: int, topic_id: int, chat_id: int) -> None:
         with redis_errors("cannot bind a handoff topic"):
-            await self._redis.hset(self._keys.handoff_topics, str(topic_id), str(chat_id))
+            await self._redis.hset(self._keys.handoff_topics, _topic_field(group_id, topic_id), str(chat_id))
 
-    async def chat_of_topic(self, topic_id: int) -> int | None:
+    async def chat_of_topic(self, group_id: int, topic_id: int) -> int | None:
         with redis_errors("cannot read the handoff topics"):
-            raw = await self._redis.hget(self._keys.handoff_topics, str(topic_id))
+            raw = await self._redis.hget(self._keys.handoff_topics, _topic_field(group_id, topic_id))
         return int(raw) if raw is not None else None
 
     async def track(self, chat_id: int, *, open: bool | None, reply_within: float | None = None) -> None:
@@ -297,10 +299,16 @@ class RedisHandoffStore:
         with redis_errors("cannot count the open handoffs"):
             return int(await self._redis.scard(self._keys.handoff_open))
 
-    async def unbind(self, chat_id: int, topic_id: int | None) -> None:
+    async def unbind(self, chat_id: int, group_id: int | None, topic_id: int | None) -> None:
         keys = [self._keys.handoff_topics, self._keys.handoff_open, self._keys.handoff_deadlines]
+        field = "" if group_id is None or topic_id is None else _topic_field(group_id, topic_id)
         with redis_errors("cannot unbind a handoff topic"):
-            await self._unbind(keys=keys, args=[chat_id, "" if topic_id is None else topic_id])
+            await self._unbind(keys=keys, args=[chat_id, field])
+
+
+def _topic_field(group_id: int, topic_id: int) -> str:
+    """Topic ids repeat between groups: a binding is keyed by both."""
+    return f"{group_id}:{topic_id}"
 
 
 def _text(value: bytes | str) -> str:
