@@ -132,7 +132,8 @@ class FlakyGroupBot(FakeBot):
         await super().send_message(chat_id, body, **kwargs)
 
 
-async def test_a_close_retried_after_a_blip_still_tells_the_customer_and_the_topic() -> None:
+@pytest.mark.parametrize("retry", ["u11", "u12"], ids=["redelivered", "sent-again-by-the-operator"])
+async def test_a_close_retried_after_a_blip_still_tells_the_customer_and_the_topic(retry: str) -> None:
     backend = MemoryBackend()
     await opened(backend)
     desk = desk_for(backend)
@@ -140,10 +141,10 @@ async def test_a_close_retried_after_a_blip_still_tells_the_customer_and_the_top
     close = operator_message("/close")
     with contextlib.suppress(TransientError):
         await desk.from_operator(bot, close, "u11", None)  # type: ignore[arg-type]
-    await desk.from_operator(bot, close, "u11", None)  # type: ignore[arg-type]  # the retry
+    await desk.from_operator(bot, close, retry, None)  # type: ignore[arg-type]  # the retry
     assert (CHAT, TEXTS["en"]["handoff_closed"]) in bot.sent, "the customer is never told the handoff ended"
     assert (GROUP, TEXTS["en"]["op_closed"]) in bot.sent, "the topic is never told"
-    await desk.from_operator(bot, close, "u12", None)  # type: ignore[arg-type]  # a later /close
+    await desk.from_operator(bot, close, "u13", None)  # type: ignore[arg-type]  # a later /close
     assert bot.sent[-1] == (GROUP, TEXTS["en"]["op_not_open"])
     assert bot.sent.count((CHAT, TEXTS["en"]["handoff_closed"])) == 1
 

@@ -75,6 +75,21 @@ REFUSED = (TelegramBadRequest, TelegramForbiddenError)
 """Telegram's permanent refusals: retrying the same call cannot help."""
 
 
+_ENDINGS: dict[str, str] = {
+    "operator": "op_closed",
+    "new": "op_ended_new",
+    "forget": "op_ended_forget",
+    "timeout": "op_overdue_resumed",
+    "lost": "op_closed",
+}
+"""How a handoff ended → the line its topic gets."""
+
+
+def _ending_mark(record: Handoff) -> str:
+    """The relay marks of a handoff's ending notices (one set per handoff, whichever update retries)."""
+    return f"end:{record.opened_ms}"
+
+
 def topic_gone(exc: TelegramBadRequest | TelegramForbiddenError) -> bool:
     """The operators deleted the topic, or the bot is no longer in the operator group."""
     if isinstance(exc, TelegramForbiddenError):
@@ -335,9 +350,8 @@ class HandoffDesk:
             return
         async with self.lock(chat_id):
             record = await self._get(chat_id)
-            if command == "/close" and record.state == "closed" and record.closed_by == item_id:
-                await self._ended(bot, chat_id, record, by="operator", item_id=item_id, fence=fence)  # a retry
-                return
+            if command == "/close" and await self._resume_ending(bot, chat_id, record, fence):
+                return  # the last ending's notices were not all sent: now they are
             if not record.open or record.topic_id != thread:
                 if command is not None or content_kind(message) in RELAYED_CONTENT:
                     await self._send_topic(bot, self._ops("op_not_open"), thread, fence)
@@ -361,13 +375,13 @@ class HandoffDesk:
 
     # --- ending --------------------------------------------------------------------------------------
     async def finish(self, bot: Bot, chat_id: int, *, by: EndedBy, item_id: str, fence: Fence | None) -> None:
-        """End the chat's open handoff (``/new``), or send what a failed attempt of the same update
-        did not; nothing if there is none. Expects the chat's lock held."""
+        """End the chat's open handoff (``/new``), or send what the ending of its last one did not
+        (a failed attempt); nothing if there is none. Expects the chat's lock held."""
         record = await self._get(chat_id)
         if record.open:
             await self.end(bot, chat_id, record, by=by, item_id=item_id, fence=fence)
-        elif record.state == "closed" and record.closed_by == item_id:
-            await self._ended(bot, chat_id, record, by=by, item_id=item_id, fence=fence)
+        else:
+            await self._resume_ending(bot, chat_id, record, fence)
 
     async def end(
         self, bot: Bot, chat_id: int, record: Handoff, *, by: EndedBy, item_id: str, fence: Fence | None
@@ -376,38 +390,43 @@ class HandoffDesk:
         timeout or because the topic is gone, the transcript is folded into the conversation's summary
         first (the assistant goes on from it; a failed fold raises a transient error and nothing is
         closed); /new drops the conversation anyway. Then the customer and the topic are told, each
-        once (``item_id`` marks the notices). Expects the chat's lock held."""
+        once. Expects the chat's lock held."""
         assert self.group is not None and self.memory is not None
         if by in ("operator", "timeout", "lost"):
             full = await self.store.get(chat_id, transcript=True)
             await self.memory.fold_transcript(chat_id, full.transcript, fence=fence)
-        if await self.store.close(chat_id, item_id=item_id, fence=fence):
+        if await self.store.close(chat_id, item_id=f"{by} {item_id}", fence=fence):
             HANDOFFS_CLOSED.labels(by).inc()
-        await self._ended(bot, chat_id, record, by=by, item_id=item_id, fence=fence)
+        await self._ended(bot, chat_id, record, by=by, fence=fence)
 
-    async def _ended(
-        self, bot: Bot, chat_id: int, record: Handoff, *, by: EndedBy, item_id: str, fence: Fence | None
-    ) -> None:
-        """The notices of an ended handoff, each once (a retry sends only what is not marked), then
-        the chat leaves the open set and its deadline goes (only now: the deadline watcher redoes a
-        timeout whose notices failed)."""
+    async def _resume_ending(self, bot: Bot, chat_id: int, record: Handoff, fence: Fence | None) -> bool:
+        """Send what the ending of the chat's closed handoff did not (its update failed after the
+        close: redelivered in queued mode, sent again by a person in-process, or the deadline's next
+        round); False if it was all sent."""
+        by = record.closed_by.split(" ", 1)[0]
+        if record.state != "closed" or by not in _ENDINGS:
+            return False
+        if await self.store.relay_state(chat_id, f"{_ending_mark(record)}:done") == "done":
+            return False
+        await self._ended(bot, chat_id, record, by=by, fence=fence)  # type: ignore[arg-type]
+        return True
+
+    async def _ended(self, bot: Bot, chat_id: int, record: Handoff, *, by: EndedBy, fence: Fence | None) -> None:
+        """The notices of an ended handoff, each once (marked per handoff: a retry sends only what is
+        not marked), then the chat leaves the open set and its deadline goes (only now: the deadline
+        watcher redoes a timeout whose notices failed)."""
         assert self.group is not None
-        line = {
-            "operator": "op_closed",
-            "new": "op_ended_new",
-            "forget": "op_ended_forget",
-            "timeout": "op_overdue_resumed",
-            "lost": "op_closed",
-        }[by]
+        mark = _ending_mark(record)
         minutes = round(self.settings.handoff_reply_timeout_seconds / 60)
         if record.topic_id is not None and by != "lost":
-            body = self._ops(line, minutes=minutes)
-            await self._notify(bot, chat_id, f"{item_id}:closed-topic", self.group, body, fence, thread=record.topic_id)
+            body = self._ops(_ENDINGS[by], minutes=minutes)
+            await self._notify(bot, chat_id, f"{mark}:topic", self.group, body, fence, thread=record.topic_id)
             await self._close_topic(bot, record.topic_id)
         customer = {"operator": "handoff_closed", "timeout": "handoff_slow_resumed", "lost": "handoff_lost"}
         if by in customer:
             body = text(record.language or self._ops.language, customer[by])
-            await self._notify(bot, chat_id, f"{item_id}:closed-customer", chat_id, body, fence)
+            await self._notify(bot, chat_id, f"{mark}:customer", chat_id, body, fence)
+        await self.store.record(chat_id, f"{mark}:done", None, fence=fence)
         await self.store.track(chat_id, open=False)
         await self._gauge()
 
@@ -437,8 +456,7 @@ class HandoffDesk:
         async with self.lock(chat_id):
             record = await self._get(chat_id)
             step = f"timeout:{record.opened_ms}"
-            if record.state == "closed" and record.closed_by == step:  # redone after a failed notice
-                await self._ended(bot, chat_id, record, by="timeout", item_id=step, fence=fence)
+            if await self._resume_ending(bot, chat_id, record, fence):  # redone after a failed notice
                 return
             if record.open and not record.first_reply_ms and not record.flagged:
                 if self.settings.handoff_resume_on_timeout:
