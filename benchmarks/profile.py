@@ -32,7 +32,7 @@ def cpu_seconds(pid: int) -> float:
 # and is charged to whoever called it.
 _RULES: list[tuple[str, str]] = [
     ("tokenization (tiktoken)", "tiktoken"),
-    ("Redis client", "/redis/"),
+    ("Redis client", "/site-packages/redis/"),  # redis-py itself, not services/backends/redis
     ("openai client (incl. httpx)", "/openai/"),
     ("openai client (incl. httpx)", "/httpx"),
     ("openai client (incl. httpx)", "/httpcore/"),
@@ -47,10 +47,10 @@ _RULES: list[tuple[str, str]] = [
     ("logging", "bot/logs.py"),
     ("reply rendering (markdown)", "telegramify_markdown"),
     ("reply rendering (markdown)", "bot/telegram/render.py"),
-    ("webhook intake", "/bot/intake.py"),
-    ("worker loop and Update parsing (bot/runtime/worker.py)", "/bot/worker.py"),
+    ("webhook intake", "/bot/runtime/intake.py"),
+    ("worker loop and Update parsing (bot/runtime/worker.py)", "/bot/runtime/worker.py"),
     ("event loop, sockets, other", "/bot/__main__.py"),
-    ("event loop, sockets, other", "/bot/runner.py"),
+    ("event loop, sockets, other", "/bot/runners/"),
     ("our code (services/, bot/)", "/services/"),
     ("our code (services/, bot/)", "/bot/"),
     ("aiohttp web server", "/aiohttp/web_"),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import fakeredis
 import pytest
+from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException
 
@@ -24,6 +25,7 @@ from services.backends.redis.queue import ChatWorkQueue
 from services.backends.redis.scripts import AnyRedis, CrossSlotError, redis_errors, register, slot_of
 from services.backends.redis.store import RedisSessionStore
 from services.errors import StoreUnavailableError
+from services.settings import RedisSettings
 from tests.cluster import RedisClusterServers
 from tests.conftest import RedisServer, flushed_cluster_client, free_port
 from tests.e2e.harness import make_settings
@@ -181,3 +183,11 @@ def test_the_same_client_fault_under_uvloop_is_transient_too(redis_server: Redis
         await client.aclose()
 
     uvloop.run(main())
+
+
+def test_a_braced_prefix_is_refused_before_any_key_is_built() -> None:
+    """Braces in the namespace would split keys that must share a slot (ready set and wake list)."""
+    with pytest.raises(ValueError, match="braces"):
+        KeySpace("{sb}", "123")
+    with pytest.raises(ValidationError):
+        RedisSettings(_env_file=None, redis_key_prefix="sb{x}")  # type: ignore[call-arg]

@@ -22,10 +22,9 @@ from aiogram import Bot
 from aiogram.exceptions import ClientDecodeError, TelegramAPIError, TelegramConflictError
 from aiohttp import web
 
-from services.backends.redis.deadletters import DeadLetterStore
 from services.errors import TransientError
 from services.metrics import DEAD_LETTERS, REDELIVERIES
-from services.ports import PollingLease, WorkQueue
+from services.ports import DeadLetters, PollingLease, WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +52,7 @@ class IntakeError(TransientError):
 class Intake:
     """Queues raw updates under their chat; what cannot be queued goes to the dead letters."""
 
-    def __init__(self, *, queue: WorkQueue, dead_letters: DeadLetterStore, identity: str) -> None:
+    def __init__(self, *, queue: WorkQueue, dead_letters: DeadLetters, identity: str) -> None:
         self._queue = queue
         self._dead = dead_letters
         self._identity = identity

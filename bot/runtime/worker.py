@@ -15,7 +15,10 @@ import contextlib
 import itertools
 import json
 import logging
+import os
+import socket
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -23,11 +26,10 @@ from aiogram import Bot, Dispatcher
 from aiogram.types import Update
 
 from bot.runtime.failures import is_transient
-from services.backends.redis.deadletters import DeadLetterStore
 from services.errors import LeaseLostError, TransientError
 from services.fence import Fence
 from services.metrics import DEAD_LETTERS, LEASES_LOST, QUEUE_WAIT
-from services.ports import Claim, QueueItem, Step, WorkQueue
+from services.ports import Claim, DeadLetters, QueueItem, Step, WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,11 @@ VANISHED_ALLOWANCE = 2
 """Attempts that vanish (worker killed, or paused past its lease) are also what an ordinary crash or
 failover looks like, so they are allowed a little more often than outright failures."""
 Outcome = Literal["done", "retry", "transient", "abandon"]
+
+
+def worker_identity() -> str:
+    """Who this worker is, in leases, logs and dead letters: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 @dataclass
@@ -58,7 +65,7 @@ class Worker:
         self,
         *,
         queue: WorkQueue,
-        dead_letters: DeadLetterStore,
+        dead_letters: DeadLetters,
         dispatcher: Dispatcher,
         bot: Bot,
         identity: str,
