@@ -32,7 +32,7 @@ def cpu_seconds(pid: int) -> float:
 # and is charged to whoever called it.
 _RULES: list[tuple[str, str]] = [
     ("tokenization (tiktoken)", "tiktoken"),
-    ("Redis client", "/site-packages/redis/"),  # redis-py itself, not services/backends/redis
+    ("Redis client", "^/redis/"),  # redis-py itself ("^": at the start), not services/backends/redis
     ("openai client (incl. httpx)", "/openai/"),
     ("openai client (incl. httpx)", "/httpx"),
     ("openai client (incl. httpx)", "/httpcore/"),
@@ -59,6 +59,10 @@ _FRAME = re.compile(r"^(?P<function>.*) \((?P<path>[^()]*?)(?::\d+)?\)$")
 _OUR_REDIS_CALLERS = ("services/backends/redis/", "bot/runtime/intake.py")
 
 
+def _matches(fragment: str, rooted: str) -> bool:
+    return rooted.startswith(fragment[1:]) if fragment.startswith("^") else fragment in rooted
+
+
 @dataclass
 class Breakdown:
     samples: int = 0
@@ -75,7 +79,7 @@ class Breakdown:
         component = "event loop, sockets, other"
         for _function, path in reversed(parsed):
             rooted = "/" + path  # py-spy prints paths relative to sys.path entries: "redis/client.py"
-            match = next((name for name, fragment in _RULES if fragment in rooted), None)
+            match = next((name for name, fragment in _RULES if _matches(fragment, rooted)), None)
             if match:
                 component = match
                 break

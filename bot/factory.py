@@ -70,7 +70,11 @@ def build_backend(settings: Settings, *, cluster: bool = False) -> MemoryBackend
         )
         return MemoryBackend(ttl_seconds=ttl, per_minute=per_minute)
     keys = key_space(settings)
-    client = redis_client(settings.redis.redis_url.get_secret_value(), cluster=cluster)
+    client = redis_client(
+        settings.redis.redis_url.get_secret_value(),
+        cluster=cluster,
+        max_connections=settings.redis.redis_max_connections,
+    )
     log.info("session store: Redis%s (keys under %r)", " Cluster" if cluster else "", keys.namespace)
     return RedisBackend(redis=client, keys=keys, ttl_seconds=ttl, per_minute=per_minute, cluster=cluster)
 

@@ -70,6 +70,9 @@ class RedisSettings(BaseSettings):
         pattern=r"^[^{}]+$",
         description="namespace of every key (no braces: they would change the keys' hash slots)",
     )
+    redis_max_connections: int = Field(
+        default=512, ge=8, description="connections per Redis server and process; beyond it a command waits"
+    )
     redis_cluster: Literal["auto", "on", "off"] = Field(
         default="auto",
         description="auto: ask the server at start-up (INFO cluster); on: Redis Cluster; off: one server",

@@ -191,3 +191,14 @@ def test_a_braced_prefix_is_refused_before_any_key_is_built() -> None:
         KeySpace("{sb}", "123")
     with pytest.raises(ValidationError):
         RedisSettings(_env_file=None, redis_key_prefix="sb{x}")  # type: ignore[call-arg]
+
+
+async def test_a_burst_beyond_the_pool_waits_instead_of_failing(redis_server: RedisServer) -> None:
+    """More concurrent commands than connections: each waits for a free one (redis-py's default pool
+    would raise "Too many connections", which the webhook intake turned into 503s)."""
+    client = redis_client(redis_server.url, max_connections=8)
+    try:
+        replies = await asyncio.gather(*(client.blpop([f"nothing:{n}"], timeout=0.2) for n in range(20)))
+        assert replies == [None] * 20
+    finally:
+        await client.aclose()
