@@ -32,7 +32,7 @@ def cpu_seconds(pid: int) -> float:
 # and is charged to whoever called it.
 _RULES: list[tuple[str, str]] = [
     ("tokenization (tiktoken)", "tiktoken"),
-    ("Redis client", "/redis/"),
+    ("Redis client", "^/redis/"),  # redis-py itself ("^": at the start), not services/backends/redis
     ("openai client (incl. httpx)", "/openai/"),
     ("openai client (incl. httpx)", "/httpx"),
     ("openai client (incl. httpx)", "/httpcore/"),
@@ -47,16 +47,20 @@ _RULES: list[tuple[str, str]] = [
     ("logging", "bot/logs.py"),
     ("reply rendering (markdown)", "telegramify_markdown"),
     ("reply rendering (markdown)", "bot/telegram/render.py"),
-    ("webhook intake", "/bot/intake.py"),
-    ("worker loop and Update parsing (bot/runtime/worker.py)", "/bot/worker.py"),
+    ("webhook intake", "/bot/runtime/intake.py"),
+    ("worker loop and Update parsing (bot/runtime/worker.py)", "/bot/runtime/worker.py"),
     ("event loop, sockets, other", "/bot/__main__.py"),
-    ("event loop, sockets, other", "/bot/runner.py"),
+    ("event loop, sockets, other", "/bot/runners/"),
     ("our code (services/, bot/)", "/services/"),
     ("our code (services/, bot/)", "/bot/"),
     ("aiohttp web server", "/aiohttp/web_"),
 ]
 _FRAME = re.compile(r"^(?P<function>.*) \((?P<path>[^()]*?)(?::\d+)?\)$")
 _OUR_REDIS_CALLERS = ("services/backends/redis/", "bot/runtime/intake.py")
+
+
+def _matches(fragment: str, rooted: str) -> bool:
+    return rooted.startswith(fragment[1:]) if fragment.startswith("^") else fragment in rooted
 
 
 @dataclass
@@ -75,7 +79,7 @@ class Breakdown:
         component = "event loop, sockets, other"
         for _function, path in reversed(parsed):
             rooted = "/" + path  # py-spy prints paths relative to sys.path entries: "redis/client.py"
-            match = next((name for name, fragment in _RULES if fragment in rooted), None)
+            match = next((name for name, fragment in _RULES if _matches(fragment, rooted)), None)
             if match:
                 component = match
                 break

@@ -12,14 +12,14 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TextIO
 
-from services.backends.redis.backend import RedisBackend
+from services.ports import QueuedBackend
 
 
 def _when(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-async def dead_letters(backend: RedisBackend, action: str, letter_id: str | None, out: TextIO = sys.stdout) -> int:
+async def dead_letters(backend: QueuedBackend, action: str, letter_id: str | None, out: TextIO = sys.stdout) -> int:
     """Returns the exit status."""
     store = backend.dead_letters
     if action == "list":
@@ -51,7 +51,7 @@ async def dead_letters(backend: RedisBackend, action: str, letter_id: str | None
     return 0
 
 
-async def quarantine(backend: RedisBackend, action: str, chat_id: int | None, out: TextIO = sys.stdout) -> int:
+async def quarantine(backend: QueuedBackend, action: str, chat_id: int | None, out: TextIO = sys.stdout) -> int:
     store = backend.quarantined
     if action == "list":
         found = await store.list()

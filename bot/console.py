@@ -8,7 +8,7 @@ import asyncio
 import sys
 from typing import TextIO
 
-from bot.factory import Settings, build_engine
+from bot.factory import Settings, build_engine, open_backend
 from services.engine.chat import ChatService
 from services.engine.turns import TurnResult
 from services.errors import SupportBotError
@@ -62,8 +62,11 @@ async def run_console(chat: ChatService, *, chat_id: int, stdin: TextIO, stdout:
 
 
 async def main(chat_id: int = 1) -> None:
-    chat = build_engine(Settings())
+    settings = Settings()
+    backend = await open_backend(settings)
+    chat = build_engine(settings, backend.store)
     try:
         await run_console(chat, chat_id=chat_id, stdin=sys.stdin, stdout=sys.stdout)
     finally:
         await chat.close()
+        await backend.close()

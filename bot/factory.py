@@ -30,7 +30,7 @@ from services.engine.chat import ChatService
 from services.errors import ConfigurationError
 from services.handoff import HandoffMemory
 from services.metrics import LLM_IN_FLIGHT, PrometheusObserver
-from services.ports import Backend, SessionStore
+from services.ports import Backend, QueuedBackend, SessionStore
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ async def open_backend(settings: Settings) -> MemoryBackend | RedisBackend:
     return build_backend(settings, cluster=cluster)
 
 
-async def open_redis_backend(settings: Settings) -> RedisBackend:
+async def open_redis_backend(settings: Settings) -> QueuedBackend:
     """The shared backend queued mode and the operator commands need (ConfigurationError without
     ``REDIS_URL``)."""
     backend = await open_backend(settings)
@@ -72,19 +72,23 @@ def build_backend(settings: Settings, *, cluster: bool = False) -> MemoryBackend
         )
         return MemoryBackend(ttl_seconds=ttl, per_minute=per_minute)
     keys = key_space(settings)
-    client = redis_client(settings.redis.redis_url.get_secret_value(), cluster=cluster)
+    client = redis_client(
+        settings.redis.redis_url.get_secret_value(),
+        cluster=cluster,
+        max_connections=settings.redis.redis_max_connections,
+    )
     log.info("session store: Redis%s (keys under %r)", " Cluster" if cluster else "", keys.namespace)
     return RedisBackend(redis=client, keys=keys, ttl_seconds=ttl, per_minute=per_minute, cluster=cluster)
 
 
-def build_engine(settings: Settings, store: SessionStore | None = None) -> ChatService:
-    """The engine as the bot runs it: every turn and every LLM call in flight lands in the metrics.
-    With ``OPERATOR_CHAT_ID`` the model is offered the handoff tool."""
+def build_engine(settings: Settings, store: SessionStore) -> ChatService:
+    """The engine as the bot runs it, on the backend's store: every turn and every LLM call in flight
+    lands in the metrics. With ``OPERATOR_CHAT_ID`` the model is offered the handoff tool."""
     llm = build_llm_client(settings.llm, settings.memory)
     llm.on_in_flight = LLM_IN_FLIGHT.set
     return build_chat_service(
         llm=llm,
-        store=store or build_backend(settings).store,
+        store=store,
         memory=settings.memory,
         instruction_role=settings.llm.openai_instruction_role,
         observer=PrometheusObserver(drift_warn_ratio=settings.bot.token_drift_warn_ratio),

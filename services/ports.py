@@ -139,6 +139,35 @@ class RateDecision:
     retry_after: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """One update an operator has to look at."""
+
+    id: str
+    chat_id: int
+    item_id: str
+    order: int
+    payload: str
+    """The update as it was queued (JSON), replayable as is."""
+    error: str
+    attempts: int
+    worker: str
+    at: float
+
+    @staticmethod
+    def make_id(chat_id: int, item_id: str) -> str:
+        return f"{chat_id}:{item_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantined:
+    """A session moved aside: which chat, when (epoch seconds) and why."""
+
+    chat_id: int
+    at: float
+    reason: str
+
+
 class RateLimiter(Protocol):
     """Per-chat message rate limit (a sliding window of one minute)."""
 
@@ -320,6 +349,43 @@ class HandoffStore(Protocol):
 
     async def unbind(self, chat_id: int, group_id: int | None, topic_id: int | None) -> None:
         """Global: forget the chat's topic and deadline (/forget)."""
+
+
+class DeadLetters(Protocol):
+    """Updates given up on, kept for an operator (``python -m bot dead-letters``)."""
+
+    async def add(
+        self, *, chat_id: int, item_id: str, order: int, payload: str, error: str, attempts: int, worker: str
+    ) -> DeadLetter:
+        """Record (or overwrite: the id is the chat and the item) one dead letter."""
+        ...
+
+    async def list(self, limit: int = 50) -> list[DeadLetter]:
+        """The newest ``limit`` records, newest first."""
+        ...
+
+    async def get(self, letter_id: str) -> DeadLetter | None: ...
+
+    async def count(self) -> int: ...
+
+    async def drop(self, *letter_ids: str) -> int: ...
+
+    async def drop_chat(self, chat_id: int) -> None:
+        """Every dead letter of one chat (/forget)."""
+        ...
+
+
+class QuarantineStore(Protocol):
+    """Sessions moved aside because they could not be read (``python -m bot quarantine``)."""
+
+    async def list(self) -> list[Quarantined]: ...
+
+    async def show(self, chat_id: int) -> dict[str, Any] | None:
+        """The quarantined copy as stored, or None."""
+        ...
+
+    async def drop(self, chat_id: int) -> int:
+        """Delete the quarantined copy; how many records went."""
         ...
 
 
@@ -348,3 +414,21 @@ class Backend(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class QueuedBackend(Backend, Protocol):
+    """A backend several processes can share: what queued mode and the operator commands need."""
+
+    @property
+    def dead_letters(self) -> DeadLetters: ...
+
+    @property
+    def quarantined(self) -> QuarantineStore: ...
+
+    def queue(self, *, lease_ms: int = 30_000) -> WorkQueue:
+        """The per-chat work queue, with this lease."""
+        ...
+
+    def polling_lease(self, *, token: str, lease_ms: int) -> PollingLease:
+        """The polling leadership, held as ``token``."""
+        ...

@@ -65,7 +65,14 @@ class RedisSettings(BaseSettings):
     model_config = _CONFIG
 
     redis_url: SecretStr | None = Field(default=None, description="unset: in-process store, one process only")
-    redis_key_prefix: str = "sb"
+    redis_key_prefix: str = Field(
+        default="sb",
+        pattern=r"^[^{}]+$",
+        description="namespace of every key (no braces: they would change the keys' hash slots)",
+    )
+    redis_max_connections: int = Field(
+        default=512, ge=8, description="connections per Redis server and process; beyond it a command waits"
+    )
     redis_cluster: Literal["auto", "on", "off"] = Field(
         default="auto",
         description="auto: ask the server at start-up (INFO cluster); on: Redis Cluster; off: one server",

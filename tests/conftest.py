@@ -23,7 +23,7 @@ from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import AnyRedis
 from services.engine.llm import LLMClient
 from services.engine.tokens import TokenCounter
-from services.ports import Backend, SessionStore
+from services.ports import Backend, QueuedBackend, SessionStore
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
 
@@ -135,35 +135,44 @@ async def real_redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
 
 
 BACKENDS = ["memory", "fakeredis", "redis-server", "redis-cluster"]
-"""Every backend the contract suites run over; a new backend adds its name here and a branch below."""
+"""Every backend the contract suites run over; a new backend adds its name here and a branch in
+``open_backend_for_test``."""
+QUEUED_BACKENDS = ["fakeredis", "redis-server", "redis-cluster"]
+"""The backends several processes can share (queue, dead letters, polling lease)."""
+TEST_KEYS = KeySpace("test", "123456")
 
 
-@pytest.fixture(params=BACKENDS)
-async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
-    """One backend per parameter, empty, with a 3600 s TTL and a limit of 2 messages a minute."""
+async def open_backend_for_test(name: str, request: pytest.FixtureRequest) -> Backend:
+    """An empty backend ``name`` with a 3600 s TTL and a limit of 2 messages a minute."""
     client: AnyRedis
-    if request.param == "memory":
-        memory = MemoryBackend(ttl_seconds=3600, per_minute=2)
-        yield memory
-        await memory.close()
-        return
-    if request.param == "fakeredis":
+    if name == "memory":
+        return MemoryBackend(ttl_seconds=3600, per_minute=2)
+    if name == "fakeredis":
         client = fakeredis.FakeAsyncRedis()
-    elif request.param == "redis-cluster":
+    elif name == "redis-cluster":
         client = await flushed_cluster_client(request.getfixturevalue("redis_cluster"))
     else:
         server: RedisServer = request.getfixturevalue("redis_server")
         client = Redis.from_url(server.url)
         await client.flushdb()
-    redis = RedisBackend(
-        redis=client,
-        keys=KeySpace("test", "123456"),
-        ttl_seconds=3600,
-        per_minute=2,
-        cluster=request.param == "redis-cluster",
-    )
-    yield redis
-    await redis.close()
+    return RedisBackend(redis=client, keys=TEST_KEYS, ttl_seconds=3600, per_minute=2, cluster=name == "redis-cluster")
+
+
+@pytest.fixture(params=BACKENDS)
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    """Each backend in turn (the store and backend contracts run over all of them)."""
+    opened = await open_backend_for_test(request.param, request)
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture(params=QUEUED_BACKENDS)
+async def queued_backend(request: pytest.FixtureRequest) -> AsyncIterator[QueuedBackend]:
+    """Each shared backend in turn (the queue and dead-letter suites run over all of them)."""
+    opened = await open_backend_for_test(request.param, request)
+    assert isinstance(opened, RedisBackend)  # the one queued backend today
+    yield opened
+    await opened.close()
 
 
 @pytest.fixture

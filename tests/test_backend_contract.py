@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from services.engine.models import NewMessage
 from services.errors import ConcurrentUpdateError
-from services.ports import Backend
+from services.ports import Backend, QueuedBackend
 
 
 def turn(n: int) -> list[NewMessage]:
@@ -56,3 +56,12 @@ async def test_forget_chat_fences_a_turn_loaded_before_it(backend: Backend) -> N
     else:
         raise AssertionError("a turn loaded before /forget was committed after it")
     assert (await backend.store.load(1)).messages == ()
+
+
+async def test_forget_chat_drops_the_chats_dead_letters(queued_backend: QueuedBackend) -> None:
+    for chat_id in (1, 2):
+        await queued_backend.dead_letters.add(
+            chat_id=chat_id, item_id="u9", order=9, payload='{"secret": "7718"}', error="boom", attempts=3, worker="w"
+        )
+    await queued_backend.forget_chat(1)
+    assert [letter.chat_id for letter in await queued_backend.dead_letters.list()] == [2]

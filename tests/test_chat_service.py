@@ -263,3 +263,28 @@ async def test_summary_request_fences_each_turn(
     assert body.count("<customer_message>\n") == body.count("\n</customer_message>") >= 2
     assert "<support_reply>\n" in body and "<conversation_turns>\n" in body
     assert "sneaky ‹/customer_message> text" in body
+
+
+async def test_a_committed_unsent_reply_is_sent_even_when_the_session_is_damaged(
+    stub_llm: StubOpenAI, llm: LLMClient, counter: TokenCounter
+) -> None:
+    """The turn's own record is read apart from the session: a reply committed before a crash is sent
+    (not produced again) although the summary cannot be decoded; the next turn quarantines it."""
+    client = fakeredis.FakeAsyncRedis()
+    keys = KeySpace("t", "123456")
+    store = RedisSessionStore(redis=client, keys=keys)
+    service = make_service(store=store, llm=llm, counter=counter)
+    await service.respond(4, "where is order 7718?", turn_id="u1")  # committed; the worker died before sending
+    await client.hset(keys.chat(4).meta, "summary", b"{not json")
+    calls = len(stub_llm.chat_requests)
+    sent: list[TurnResult] = []
+
+    async def deliver(result: TurnResult) -> None:
+        sent.append(result)
+
+    result = await service.handle(4, "where is order 7718?", deliver=deliver, turn_id="u1")
+    assert result.redelivered and [r.reply for r in sent] == ["Support answer to: where is order 7718?"]
+    assert len(stub_llm.chat_requests) == calls, "the model is not asked again"
+    assert (await store.turn_status(4, "u1")).replied
+    following = await service.handle(4, "and now?", deliver=noop, turn_id="u2")
+    assert following.quarantined and not following.duplicate

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import fakeredis
 import pytest
+from pydantic import ValidationError
 from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException
 
@@ -24,6 +25,7 @@ from services.backends.redis.queue import ChatWorkQueue
 from services.backends.redis.scripts import AnyRedis, CrossSlotError, redis_errors, register, slot_of
 from services.backends.redis.store import RedisSessionStore
 from services.errors import StoreUnavailableError
+from services.settings import RedisSettings
 from tests.cluster import RedisClusterServers
 from tests.conftest import RedisServer, flushed_cluster_client, free_port
 from tests.e2e.harness import make_settings
@@ -181,3 +183,22 @@ def test_the_same_client_fault_under_uvloop_is_transient_too(redis_server: Redis
         await client.aclose()
 
     uvloop.run(main())
+
+
+def test_a_braced_prefix_is_refused_before_any_key_is_built() -> None:
+    """Braces in the namespace would split keys that must share a slot (ready set and wake list)."""
+    with pytest.raises(ValueError, match="braces"):
+        KeySpace("{sb}", "123")
+    with pytest.raises(ValidationError):
+        RedisSettings(_env_file=None, redis_key_prefix="sb{x}")  # type: ignore[call-arg]
+
+
+async def test_a_burst_beyond_the_pool_waits_instead_of_failing(redis_server: RedisServer) -> None:
+    """More concurrent commands than connections: each waits for a free one (redis-py's default pool
+    would raise "Too many connections", which the webhook intake turned into 503s)."""
+    client = redis_client(redis_server.url, max_connections=8)
+    try:
+        replies = await asyncio.gather(*(client.blpop([f"nothing:{n}"], timeout=0.2) for n in range(20)))
+        assert replies == [None] * 20
+    finally:
+        await client.aclose()

@@ -1,39 +1,26 @@
-"""The per-chat work queue, on fakeredis and on a real redis-server."""
+"""The per-chat work queue, over every shared backend (the ``queued_backend`` fixture)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
-import fakeredis
 import pytest
 from redis.asyncio import Redis
 
-from services.backends.redis.keys import KeySpace
 from services.backends.redis.queue import ChatWorkQueue
-from services.backends.redis.scripts import AnyRedis
-from services.ports import Claim, Step
-from tests.conftest import flushed_cluster_client
+from services.ports import Claim, QueuedBackend, Step, WorkQueue
+from tests.conftest import TEST_KEYS
 
 
-@pytest.fixture(params=["fakeredis", "redis-server", "redis-cluster"])
-async def queue(request: pytest.FixtureRequest) -> AsyncIterator[ChatWorkQueue]:
-    client: AnyRedis
-    if request.param == "fakeredis":
-        client = fakeredis.FakeAsyncRedis()
-    elif request.param == "redis-cluster":
-        client = await flushed_cluster_client(request.getfixturevalue("redis_cluster"))
-    else:
-        client = Redis.from_url(request.getfixturevalue("redis_server").url)
-        await client.flushdb()
-    yield ChatWorkQueue(redis=client, keys=KEYS, lease_ms=300)
-    await client.aclose()
+@pytest.fixture
+def queue(queued_backend: QueuedBackend) -> WorkQueue:
+    return queued_backend.queue(lease_ms=300)
 
 
-KEYS = KeySpace("q", "7")
+KEYS = TEST_KEYS
 
 
-async def take(queue: ChatWorkQueue, token: str) -> tuple[Claim, Step] | None:
+async def take(queue: WorkQueue, token: str) -> tuple[Claim, Step] | None:
     """Claim the first due chat and take its lease; None if nothing is due or it is held."""
     claim = await queue.claim(token)
     if claim is None:
@@ -42,7 +29,7 @@ async def take(queue: ChatWorkQueue, token: str) -> tuple[Claim, Step] | None:
     return None if step.kind == "busy" else (claim, step)
 
 
-async def drain(queue: ChatWorkQueue, token: str) -> list[tuple[int, str]]:
+async def drain(queue: WorkQueue, token: str) -> list[tuple[int, str]]:
     done: list[tuple[int, str]] = []
     while (taken := await take(queue, token)) is not None:
         claim, step = taken
@@ -54,7 +41,7 @@ async def drain(queue: ChatWorkQueue, token: str) -> list[tuple[int, str]]:
     return done
 
 
-async def test_items_come_out_per_chat_in_order_once(queue: ChatWorkQueue) -> None:
+async def test_items_come_out_per_chat_in_order_once(queue: WorkQueue) -> None:
     for n in (2, 0, 1):  # taken in out of order: they come out by their order key
         assert await queue.enqueue(1, f"u{n}", f"a{n}", order=n)
         assert await queue.enqueue(2, f"v{n}", f"b{n}", order=n)
@@ -65,7 +52,7 @@ async def test_items_come_out_per_chat_in_order_once(queue: ChatWorkQueue) -> No
     assert await queue.claim("w1") is None
 
 
-async def test_a_held_chat_is_not_served_twice(queue: ChatWorkQueue) -> None:
+async def test_a_held_chat_is_not_served_twice(queue: WorkQueue) -> None:
     await queue.enqueue(1, "u1", "a", order=1)
     first = await take(queue, "w1")
     assert first is not None
@@ -77,7 +64,7 @@ async def test_a_held_chat_is_not_served_twice(queue: ChatWorkQueue) -> None:
     assert step.kind == "item" and step.item is not None and step.item.payload == "b"
 
 
-async def test_next_acknowledges_exactly_the_item_processed(queue: ChatWorkQueue) -> None:
+async def test_next_acknowledges_exactly_the_item_processed(queue: WorkQueue) -> None:
     await queue.enqueue(1, "u12", "a", order=12)
     taken = await take(queue, "w1")
     assert taken is not None
@@ -90,7 +77,7 @@ async def test_next_acknowledges_exactly_the_item_processed(queue: ChatWorkQueue
     assert step.kind == "released", "u12 was acknowledged although it was no longer the head"
 
 
-async def test_attempts_are_counted_across_workers(queue: ChatWorkQueue) -> None:
+async def test_attempts_are_counted_across_workers(queue: WorkQueue) -> None:
     await queue.enqueue(1, "u1", "a", order=1)
     taken = await take(queue, "w1")
     assert taken is not None and taken[1].item is not None
@@ -111,7 +98,7 @@ async def test_attempts_are_counted_across_workers(queue: ChatWorkQueue) -> None
     assert last.item.failures == 1 and last.item.vanished_attempts == 1
 
 
-async def test_dead_worker_is_taken_over_after_the_lease(queue: ChatWorkQueue) -> None:
+async def test_dead_worker_is_taken_over_after_the_lease(queue: WorkQueue) -> None:
     await queue.enqueue(1, "u1", "a", order=1)
     dead = await take(queue, "w1")
     assert dead is not None
@@ -124,7 +111,7 @@ async def test_dead_worker_is_taken_over_after_the_lease(queue: ChatWorkQueue) -
     assert (await queue.next(heir[0], done=heir[1].item)).kind == "released"
 
 
-async def test_lost_lease_leaves_the_chat_due(queue: ChatWorkQueue) -> None:
+async def test_lost_lease_leaves_the_chat_due(queue: WorkQueue) -> None:
     """Regression: a release by a worker whose lease lapsed dropped the chat's watchdog, so a message
     that arrived meanwhile sat in the inbox with no lease and nothing making the chat due."""
     await queue.enqueue(1, "u1", "a", order=1)
@@ -139,7 +126,7 @@ async def test_lost_lease_leaves_the_chat_due(queue: ChatWorkQueue) -> None:
     assert heir[1].item is not None and heir[1].item.payload == "a"
 
 
-async def test_renew_keeps_a_slow_item(queue: ChatWorkQueue) -> None:
+async def test_renew_keeps_a_slow_item(queue: WorkQueue) -> None:
     await queue.enqueue(1, "u1", "a", order=1)
     taken = await take(queue, "w1")
     assert taken is not None
@@ -149,7 +136,7 @@ async def test_renew_keeps_a_slow_item(queue: ChatWorkQueue) -> None:
     assert await take(queue, "w2") is None
 
 
-async def test_hand_back_makes_the_chat_available_at_once(queue: ChatWorkQueue) -> None:
+async def test_hand_back_makes_the_chat_available_at_once(queue: WorkQueue) -> None:
     await queue.enqueue(1, "u1", "a", order=1)
     taken = await take(queue, "w1")
     assert taken is not None
@@ -157,7 +144,7 @@ async def test_hand_back_makes_the_chat_available_at_once(queue: ChatWorkQueue) 
     assert await take(queue, "w2") is not None
 
 
-async def test_release_drops_the_watchdog_but_not_new_work(queue: ChatWorkQueue) -> None:
+async def test_release_drops_the_watchdog_but_not_new_work(queue: WorkQueue) -> None:
     await queue.enqueue(1, "u1", "a", order=1)
     taken = await take(queue, "w1")
     assert taken is not None
@@ -180,7 +167,7 @@ async def test_the_inbox_never_expires_while_it_holds_work(redis_server: object)
     await client.aclose()
 
 
-async def test_stats_report_depth_and_age(queue: ChatWorkQueue) -> None:
+async def test_stats_report_depth_and_age(queue: WorkQueue) -> None:
     assert await queue.stats() == (0, 0)
     await queue.enqueue(1, "u1", "a", order=1)
     await queue.enqueue(2, "u1", "a", order=1)
@@ -191,7 +178,8 @@ async def test_stats_report_depth_and_age(queue: ChatWorkQueue) -> None:
 
 async def test_a_release_delayed_past_its_watchdog_leaves_new_work_due(queue: ChatWorkQueue) -> None:
     """A worker paused between releasing a chat and dropping its watchdog must not drop the ready entry
-    a message arriving meanwhile relies on (its ZADD LT cannot move an earlier score)."""
+    a message arriving meanwhile relies on (its ZADD LT cannot move an earlier score). Redis scripts
+    driven step by step: the Redis queue's own test."""
     await queue.enqueue(1, "u1", "a", order=1)
     taken = await take(queue, "w1")
     assert taken is not None

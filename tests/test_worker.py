@@ -18,12 +18,12 @@ from bot.runtime.worker import Worker
 from bot.settings import BotSettings
 from bot.telegram.texts import TEXTS
 from services.backends.memory import MemoryBackend
-from services.backends.redis.deadletters import DeadLetter, DeadLetterStore
+from services.backends.redis.deadletters import DeadLetterStore
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.queue import ChatWorkQueue
 from services.errors import LLMUnavailableError, StoreUnavailableError
 from services.fence import Fence
-from services.ports import Claim, QueueItem, Step
+from services.ports import Claim, DeadLetter, QueueItem, Step
 from tests.stubs.telegram_server import StubTelegram
 
 KEYS = KeySpace("w", "123456")

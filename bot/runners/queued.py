@@ -18,15 +18,12 @@ from bot.runtime.intake import Intake, Poller, operator_route, webhook_handler
 from bot.runtime.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.runtime.startup import StartupError, with_startup_retries
 from bot.runtime.supervisor import Supervisor
-from bot.runtime.worker import Worker
+from bot.runtime.worker import Worker, worker_identity
 from bot.telegram.handoff import HandoffDesk
-from services.backends.redis.backend import RedisBackend
-from services.backends.redis.deadletters import DeadLetterStore
-from services.backends.redis.queue import worker_identity
 from services.errors import TransientError
 from services.fence import Fence
 from services.metrics import DEAD_LETTERS_WAITING, HANDOFFS_OPEN, QUEUE_DUE, QUEUE_OLDEST_AGE
-from services.ports import HandoffStore, WorkQueue
+from services.ports import DeadLetters, HandoffStore, QueuedBackend, WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +40,7 @@ async def run_queued(settings: Settings) -> None:
             await backend.close()
 
 
-async def _run(settings: Settings, backend: RedisBackend, bot: Bot) -> None:
+async def _run(settings: Settings, backend: QueuedBackend, bot: Bot) -> None:
     workers = settings.workers
     identity = worker_identity()
     lease_ms = int(workers.worker_lease_seconds * 1000)
@@ -185,7 +182,7 @@ def dump_tasks() -> None:
 
 
 async def _queue_gauges(
-    queue: WorkQueue, dead_letters: DeadLetterStore, handoffs: HandoffStore | None, every: float = 5.0
+    queue: WorkQueue, dead_letters: DeadLetters, handoffs: HandoffStore | None, every: float = 5.0
 ) -> None:
     while True:
         try:

@@ -22,10 +22,9 @@ from aiogram import Bot
 from aiogram.exceptions import ClientDecodeError, TelegramAPIError, TelegramConflictError
 from aiohttp import web
 
-from services.backends.redis.deadletters import DeadLetterStore
 from services.errors import TransientError
 from services.metrics import DEAD_LETTERS, REDELIVERIES
-from services.ports import HandoffStore, PollingLease, WorkQueue
+from services.ports import DeadLetters, HandoffStore, PollingLease, WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +83,7 @@ class Intake:
     """Queues raw updates under their chat; what cannot be queued goes to the dead letters."""
 
     def __init__(
-        self, *, queue: WorkQueue, dead_letters: DeadLetterStore, identity: str, route: Route | None = None
+        self, *, queue: WorkQueue, dead_letters: DeadLetters, identity: str, route: Route | None = None
     ) -> None:
         self._route = route
         self._queue = queue

@@ -15,7 +15,10 @@ import contextlib
 import itertools
 import json
 import logging
+import os
+import socket
 import time
+import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -24,11 +27,10 @@ from aiogram import Bot, Dispatcher
 from aiogram.types import Update
 
 from bot.runtime.failures import is_transient
-from services.backends.redis.deadletters import DeadLetterStore
 from services.errors import LeaseLostError, TransientError
 from services.fence import Fence
 from services.metrics import DEAD_LETTERS, LEASES_LOST, QUEUE_WAIT
-from services.ports import Claim, QueueItem, Step, WorkQueue
+from services.ports import Claim, DeadLetters, QueueItem, Step, WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,11 @@ handled by the worker's ``internal`` hook under the chat's lease, never fed to t
 Telegram update can carry such an id: theirs are ``u<update id>``)."""
 Internal = Callable[[int, str, Fence], Coroutine[Any, Any, None]]
 """(chat id, item id, fence) → handles one internal item."""
+
+
+def worker_identity() -> str:
+    """Who this worker is, in leases, logs and dead letters: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 @dataclass
@@ -65,7 +72,7 @@ class Worker:
         self,
         *,
         queue: WorkQueue,
-        dead_letters: DeadLetterStore,
+        dead_letters: DeadLetters,
         dispatcher: Dispatcher,
         bot: Bot,
         identity: str,

@@ -30,12 +30,12 @@ def _http_client(settings: LLMSettings) -> Any:
         return None
     aiohttp_client = getattr(openai, "DefaultAioHttpClient", None)
     if aiohttp_client is None:
-        log.info("this openai version has no aiohttp transport; using httpx")
+        log.warning("OPENAI_HTTP_CLIENT=aiohttp: this openai version has no aiohttp transport; using httpx")
         return None
     try:
         return aiohttp_client(timeout=settings.openai_timeout_seconds)
     except RuntimeError as exc:  # the SDK's aiohttp extra is missing
-        log.info("openai aiohttp transport unavailable (%s); using httpx", exc)
+        log.warning("OPENAI_HTTP_CLIENT=aiohttp unavailable (%s); using httpx", exc)
         return None
 
 

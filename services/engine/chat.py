@@ -119,9 +119,12 @@ class ChatService:
         if turn_id is not None:
             try:
                 status, session = await self._store.load_turn(chat_id, turn_id)
-            except CorruptSessionError as exc:
-                await self._quarantine(chat_id, exc, fence)
-                status, quarantined = TurnStatus(), True
+            except CorruptSessionError:
+                # the session is unreadable, but the turn's own record may not be: a reply committed
+                # and not yet sent is still sent (respond() quarantines the session when it loads it)
+                known = await self._turn_status_or_quarantine(chat_id, turn_id, fence)
+                quarantined = known is None
+                status = known or TurnStatus()
             if status.replied:
                 return TurnResult(reply="", duplicate=True)
             if status.committed:
@@ -161,6 +164,13 @@ class ChatService:
         await deliver(result)
         await self._store.mark_replied(chat_id, turn_id, fence=fence)
         return result
+
+    async def _turn_status_or_quarantine(self, chat_id: int, turn_id: str, fence: Fence | None) -> TurnStatus | None:
+        try:
+            return await self._store.turn_status(chat_id, turn_id)
+        except CorruptSessionError as exc:
+            await self._quarantine(chat_id, exc, fence)
+            return None
 
     async def _quarantine(self, chat_id: int, exc: Exception, fence: Fence | None) -> None:
         log.error(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Literal
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
@@ -33,15 +33,25 @@ _COMMON: dict[str, Any] = {
 }
 
 
-def redis_client(url: str, *, cluster: bool = False) -> AnyRedis:
-    """A client for ``url``: any node of a cluster when ``cluster`` (the others are discovered)."""
+POOL_WAIT_SECONDS = 10
+"""How long a command waits for a free connection when all ``max_connections`` are busy."""
+
+
+def redis_client(url: str, *, cluster: bool = False, max_connections: int = 512) -> AnyRedis:
+    """A client for ``url``: any node of a cluster when ``cluster`` (the others are discovered).
+
+    At most ``max_connections`` per server. On one server a command waits for a free connection
+    (a blocking pool) rather than failing at once: redis-py's default pool refuses the 101st
+    concurrent command, which under a burst of webhook requests turned into 503s."""
     if cluster:
         return RedisCluster.from_url(
             url,
             retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=5),
+            max_connections=max_connections,
             **_COMMON,
         )
-    return Redis.from_url(url, **_COMMON)
+    pool = BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=POOL_WAIT_SECONDS, **_COMMON)
+    return Redis(connection_pool=pool)
 
 
 async def is_cluster(url: str) -> bool:

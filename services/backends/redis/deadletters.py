@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, cast
 
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import AnyRedis, redis_errors, register
+from services.ports import DeadLetter
 
 DEAD_LETTERS_KEPT = 10_000
 """The oldest records beyond this many are dropped (the index is trimmed with the records)."""
@@ -33,26 +34,6 @@ local n = 0
 for i = 1, #ARGV do n = n + redis.call('HDEL', KEYS[1], ARGV[i]); redis.call('ZREM', KEYS[2], ARGV[i]) end
 return n
 """
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """One update an operator has to look at."""
-
-    id: str
-    chat_id: int
-    item_id: str
-    order: int
-    payload: str
-    """The update as it was queued (JSON), replayable as is."""
-    error: str
-    attempts: int
-    worker: str
-    at: float
-
-    @staticmethod
-    def make_id(chat_id: int, item_id: str) -> str:
-        return f"{chat_id}:{item_id}"
 
 
 class DeadLetterStore:

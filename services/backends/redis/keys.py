@@ -93,6 +93,12 @@ class KeySpace:
     prefix: str = "sb"
     bot_id: str = "0"
 
+    def __post_init__(self) -> None:
+        # a brace in the namespace would make it (part of) a hash tag: keys that must share a slot
+        # (the ready set and the wake list, a chat's keys) would not
+        if "{" in self.namespace or "}" in self.namespace:
+            raise ValueError(f"REDIS_KEY_PREFIX must not contain braces: {self.prefix!r}")
+
     @property
     def namespace(self) -> str:
         return f"{self.prefix}:{self.bot_id}"

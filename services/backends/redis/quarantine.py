@@ -3,18 +3,11 @@ operator lists, reads and drops (``python -m bot quarantine``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import AnyRedis, redis_errors
-
-
-@dataclass(frozen=True, slots=True)
-class Quarantined:
-    chat_id: int
-    at: float
-    reason: str
+from services.ports import Quarantined
 
 
 def _text(value: Any) -> str:

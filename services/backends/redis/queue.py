@@ -21,10 +21,7 @@ Design (documented in the README, "Scaling" and "Failure model"):
 from __future__ import annotations
 
 import json
-import os
-import socket
 import time
-import uuid
 from typing import Literal, cast
 
 from services.backends.redis.keys import KeySpace
@@ -170,10 +167,6 @@ if #due == 0 then return {count, 0} end
 return {count, now - tonumber(due[2])}
 """
 )
-
-
-def worker_identity() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def encode_item(item_id: str, payload: str) -> str:

@@ -152,13 +152,13 @@ _LOAD = """
 return {redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1)}
 """
 
-# KEYS: turns, replied, msgs. ARGV: turn_id. → {reply seq or false, replied or false, first message or false}
 # KEYS: meta, msgs, turns, replied. ARGV: turn id
 _LOAD_TURN = """
 return {redis.call('HGETALL', KEYS[1]), redis.call('LRANGE', KEYS[2], 0, -1),
         redis.call('ZSCORE', KEYS[3], ARGV[1]), redis.call('ZSCORE', KEYS[4], ARGV[1])}
 """
 
+# KEYS: turns, replied, msgs. ARGV: turn_id. → {reply seq or false, replied or false, first message or false}
 _TURN_STATUS = """
 local reply_seq = redis.call('ZSCORE', KEYS[1], ARGV[1])
 return {reply_seq, redis.call('ZSCORE', KEYS[2], ARGV[1]), redis.call('LINDEX', KEYS[3], 0)}
