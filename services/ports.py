@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from services.engine.llm import Completion, OnDelta
-from services.engine.models import Compaction, NewMessage, PromptPart, Session
+from services.engine.models import Compaction, Completion, NewMessage, OnDelta, PromptPart, Session
 from services.engine.turns import TurnResult
 from services.fence import Fence
-from services.handoff import Handoff, Recorded, TranscriptEntry
+
+if TYPE_CHECKING:  # services.handoff builds on the engine, which depends on these ports
+    from services.handoff import Handoff, Recorded, TranscriptEntry
 
 
 @dataclass(frozen=True, slots=True)

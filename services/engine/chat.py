@@ -8,8 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from services.engine.compactor import Compactor
-from services.engine.llm import LLMClient, OnDelta
-from services.engine.models import Compaction, NewMessage, PromptPart, Session, StoredMessage
+from services.engine.models import Compaction, NewMessage, OnDelta, PromptPart, Session, StoredMessage
 from services.engine.policy import CompactionPolicy
 from services.engine.prompt_format import clean_text, customer_block
 from services.engine.summarizer import Summarizer
@@ -27,7 +26,7 @@ from services.errors import (
 )
 from services.fence import Fence
 from services.handoff import HANDOFF_MARK, HANDOFF_TOOL, HANDOFF_TOOL_SPEC
-from services.ports import SessionStore, TurnObserver, TurnStatus
+from services.ports import ChatModel, SessionStore, TurnObserver, TurnStatus
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +48,7 @@ class ChatService:
         self,
         *,
         store: SessionStore,
-        llm: LLMClient,
+        llm: ChatModel,
         summarizer: Summarizer,
         counter: TokenCounter,
         instruction: str,

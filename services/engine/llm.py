@@ -10,58 +10,19 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
 
 import openai
 from openai import AsyncOpenAI, AsyncStream
 
-from services.engine.models import PromptPart
+from services.engine.models import Completion, OnDelta, PromptPart, ToolCall, Usage
 from services.errors import LLMBadReplyError, LLMError, LLMReplyTruncatedError, LLMUnavailableError
 
 log = logging.getLogger(__name__)
 
-OnDelta = Callable[[str], Awaitable[None]]
 CHAT_COMPLETIONS = "/chat/completions"
 TokenLimitParam = Literal["max_completion_tokens", "max_tokens"]
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-    """Prompt tokens the provider served from its prompt cache (``prompt_tokens_details.cached_tokens``;
-    0 when the provider does not report it)."""
-
-    @classmethod
-    def from_json(cls, usage: object) -> Usage | None:
-        """From the ``usage`` object of a chat completion (or of the last chunk of a stream)."""
-        if not isinstance(usage, dict):
-            return None
-        details = usage.get("prompt_tokens_details")
-        cached = details.get("cached_tokens") if isinstance(details, dict) else None
-        return cls(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0), int(cached or 0))
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    """A function the model asked to call (the first one, if it asked for several)."""
-
-    name: str
-    arguments: str
-    """The arguments as the model wrote them (JSON text, not yet validated)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Completion:
-    text: str
-    finish_reason: str
-    usage: Usage | None
-    model: str
-    seconds: float
-    tool_call: ToolCall | None = None
 
 
 def translate_openai_error(exc: openai.OpenAIError) -> LLMError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -83,3 +84,44 @@ class Session:
     @property
     def history_tokens(self) -> int:
         return sum(m.tokens for m in self.messages)
+
+
+OnDelta = Callable[[str], Awaitable[None]]
+"""Receives the reply streamed so far, as it grows (drafts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    """Prompt tokens the provider served from its prompt cache (``prompt_tokens_details.cached_tokens``;
+    0 when the provider does not report it)."""
+
+    @classmethod
+    def from_json(cls, usage: object) -> Usage | None:
+        """From the ``usage`` object of a chat completion (or of the last chunk of a stream)."""
+        if not isinstance(usage, dict):
+            return None
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        return cls(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0), int(cached or 0))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A function the model asked to call (the first one, if it asked for several)."""
+
+    name: str
+    arguments: str
+    """The arguments as the model wrote them (JSON text, not yet validated)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    text: str
+    finish_reason: str
+    usage: Usage | None
+    model: str
+    seconds: float
+    tool_call: ToolCall | None = None

@@ -11,12 +11,12 @@ from pydantic import ValidationError
 
 from prompts import PromptTemplate
 from services.engine.identifiers import Identifier, restore_identifiers
-from services.engine.llm import LLMClient, Usage
-from services.engine.models import PromptPart, StoredMessage
+from services.engine.models import PromptPart, StoredMessage, Usage
 from services.engine.prompt_format import fence, summary_block, wrap
 from services.engine.summary_state import SummaryState, merge_summaries, render_summary
 from services.engine.tokens import TokenCounter
 from services.errors import LLMError, SummaryError
+from services.ports import ChatModel
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class Summarizer:
     def __init__(
         self,
         *,
-        llm: LLMClient,
+        llm: ChatModel,
         counter: TokenCounter,
         prompt: PromptTemplate,
         max_tokens: int,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.engine.llm import Usage
+from services.engine.models import Usage
 
 
 @dataclass(frozen=True, slots=True)
