@@ -129,6 +129,7 @@ def build_dispatcher(chat: ChatService, settings: BotSettings, *, backend: Backe
 
     async def on_shutdown() -> None:
         await chat.close()
+        await backend.close()
 
     dispatcher.shutdown.register(on_shutdown)
     return dispatcher

@@ -296,9 +296,8 @@ class ChatService:
         await self._store.reset(chat_id, fence=fence)
 
     async def close(self) -> None:
-        """Close the LLM client and the store connection."""
+        """Close the LLM client (the store belongs to its backend, which whoever built it closes)."""
         await self._llm.close()
-        await self._store.close()
 
 
 def _handoff_reason(name: str, arguments: str) -> str | None:

@@ -4,8 +4,10 @@ answer with a tool call), the in-process store and a real redis-server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import time
 from typing import Any
 
 import pytest
@@ -338,9 +340,6 @@ async def test_a_note_or_close_in_a_media_caption_is_not_copied_to_the_customer(
 
         async def relayed() -> list[str]:
             return [e.text for e in (await handoffs.get(CHAT, transcript=True)).transcript if e.who == "operator"]
-
-        import asyncio
-        import time
 
         deadline = time.monotonic() + 10
         while "visible answer" not in await relayed():
