@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import io
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +77,21 @@ def test_load_benchmark_smoke() -> None:
     assert row[0] == "1" and float(row[1]) > 0
     assert int(row[-4]) > 0, "compaction turns were measured"
     assert float(row[-5]) > 0, "worker CPU per turn was measured"
+
+
+def test_the_chaos_script_recognises_the_engines_re_send_log_line() -> None:
+    """The chaos script tells crash-window duplicates from lease-lost ones by the engine's log line for
+    a re-sent stored reply; it must keep recognising it (a moved logger once made it miss every one)."""
+    from benchmarks.chaos import _REDELIVERY
+    from bot.logs import TEXT_FORMAT
+    from services.engine import chat
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    chat.log.addHandler(handler)
+    try:
+        chat.log.warning("chat %s turn %s: committed earlier, reply possibly unsent: sending it", -5, "u12")
+    finally:
+        chat.log.removeHandler(handler)
+    assert [(c, t) for _, c, t in _REDELIVERY.findall(stream.getvalue())] == [("-5", "u12")]
