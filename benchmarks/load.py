@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import redis
 
 from benchmarks.common import machine, percentile
 from benchmarks.profile import Breakdown, Sampler, cpu_seconds
@@ -62,6 +63,22 @@ class RunFigures:
     cpu_seconds: float = 0.0
     """CPU time (user + system) of all worker processes while the load ran."""
     profile: Breakdown | None = None
+    harness_busy: float = 0.0
+    """CPU share of one core used by this process (load generator and both stubs) while the load ran."""
+    redis_calls: dict[str, int] = field(default_factory=dict)
+    """Commands redis-server executed while the load ran, by command (``INFO commandstats``)."""
+    bot_api_calls: dict[str, int] = field(default_factory=dict)
+    """Bot API requests the workers made while the load ran, by method."""
+
+
+def redis_calls(url: str) -> dict[str, int]:
+    """Commands executed so far by the server at ``url``, by name; EVALSHA counts once per script call."""
+    client = redis.Redis.from_url(url)
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    return {name.removeprefix("cmdstat_"): int(values["calls"]) for name, values in stats.items()}
 
 
 class ReplyWatcher:
@@ -157,14 +174,29 @@ async def one_run(
         for sampler in samplers:
             await sampler.start()
         cpu_before = sum(cpu_seconds(pid) for pid in pids)
+        calls_before = redis_calls(redis.url)
+        telegram_before = len(telegram.calls)
+        harness_before = time.process_time()
         started = time.monotonic()
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as http:
             await asyncio.gather(*(customer(http, chat) for chat in chats))
         seconds = time.monotonic() - started
         cpu = sum(cpu_seconds(pid) for pid in pids) - cpu_before
+        harness_cpu = time.process_time() - harness_before
+        redis_per_command = {name: count - calls_before.get(name, 0) for name, count in redis_calls(redis.url).items()}
+        bot_api = [call.method for call in telegram.calls[telegram_before:]]
         watching.cancel()
-        figures = RunFigures(workers_count, len(sent_at), seconds, summary_calls=len(summary_times), cpu_seconds=cpu)
+        figures = RunFigures(
+            workers_count,
+            len(sent_at),
+            seconds,
+            summary_calls=len(summary_times),
+            cpu_seconds=cpu,
+            harness_busy=harness_cpu / seconds,
+            redis_calls={name: n for name, n in redis_per_command.items() if n > 0},
+            bot_api_calls={name: bot_api.count(name) for name in sorted(set(bot_api))},
+        )
         if samplers:
             figures.profile = Breakdown()
             for sampler in samplers:
@@ -246,14 +278,20 @@ def summarize(fig: RunFigures, label: str, args: argparse.Namespace) -> dict[str
         "compaction_turns": len(fig.compaction_latencies),
         "compaction_ratio_p50": ratio,
         "forced_compaction_turns": len(fig.forced_latencies),
+        "harness_busy": fig.harness_busy,
     }
     print(
         f"{fig.workers:>7} {row['turns_per_s']:>8.1f} {row['p50_ms']:>7.0f} {row['p95_ms']:>7.0f} "
         f"{row['p99_ms']:>7.0f} {row['overhead_p50_ms']:>11.1f}ms {row['overhead_p99_ms']:>11.1f}ms "
         f"{row['cpu_ms_per_turn']:>11.2f} {row['compaction_turns']:>16} {ratio:>23.2f} "
-        f"{row['forced_compaction_turns']:>6} {label}",
+        f"{row['forced_compaction_turns']:>6} {fig.harness_busy:>7.0%} {label}",
         flush=True,
     )
+    for title, calls in (("redis commands", fig.redis_calls), ("bot api requests", fig.bot_api_calls)):
+        per_turn = {name: count / fig.turns for name, count in sorted(calls.items(), key=lambda kv: -kv[1])}
+        row[f"{title.replace(' ', '_')}_per_turn"] = per_turn
+        detail = ", ".join(f"{name} {n:.2f}" for name, n in per_turn.items())
+        print(f"        {title} per turn: {sum(per_turn.values()):.2f} ({detail})", flush=True)
     return row
 
 
@@ -286,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{'workers':>7} {'turns/s':>8} {'p50_ms':>7} {'p95_ms':>7} {'p99_ms':>7} {'overhead_p50':>12} "
         f"{'overhead_p99':>12} {'cpu_ms/turn':>11} {'compaction_turns':>16} {'compaction/ordinary_p50':>23} "
-        f"{'forced':>6} variant"
+        f"{'forced':>6} {'harness':>7} variant"
     )
     variants = [parse_variant(v) for v in args.variant] or [("this", {})]
     rows = []

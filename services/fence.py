@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from services.errors import LeaseLostError
 
@@ -22,6 +22,16 @@ class Fence:
     token: str
     valid_until: float
     margin: float = 0.0
+    defer_reply_marks: bool = False
+    """Set by a queue worker that writes ``deferred_replies`` together with the update's
+    acknowledgement (or its failed attempt's record): one script per turn instead of two."""
+    deferred_replies: list[str] = field(default_factory=list)
+    """Turn ids answered under this fence whose reply marks the worker still has to write."""
+
+    def take_deferred_replies(self) -> tuple[str, ...]:
+        """The reply marks left to the worker, handed over once."""
+        taken, self.deferred_replies = tuple(self.deferred_replies), []
+        return taken
 
     def remaining(self) -> float:
         return self.valid_until - self.margin - time.monotonic()

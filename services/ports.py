@@ -235,12 +235,22 @@ class WorkQueue(Protocol):
         """The first due chat, its lease not yet taken (``next(acquire=True)`` takes it)."""
         ...
 
-    async def next(self, claim: Claim, *, done: QueueItem | None = None, acquire: bool = False) -> Step:
-        """Acknowledge ``done``, then the inbox head, or the chat released when the inbox is empty."""
+    async def next(
+        self, claim: Claim, *, done: QueueItem | None = None, acquire: bool = False, replied: Sequence[str] = ()
+    ) -> Step:
+        """Acknowledge ``done``, then the inbox head, or the chat released when the inbox is empty.
+        ``replied``: turn ids whose replies went out, marked in the same step (``Fence.deferred_replies``)."""
         ...
 
-    async def note(self, claim: Claim, item: QueueItem, outcome: Literal["transient", "failed", "set_aside"]) -> None:
-        """Record how an attempt on ``item`` ended (counted towards giving up on it)."""
+    async def note(
+        self,
+        claim: Claim,
+        item: QueueItem,
+        outcome: Literal["transient", "failed", "set_aside"],
+        *,
+        replied: Sequence[str] = (),
+    ) -> None:
+        """Record how an attempt on ``item`` ended (counted towards giving up on it), and mark ``replied``."""
         ...
 
     async def wait_for_work(self, seconds: float) -> None: ...

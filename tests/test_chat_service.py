@@ -2,6 +2,7 @@
 
 import asyncio
 import itertools
+import time
 
 import fakeredis
 import pytest
@@ -14,6 +15,7 @@ from services.engine.llm import LLMClient
 from services.engine.tokens import TokenCounter
 from services.engine.turns import TurnResult
 from services.errors import ConcurrentUpdateError, LLMReplyTruncatedError, LLMUnavailableError, MessageTooLongError
+from services.fence import Fence
 from tests.conftest import RedisServer
 from tests.helpers import customer_line, make_service
 from tests.stubs.openai_server import StubOpenAI, digit_dropping_summary, previous_summary
@@ -288,3 +290,29 @@ async def test_a_committed_unsent_reply_is_sent_even_when_the_session_is_damaged
     assert (await store.turn_status(4, "u1")).replied
     following = await service.handle(4, "and now?", deliver=noop, turn_id="u2")
     assert following.quarantined and not following.duplicate
+
+
+async def test_a_queue_worker_gets_reply_marks_to_write_with_the_acknowledgement(
+    stub_llm: StubOpenAI, llm: LLMClient, counter: TokenCounter
+) -> None:
+    """With a fence whose worker writes reply marks with the update's acknowledgement, the engine leaves
+    the mark to it (one round trip less), except when a compaction follows the reply: then it is written
+    at once, so a worker dying during the summary call does not send the reply again."""
+    redis = fakeredis.FakeAsyncRedis()
+    store = RedisSessionStore(redis=redis, keys=KeySpace("t", "123456"))
+    await redis.set(KeySpace("t", "123456").chat(5).lease, "w1")
+    service = make_service(store=store, llm=llm, counter=counter, budget=1200, summary_max_tokens=300)
+    deferred, compacted = 0, 0
+    for n in range(12):
+        fence = Fence("w1", valid_until=time.monotonic() + 30, defer_reply_marks=True)
+        result = await service.handle(5, customer_line(n), deliver=noop, turn_id=f"u{n}", fence=fence)
+        replied = (await store.turn_status(5, f"u{n}")).replied
+        if result.proactive_compaction is not None:
+            compacted += 1
+            assert replied and fence.deferred_replies == [], "a compaction followed: the mark is written first"
+        else:
+            deferred += 1
+            assert not replied and fence.deferred_replies == [f"u{n}"]
+    assert deferred and compacted
+    unfenced = await service.handle(6, "hello", deliver=noop, turn_id="u1")
+    assert not unfenced.duplicate and (await store.turn_status(6, "u1")).replied, "no fence: written at once"

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from redis.asyncio import Redis
 
 from services.backends.redis.queue import ChatWorkQueue
+from services.engine.models import NewMessage
+from services.fence import Fence
 from services.ports import Claim, QueuedBackend, Step, WorkQueue
 from tests.conftest import TEST_KEYS
 
@@ -194,3 +197,38 @@ async def test_a_release_delayed_past_its_watchdog_leaves_new_work_due(queue: Ch
     assert released[0] == 1  # (u1 still there: w1 did not get to release before the pause)
     await queue._drop_watchdog(keys=[KEYS.ready], args=["1", claim.watchdog])
     assert await queue._redis.zscore(KEYS.ready, "1") is not None, "the chat with new work must stay due"
+
+
+async def test_the_acknowledgement_writes_the_reply_marks_it_carries(queued_backend: QueuedBackend) -> None:
+    """A worker leaves an answered turn's reply mark to the acknowledgement of its update (one script
+    instead of two): after the ack the turn reads as answered, so it is never sent again."""
+    queue, store = queued_backend.queue(lease_ms=5000), queued_backend.store
+    await queue.enqueue(1, "u1", "a", order=1)
+    taken = await take(queue, "w1")
+    assert taken is not None and taken[1].item is not None
+    fence = Fence("w1", valid_until=time.monotonic() + 5)
+    await store.commit_turn(1, expected_version=0, messages=[NewMessage("user", "a", 1)], turn_id="u1", fence=fence)
+    assert not (await store.turn_status(1, "u1")).replied
+    assert (await queue.next(taken[0], done=taken[1].item, replied=("u1",))).kind == "released"
+    assert (await store.turn_status(1, "u1")).replied
+
+
+async def test_a_failed_attempt_keeps_its_reply_marks_too(queued_backend: QueuedBackend) -> None:
+    queue, store = queued_backend.queue(lease_ms=5000), queued_backend.store
+    await queue.enqueue(1, "u1", "a", order=1)
+    taken = await take(queue, "w1")
+    assert taken is not None and taken[1].item is not None
+    await queue.note(taken[0], taken[1].item, "failed", replied=("u1",))
+    assert (await store.turn_status(1, "u1")).replied
+
+
+async def test_reply_marks_are_fenced_like_the_acknowledgement(queued_backend: QueuedBackend) -> None:
+    queue, store = queued_backend.queue(lease_ms=300), queued_backend.store
+    await queue.enqueue(1, "u1", "a", order=1)
+    stale = await take(queue, "w1")
+    assert stale is not None and stale[1].item is not None
+    await asyncio.sleep(0.35)  # paused past its lease; another worker takes the chat
+    assert await take(queue, "w2") is not None
+    assert (await queue.next(stale[0], done=stale[1].item, replied=("u1",))).kind == "lost"
+    await queue.note(stale[0], stale[1].item, "failed", replied=("u1",))
+    assert not (await store.turn_status(1, "u1")).replied, "a worker without the lease marked a reply"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import fakeredis
 import pytest
@@ -21,6 +21,7 @@ from services.backends.memory import MemoryBackend
 from services.backends.redis.deadletters import DeadLetterStore
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.queue import ChatWorkQueue
+from services.backends.redis.store import RedisSessionStore
 from services.errors import LLMUnavailableError, StoreUnavailableError
 from services.fence import Fence
 from services.ports import Claim, DeadLetter, QueueItem, Step
@@ -38,12 +39,14 @@ class FlakyQueue(ChatWorkQueue):
     swallow_cancel = False
     renew_calls = 0
 
-    async def next(self, claim: Claim, *, done: QueueItem | None = None, acquire: bool = False) -> Step:
+    async def next(
+        self, claim: Claim, *, done: QueueItem | None = None, acquire: bool = False, replied: Sequence[str] = ()
+    ) -> Step:
         if self.fail_next_once and not acquire:
             self.fail_next_once = False
             await asyncio.sleep(0.15)  # let a heartbeat run first
             raise StoreUnavailableError("connection lost")
-        return await super().next(claim, done=done, acquire=acquire)
+        return await super().next(claim, done=done, acquire=acquire, replied=replied)
 
     async def renew(self, claim: Claim) -> bool:
         self.renew_calls += 1
@@ -279,3 +282,33 @@ async def test_an_unavailable_model_is_retried_and_the_customer_told_once(telegr
     assert chat.calls >= 2, "an LLM outage is transient: the question waits"
     assert "transient" in letters[0].error
     assert telegram.texts_to(9) == [TEXTS["en"]["llm_retrying"]]
+
+
+async def test_reply_marks_left_to_the_worker_are_written_whatever_the_outcome(bot: Bot) -> None:
+    """The engine leaves an answered turn's reply mark on the fence; the worker writes it with the
+    update's acknowledgement, or with the failed attempt's record when the handler failed afterwards
+    (else the retry would send the reply again)."""
+    redis = fakeredis.FakeAsyncRedis()
+    queue = ChatWorkQueue(redis=redis, keys=KEYS, lease_ms=5000)
+    store = RedisSessionStore(redis=redis, keys=KEYS)
+    dispatcher = Dispatcher()
+    finished = asyncio.Event()
+    attempts: list[str] = []
+
+    async def on_message(message: Message, fence: Fence) -> None:
+        assert fence.defer_reply_marks
+        attempts.append(message.text or "")
+        fence.deferred_replies.append(f"u{message.message_id}")
+        if message.text == "fails after replying" and attempts.count(message.text) == 1:
+            raise RuntimeError("crashed after the reply was sent")
+        if message.text == "last":
+            finished.set()
+
+    dispatcher.message.register(on_message)
+    worker = make_worker(queue, dispatcher, bot)
+    await queue.enqueue(9, "u1", update(1, 9, "fine"), order=1)
+    await queue.enqueue(9, "u2", update(2, 9, "fails after replying"), order=2)
+    await queue.enqueue(9, "u3", update(3, 9, "last"), order=3)
+    await run_until(worker, finished)
+    for turn in ("u1", "u2", "u3"):
+        assert (await store.turn_status(9, turn)).replied, turn

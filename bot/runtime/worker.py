@@ -171,7 +171,8 @@ class Worker:
             return
         if step.kind not in ("item", "released"):
             return  # busy: another worker holds it
-        serving = _Serving(claim, Fence(claim.token, valid_until=sent + self._lease, margin=self._margin))
+        fence = Fence(claim.token, valid_until=sent + self._lease, margin=self._margin, defer_reply_marks=True)
+        serving = _Serving(claim, fence)
         heartbeat = asyncio.create_task(self._heartbeat(serving), name=f"heartbeat-{claim.chat_id}")
         heartbeat.add_done_callback(lambda task: self._heartbeat_ended(task, serving))
         try:
@@ -211,10 +212,12 @@ class Worker:
                 serving.item = None
                 backoff = 0.2
                 self.processed += 1
-                step = await self._queue.next(claim, done=item)
+                step = await self._queue.next(claim, done=item, replied=serving.fence.take_deferred_replies())
                 continue
             self.retried += 1
-            await self._queue.note(claim, item, "transient" if outcome == "transient" else "failed")
+            # a handler that failed after its reply went out: the mark goes with the attempt's record
+            replied = serving.fence.take_deferred_replies()
+            await self._queue.note(claim, item, "transient" if outcome == "transient" else "failed", replied=replied)
             await self._sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF, max(self._give_up, 0.2))
             step = await self._queue.next(claim)
@@ -276,8 +279,9 @@ class Worker:
     async def _set_aside(self, serving: _Serving) -> None:
         """Give the chat back with its current item unfinished (stopping): not counted as a failure."""
         if serving.item is not None and not serving.lost.is_set():
+            replied = serving.fence.take_deferred_replies()
             with contextlib.suppress(TransientError):
-                await self._queue.note(serving.claim, serving.item, "set_aside")
+                await self._queue.note(serving.claim, serving.item, "set_aside", replied=replied)
         await self._queue.hand_back(serving.claim)
 
     def _give_up_reason(self, item: QueueItem) -> str | None:

@@ -137,9 +137,10 @@ class ChatService:
         if fence is not None:
             fence.ensure_valid()
         await deliver(result)
+        compaction_due = self.compactor.due(result.history_tokens, result.stored_messages)
         if turn_id is not None:
-            await self._store.mark_replied(chat_id, turn_id, fence=fence)
-        if not self.compactor.due(result.history_tokens, result.stored_messages):
+            await self._mark_replied(chat_id, turn_id, fence, last_write=not compaction_due)
+        if not compaction_due:
             return result  # the common case: no second round trip to the store
         try:
             report = await self.compact_if_needed(chat_id, fence=fence)
@@ -153,7 +154,7 @@ class ChatService:
     ) -> TurnResult:
         if status.reply is None:
             log.error("chat %s turn %s: committed but its reply is no longer stored; cannot resend", chat_id, turn_id)
-            await self._store.mark_replied(chat_id, turn_id, fence=fence)
+            await self._mark_replied(chat_id, turn_id, fence, last_write=True)
             return TurnResult(reply="", duplicate=True)
         log.warning("chat %s turn %s: committed earlier, reply possibly unsent: sending it", chat_id, turn_id)
         handoff = status.reply.removeprefix(HANDOFF_MARK) if status.reply.startswith(HANDOFF_MARK) else None
@@ -161,8 +162,17 @@ class ChatService:
         if fence is not None:
             fence.ensure_valid()
         await deliver(result)
-        await self._store.mark_replied(chat_id, turn_id, fence=fence)
+        await self._mark_replied(chat_id, turn_id, fence, last_write=True)
         return result
+
+    async def _mark_replied(self, chat_id: int, turn_id: str, fence: Fence | None, *, last_write: bool) -> None:
+        """Record that the turn's reply went out. When nothing else is written for this turn and the
+        queue worker writes reply marks with the update's acknowledgement, the mark is left to it: the
+        same crash window (reply sent, not yet recorded) for one script less."""
+        if last_write and fence is not None and fence.defer_reply_marks:
+            fence.deferred_replies.append(turn_id)
+            return
+        await self._store.mark_replied(chat_id, turn_id, fence=fence)
 
     async def _turn_status_or_quarantine(self, chat_id: int, turn_id: str, fence: Fence | None) -> TurnStatus | None:
         try:

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import Literal, cast
 
 from services.backends.redis.keys import KeySpace
-from services.backends.redis.scripts import LUA_NOW, AnyRedis, redis_errors, register
+from services.backends.redis.scripts import LUA_MARK_REPLIED, LUA_NOW, AnyRedis, redis_errors, register
 from services.errors import StoreUnavailableError
 from services.ports import Claim, QueueItem, Step
 
@@ -70,18 +71,20 @@ return {due[1], watchdog}
 """
 )
 
-# KEYS: lease, inbox, attempts. ARGV: token, lease_ms, acquire (1 = take the lease first), done member
-# ('' = none), done item id.
+# KEYS: lease, inbox, attempts, replied. ARGV: token, lease_ms, acquire (1 = take the lease first), done
+# member ('' = none), done item id, replied ttl, replied score, turn ids whose replies went out...
 # → {-3} lease busy | {-1} lease lost | {0} inbox empty, released
 #   | {1, head, started, transient, age_ms, order, failed}
 _NEXT = (
     LUA_NOW
+    + LUA_MARK_REPLIED
     + """
 if ARGV[3] == '1' then
   if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {-3} end
 elseif redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {-1}
 end
+if #ARGV > 7 then mark_replied(KEYS[4], ARGV[7], tonumber(ARGV[6]), {unpack(ARGV, 8)}) end
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[4])
   redis.call('HDEL', KEYS[3], 'a:' .. ARGV[5], 't:' .. ARGV[5], 'x:' .. ARGV[5], 'f:' .. ARGV[5])
@@ -103,13 +106,15 @@ return {1, head, started, transient, age, entry[2], failed}
 """
 )
 
-# KEYS: lease, attempts. ARGV: token, item id, kind ('t' transient: does not count as a failed attempt,
-# the first one's time bounds how long the item is retried; 'x' failed; 's' set aside unfinished, e.g.
-# on shutdown: counts as nothing).
+# KEYS: lease, attempts, replied. ARGV: token, item id, kind ('t' transient: does not count as a failed
+# attempt, the first one's time bounds how long the item is retried; 'x' failed; 's' set aside unfinished,
+# e.g. on shutdown: counts as nothing), replied ttl, replied score, turn ids whose replies went out...
 _NOTE = (
     LUA_NOW
+    + LUA_MARK_REPLIED
     + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if #ARGV > 5 then mark_replied(KEYS[3], ARGV[5], tonumber(ARGV[4]), {unpack(ARGV, 6)}) end
 local kind = ARGV[3]
 if kind == 's' then kind = 't' else
   if kind == 't' then redis.call('HSETNX', KEYS[2], 'f:' .. ARGV[2], now) end
@@ -184,6 +189,7 @@ class ChatWorkQueue:
         self._keys = keys or KeySpace()
         self.lease_ms = lease_ms
         self._seen_ttl = max(ttl_seconds, 0)
+        self._replied_ttl = max(ttl_seconds, 0)  # the session's, as the store's own reply marks
         self._enqueue = register(redis, _ENQUEUE)
         self._mark_ready = register(redis, _MARK_READY)
         self._claim = register(redis, _CLAIM)
@@ -219,15 +225,18 @@ class ChatWorkQueue:
         member, watchdog = result
         return Claim(int(member), token, int(watchdog))
 
-    async def next(self, claim: Claim, *, done: QueueItem | None = None, acquire: bool = False) -> Step:
-        """Acknowledge ``done`` (processed or dead-lettered), then return the next item; release the chat
-        when its inbox is empty. All of it only while ``claim`` holds the lease."""
+    async def next(
+        self, claim: Claim, *, done: QueueItem | None = None, acquire: bool = False, replied: Sequence[str] = ()
+    ) -> Step:
+        """Acknowledge ``done`` (processed or dead-lettered) and mark ``replied``, then return the next
+        item; release the chat when its inbox is empty. All of it only while ``claim`` holds the lease."""
         keys = self._keys.chat(claim.chat_id)
         done_member: bytes | str = done.member if done else ""
-        args: list[bytes | str | int] = [claim.token, self.lease_ms, "1" if acquire else "0", done_member]
+        args: list[bytes | str | int | float] = [claim.token, self.lease_ms, "1" if acquire else "0", done_member]
         args.append(done.id if done else "")
+        args += self._replied_args(replied)
         with redis_errors(f"chat {claim.chat_id}: queue step failed"):
-            result = await self._next(keys=[keys.lease, keys.inbox, keys.attempts], args=args)
+            result = await self._next(keys=[keys.lease, keys.inbox, keys.attempts, keys.replied], args=args)
             status = int(result[0])
             if status == 0:
                 await self._drop_watchdog(keys=[self._keys.ready], args=[str(claim.chat_id), claim.watchdog])
@@ -240,12 +249,23 @@ class ChatWorkQueue:
             return Step("busy")  # another worker holds it; the watchdog brings it back in time
         return Step("item", _decode_item(result))
 
-    async def note(self, claim: Claim, item: QueueItem, outcome: Literal["transient", "failed", "set_aside"]) -> None:
-        """Record how an attempt at ``item`` ended (only while holding the lease)."""
+    async def note(
+        self,
+        claim: Claim,
+        item: QueueItem,
+        outcome: Literal["transient", "failed", "set_aside"],
+        *,
+        replied: Sequence[str] = (),
+    ) -> None:
+        """Record how an attempt at ``item`` ended and mark ``replied`` (only while holding the lease)."""
         keys = self._keys.chat(claim.chat_id)
         kind = {"transient": "t", "failed": "x", "set_aside": "s"}[outcome]
+        args: list[str | int | float] = [claim.token, item.id, kind, *self._replied_args(replied)]
         with redis_errors(f"chat {claim.chat_id}: cannot record an attempt"):
-            await self._note(keys=[keys.lease, keys.attempts], args=[claim.token, item.id, kind])
+            await self._note(keys=[keys.lease, keys.attempts, keys.replied], args=args)
+
+    def _replied_args(self, replied: Sequence[str]) -> list[str | int | float]:
+        return [self._replied_ttl, time.time(), *replied] if replied else []
 
     async def wait_for_work(self, seconds: float) -> None:
         """Block until something was enqueued (or ``seconds`` pass). Needs its own connection."""

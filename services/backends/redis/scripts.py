@@ -17,6 +17,7 @@ from redis.crc import key_slot
 from redis.exceptions import CrossSlotTransactionError, RedisClusterException, RedisError, ResponseError
 
 from services.errors import CorruptSessionError, StoreError, StoreUnavailableError
+from services.ports import TURN_IDS_KEPT
 
 AnyRedis: TypeAlias = Redis | RedisCluster
 """A client of one Redis server or of a Redis Cluster (``REDIS_CLUSTER``); every component takes either."""
@@ -70,6 +71,16 @@ end
 """
 """Defines ``holds(lease_key, token)``: the fencing check every per-chat write of a worker starts with
 (an empty token means: not written on behalf of a lease, e.g. the single-process mode)."""
+
+LUA_MARK_REPLIED = """
+local function mark_replied(key, score, ttl, turn_ids)
+  for _, turn_id in ipairs(turn_ids) do redis.call('ZADD', key, score, turn_id) end
+  redis.call('ZREMRANGEBYRANK', key, 0, -TURN_IDS_KEPT - 1)
+  if ttl > 0 then redis.call('EXPIRE', key, ttl) end
+end
+""".replace("TURN_IDS_KEPT", str(TURN_IDS_KEPT))
+"""Defines ``mark_replied(key, score, ttl, turn_ids)``: records that these turns' replies went out (the
+store's own mark, and the marks a worker writes with an update's acknowledgement)."""
 
 FENCE_LOST = -2
 """What a fenced script returns when the caller no longer holds the chat's lease."""

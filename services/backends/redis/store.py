@@ -15,7 +15,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from services.backends.redis.keys import KeySpace
-from services.backends.redis.scripts import FENCE_LOST, LUA_FENCE, AnyRedis, redis_errors, register
+from services.backends.redis.scripts import (
+    FENCE_LOST,
+    LUA_FENCE,
+    LUA_MARK_REPLIED,
+    AnyRedis,
+    redis_errors,
+    register,
+)
 from services.engine.models import Compaction, NewMessage, Session, StoredMessage
 from services.engine.summary_state import SummaryState
 from services.errors import ConcurrentUpdateError, CorruptSessionError, LeaseLostError
@@ -80,15 +87,13 @@ return {1, version}
 
 # KEYS: replied, lease. ARGV: turn_id, now, ttl, token.
 _MARK_REPLIED = (
-    _EXPIRE
+    LUA_MARK_REPLIED
     + LUA_FENCE
     + """
 if not holds(KEYS[2], ARGV[4]) then return {FENCE_LOST, 0} end
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -TURN_IDS_KEPT - 1)
-expire_all(tonumber(ARGV[3]), {KEYS[1]})
+mark_replied(KEYS[1], ARGV[2], tonumber(ARGV[3]), {ARGV[1]})
 return {1, 0}
-""".replace("TURN_IDS_KEPT", str(TURN_IDS_KEPT))
+"""
 )
 
 # KEYS: meta, msgs, lease. ARGV: ttl, token. /new: summary and messages go, the version moves on.
