@@ -20,6 +20,7 @@ from bot.telegram.handoff import HandoffDesk
 from bot.telegram.middlewares.access import AccessMiddleware
 from bot.telegram.middlewares.flood import RetryAfterMiddleware
 from bot.telegram.middlewares.language import LanguageMiddleware
+from bot.telegram.middlewares.response_types import KeepResponseTypes
 from bot.telegram.texts import bot_commands
 from services.backends.memory import MemoryBackend
 from services.backends.redis.backend import RedisBackend
@@ -104,6 +105,7 @@ def build_bot(settings: BotSettings) -> Bot:
         session = AiohttpSession(api=api, json_loads=loads, json_dumps=dumps)
     else:
         session = AiohttpSession(json_loads=loads, json_dumps=dumps)
+    session.middleware(KeepResponseTypes())
     session.middleware(RetryAfterMiddleware(retries=settings.flood_retries, max_wait=settings.flood_max_wait_seconds))
     return Bot(settings.require_token(), session=session, default=DefaultBotProperties(parse_mode=None))
 

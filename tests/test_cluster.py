@@ -20,7 +20,7 @@ from bot.factory import open_redis_backend
 from services.backends.redis.backend import RedisBackend
 from services.backends.redis.connection import choose_cluster, is_cluster, redis_client
 from services.backends.redis.deadletters import DeadLetterStore
-from services.backends.redis.keys import KeySpace
+from services.backends.redis.keys import CHAT_KEY_NAMES, ChatKeys, KeySpace
 from services.backends.redis.queue import ChatWorkQueue
 from services.backends.redis.scripts import AnyRedis, CrossSlotError, redis_errors, register, slot_of
 from services.backends.redis.store import RedisSessionStore
@@ -92,7 +92,10 @@ async def test_a_redis_py_internal_error_during_a_fault_is_transient_but_ours_is
 
 def test_every_key_group_shares_one_slot() -> None:
     chat = KEYS.chat(42)
-    assert len({slot_of(key) for key in (*(getattr(chat, f) for f in chat.__slots__),)}) == 1
+    keys = [getattr(chat, name) for name in CHAT_KEY_NAMES]
+    assert len(set(keys)) == len(CHAT_KEY_NAMES) == len(ChatKeys.__dict__.keys() & set(CHAT_KEY_NAMES))
+    assert all(key.endswith(f":{name}") for key, name in zip(keys, CHAT_KEY_NAMES, strict=True))
+    assert len({slot_of(key) for key in keys}) == 1
     assert slot_of(KEYS.poller_leader) == slot_of(KEYS.poller_offset)
     assert slot_of(KEYS.dead_items) == slot_of(KEYS.dead_index)
     assert slot_of(KEYS.ready) == slot_of(KEYS.wake), "one script marks a chat due and wakes a worker"

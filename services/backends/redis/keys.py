@@ -19,6 +19,7 @@ of one slot only:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 CHAT_KEY_NAMES = (
     "meta",  # hash: version (the write fence), next_seq, summary, summary_tokens
@@ -61,26 +62,44 @@ def bot_id_of(token: str) -> str:
     return head if head.isdigit() else "0"
 
 
-@dataclass(frozen=True, slots=True)
-class ChatKeys:
-    """Every key of one chat; all in the same hash slot."""
+class _ChatKey:
+    """One key of a chat, built from the chat's tag when read (a turn reads a few of its 16 keys)."""
 
-    meta: str
-    msgs: str
-    turns: str
-    replied: str
-    inbox: str
-    seen: str
-    lease: str
-    attempts: str
-    rate: str
-    rate_notice: str
-    q_meta: str
-    q_msgs: str
-    q_info: str
-    handoff: str
-    handoff_log: str
-    handoff_relayed: str
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._suffix = f":{name}"
+
+    @overload
+    def __get__(self, keys: None, owner: type) -> _ChatKey: ...
+    @overload
+    def __get__(self, keys: ChatKeys, owner: type | None = None) -> str: ...
+    def __get__(self, keys: ChatKeys | None, owner: type | None = None) -> str | _ChatKey:
+        return self if keys is None else keys.tag + self._suffix
+
+
+class ChatKeys:
+    """Every key of one chat; all in the same hash slot (they share the tag ``{chat:<id>}``)."""
+
+    __slots__ = ("tag",)
+
+    meta = _ChatKey()
+    msgs = _ChatKey()
+    turns = _ChatKey()
+    replied = _ChatKey()
+    inbox = _ChatKey()
+    seen = _ChatKey()
+    lease = _ChatKey()
+    attempts = _ChatKey()
+    rate = _ChatKey()
+    rate_notice = _ChatKey()
+    q_meta = _ChatKey()
+    q_msgs = _ChatKey()
+    q_info = _ChatKey()
+    handoff = _ChatKey()
+    handoff_log = _ChatKey()
+    handoff_relayed = _ChatKey()
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
 
     def content(self) -> list[str]:
         return [getattr(self, name) for name in CONTENT_KEY_NAMES]
@@ -104,8 +123,7 @@ class KeySpace:
         return f"{self.prefix}:{self.bot_id}"
 
     def chat(self, chat_id: int) -> ChatKeys:
-        tag = f"{self.namespace}:{{chat:{chat_id}}}"
-        return ChatKeys(*(f"{tag}:{name}" for name in CHAT_KEY_NAMES))
+        return ChatKeys(f"{self.namespace}:{{chat:{chat_id}}}")
 
     def chat_pattern(self, name: str) -> str:
         """A SCAN pattern matching key ``name`` of every chat."""
