@@ -29,7 +29,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import redis
@@ -69,6 +69,8 @@ class RunFigures:
     """Commands redis-server executed while the load ran, by command (``INFO commandstats``)."""
     bot_api_calls: dict[str, int] = field(default_factory=dict)
     """Bot API requests the workers made while the load ran, by method."""
+    instructions: int = 0
+    """Instructions the worker processes executed while the load ran (``--callgrind``)."""
 
 
 def redis_calls(url: str) -> dict[str, int]:
@@ -79,6 +81,38 @@ def redis_calls(url: str) -> dict[str, int]:
     finally:
         client.close()
     return {name.removeprefix("cmdstat_"): int(values["calls"]) for name, values in stats.items()}
+
+
+def callgrind_prefix(workdir: Path) -> list[str]:
+    """Run a worker under callgrind with counting off (``callgrind_control -i on`` starts it)."""
+    out = workdir / "callgrind.%p"
+    return ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+
+
+async def callgrind_control(*args: object) -> None:
+    *options, pids = args
+    for pid in cast(list[int], pids):
+        control = await asyncio.create_subprocess_exec(
+            "callgrind_control", *map(str, options), str(pid), stdout=asyncio.subprocess.DEVNULL
+        )
+        if await control.wait() != 0:
+            raise RuntimeError(f"callgrind_control {options} {pid} failed")
+
+
+async def callgrind_instructions(pids: list[int], workdir: Path) -> int:
+    """Stop counting, dump, and return the instructions counted since counting was switched on."""
+    await callgrind_control("-i", "off", pids)
+    await callgrind_control("-d", pids)
+    return await asyncio.to_thread(_dumped_totals, pids, workdir)
+
+
+def _dumped_totals(pids: list[int], workdir: Path) -> int:
+    total = 0
+    for pid in pids:
+        for dump in workdir.glob(f"callgrind.{pid}.*"):  # callgrind.<pid> itself is written at exit
+            match = re.search(r"^totals: (\d+)", dump.read_text(errors="replace"), re.MULTILINE)
+            total += int(match.group(1)) if match else 0
+    return total
 
 
 class ReplyWatcher:
@@ -149,9 +183,10 @@ async def one_run(
     )
     workers: list[BotProcess] = []
     urls: list[str] = []
+    prefix = callgrind_prefix(workdir) if args.callgrind else ()
     try:
         for _ in range(workers_count):
-            urls.append(await start_webhook_worker(env, workdir, workers))
+            urls.append(await start_webhook_worker(env, workdir, workers, prefix=prefix))
         watcher = ReplyWatcher(telegram)
         watching = asyncio.create_task(watcher.run())
         sent_at: dict[tuple[int, int], float] = {}
@@ -173,6 +208,8 @@ async def one_run(
         samplers = [Sampler(pid, workdir / f"profile-{pid}.txt") for pid in pids] if args.profile else []
         for sampler in samplers:
             await sampler.start()
+        if args.callgrind:
+            await callgrind_control("-i", "on", pids)
         cpu_before = sum(cpu_seconds(pid) for pid in pids)
         calls_before = redis_calls(redis.url)
         telegram_before = len(telegram.calls)
@@ -184,6 +221,7 @@ async def one_run(
         seconds = time.monotonic() - started
         cpu = sum(cpu_seconds(pid) for pid in pids) - cpu_before
         harness_cpu = time.process_time() - harness_before
+        instructions = await callgrind_instructions(pids, workdir) if args.callgrind else 0
         redis_per_command = {name: count - calls_before.get(name, 0) for name, count in redis_calls(redis.url).items()}
         bot_api = [call.method for call in telegram.calls[telegram_before:]]
         watching.cancel()
@@ -196,6 +234,7 @@ async def one_run(
             harness_busy=harness_cpu / seconds,
             redis_calls={name: n for name, n in redis_per_command.items() if n > 0},
             bot_api_calls={name: bot_api.count(name) for name in sorted(set(bot_api))},
+            instructions=instructions,
         )
         if samplers:
             figures.profile = Breakdown()
@@ -279,6 +318,7 @@ def summarize(fig: RunFigures, label: str, args: argparse.Namespace) -> dict[str
         "compaction_ratio_p50": ratio,
         "forced_compaction_turns": len(fig.forced_latencies),
         "harness_busy": fig.harness_busy,
+        "instructions_per_turn": fig.instructions / fig.turns,
     }
     print(
         f"{fig.workers:>7} {row['turns_per_s']:>8.1f} {row['p50_ms']:>7.0f} {row['p95_ms']:>7.0f} "
@@ -287,6 +327,10 @@ def summarize(fig: RunFigures, label: str, args: argparse.Namespace) -> dict[str
         f"{row['forced_compaction_turns']:>6} {fig.harness_busy:>7.0%} {label}",
         flush=True,
     )
+    if fig.instructions:
+        print(
+            f"        worker instructions per turn (callgrind): {fig.instructions / fig.turns / 1e6:.2f} M", flush=True
+        )
     for title, calls in (("redis commands", fig.redis_calls), ("bot api requests", fig.bot_api_calls)):
         per_turn = {name: count / fig.turns for name, count in sorted(calls.items(), key=lambda kv: -kv[1])}
         row[f"{title.replace(' ', '_')}_per_turn"] = per_turn
@@ -309,6 +353,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", default="", help="write a PNG of latency percentiles per worker count here")
     parser.add_argument("--profile", action="store_true", help="sample the workers with py-spy, print a breakdown")
     parser.add_argument("--profile-dir", default="", help="keep py-spy's raw stacks here")
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="run the workers under valgrind's callgrind and count their instructions per turn (repeatable "
+        "whatever else the machine does; the workers run ~50x slower, so use few chats)",
+    )
     parser.add_argument(
         "--variant", action="append", default=[], help="LABEL:KEY=VALUE,... extra worker environment (repeatable)"
     )
@@ -347,6 +397,11 @@ def main(argv: list[str] | None = None) -> int:
                     f"{statistics.median(r['turns_per_s'] for r in mine):.1f} overhead_p50="
                     f"{statistics.median(r['overhead_p50_ms'] for r in mine):.1f}ms overhead_p99="
                     f"{statistics.median(r['overhead_p99_ms'] for r in mine):.1f}ms"
+                    + (
+                        f" instructions/turn={statistics.median(r['instructions_per_turn'] for r in mine) / 1e6:.2f}M"
+                        if args.callgrind
+                        else ""
+                    )
                 )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))

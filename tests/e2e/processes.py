@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.e2e.harness import TOKEN
@@ -17,7 +18,9 @@ API_KEY = "sk-test-very-secret-key"
 
 
 class BotProcess:
-    def __init__(self, env: dict[str, str], cwd: Path) -> None:
+    def __init__(self, env: dict[str, str], cwd: Path, *, prefix: Sequence[str] = ()) -> None:
+        self.prefix = list(prefix)
+        """Run ``python -m bot`` under this command (e.g. valgrind, for the load benchmark)."""
         self.env = {**os.environ, **env}
         for name in ("REDIS_URL", "BOT_MODE"):
             if name not in env:
@@ -29,6 +32,7 @@ class BotProcess:
 
     async def start(self) -> None:
         self.process = await asyncio.create_subprocess_exec(
+            *self.prefix,
             sys.executable,
             "-m",
             "bot",
@@ -94,16 +98,18 @@ def base_env(telegram: StubTelegram, stub_llm: StubOpenAI) -> dict[str, str]:
     }
 
 
-async def start_webhook_worker(env: dict[str, str], workdir: Path, started: list[BotProcess]) -> str:
+async def start_webhook_worker(
+    env: dict[str, str], workdir: Path, started: list[BotProcess], *, prefix: Sequence[str] = ()
+) -> str:
     """Start one webhook worker on a free port (added to ``started`` first, so the caller's clean-up
     stops it even if it fails to come up); returns its webhook URL once /healthz answers."""
     from tests.conftest import free_port
 
     port = free_port()
-    worker = BotProcess(env | {"WEBHOOK_PORT": str(port)}, workdir)
+    worker = BotProcess(env | {"WEBHOOK_PORT": str(port)}, workdir, prefix=prefix)
     started.append(worker)
     await worker.start()
-    await worker.wait_http_ok(f"http://127.0.0.1:{port}/healthz")
+    await worker.wait_http_ok(f"http://127.0.0.1:{port}/healthz", within=300 if prefix else 90)
     return f"http://127.0.0.1:{port}{env.get('WEBHOOK_PATH', '/telegram/webhook')}"
 
 
