@@ -211,6 +211,9 @@ class Claim:
     chat_id: int
     token: str
     watchdog: int
+    others_due: bool = True
+    """Whether another chat was due when this one was claimed; if not, the worker waits for a wake-up
+    instead of claiming again (one round trip less per update when the worker keeps up)."""
 
 
 @dataclass(frozen=True, slots=True)

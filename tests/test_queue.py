@@ -232,3 +232,14 @@ async def test_reply_marks_are_fenced_like_the_acknowledgement(queued_backend: Q
     assert (await queue.next(stale[0], done=stale[1].item, replied=("u1",))).kind == "lost"
     await queue.note(stale[0], stale[1].item, "failed", replied=("u1",))
     assert not (await store.turn_status(1, "u1")).replied, "a worker without the lease marked a reply"
+
+
+async def test_a_claim_says_whether_other_chats_are_due(queue: WorkQueue) -> None:
+    """So that a worker whose claim was the last due chat waits for a wake-up instead of asking again."""
+    await queue.enqueue(1, "u1", "a", order=1)
+    await queue.enqueue(2, "u2", "b", order=2)
+    first = await queue.claim("w1")
+    assert first is not None and first.others_due
+    second = await queue.claim("w1")
+    assert second is not None and not second.others_due
+    assert await queue.claim("w1") is None

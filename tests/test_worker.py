@@ -84,7 +84,7 @@ def make_worker(queue: ChatWorkQueue, dispatcher: Dispatcher, bot: Bot, **option
         bot=bot,
         identity="w1",
         concurrency=4,
-        idle_wait=0.05,
+        idle_wait=options.pop("idle_wait", 0.05),
         grace=1,
         **options,  # type: ignore[arg-type]
     )
@@ -312,3 +312,39 @@ async def test_reply_marks_left_to_the_worker_are_written_whatever_the_outcome(b
     await run_until(worker, finished)
     for turn in ("u1", "u2", "u3"):
         assert (await store.turn_status(9, turn)).replied, turn
+
+
+async def test_after_claiming_the_last_due_chat_the_worker_waits_for_a_wake_up(bot: Bot) -> None:
+    """No empty claim after the last due chat: the worker goes straight to waiting for a wake-up, and
+    work marked due meanwhile wakes it."""
+
+    claims: list[int | None] = []
+    claimed = asyncio.Event()
+
+    class CountingQueue(ChatWorkQueue):
+        async def claim(self, token: str) -> Claim | None:
+            claim = await super().claim(token)
+            claims.append(claim.chat_id if claim else None)
+            claimed.set()
+            return claim
+
+    queue = CountingQueue(redis=fakeredis.FakeAsyncRedis(), keys=KEYS, lease_ms=5000)
+    served = {"first": asyncio.Event(), "second": asyncio.Event()}
+
+    async def on_message(message: Message) -> None:
+        served[message.text or ""].set()
+
+    dispatcher = Dispatcher()
+    dispatcher.message.register(on_message)
+    worker = make_worker(queue, dispatcher, bot, idle_wait=2)
+    running = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(claimed.wait(), 5)  # found nothing: waits
+        await queue.enqueue(9, "u1", update(1, 9, "first"), order=1)
+        await asyncio.wait_for(served["first"].wait(), 5)
+        await queue.enqueue(8, "u2", update(2, 8, "second"), order=2)
+        await asyncio.wait_for(served["second"].wait(), 5)
+    finally:
+        worker.stop()
+        await running
+    assert claims[:3] == [None, 9, 8], "no claim in between found nothing"

@@ -138,6 +138,10 @@ class Worker:
                         log.error("chat task failed", exc_info=done.exception())
 
                 task.add_done_callback(finished)
+                if not claim.others_due:
+                    # nothing else was due: wait for a wake-up (a chat marked due meanwhile left one)
+                    # rather than ask again and find nothing
+                    await self._wait_for_work()
         finally:
             await self._drain()
             self.alive = False

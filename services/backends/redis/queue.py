@@ -59,15 +59,15 @@ return now
 """
 )
 
-# KEYS: ready. ARGV: lease_ms. → {member, watchdog_score} or nil
+# KEYS: ready. ARGV: lease_ms. → {member, watchdog_score, others due (0/1)} or nil
 _CLAIM = (
     LUA_NOW
     + """
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 1)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 2)
 if #due == 0 then return nil end
 local watchdog = now + tonumber(ARGV[1])
 redis.call('ZADD', KEYS[1], 'XX', watchdog, due[1])
-return {due[1], watchdog}
+return {due[1], watchdog, #due - 1}
 """
 )
 
@@ -222,8 +222,8 @@ class ChatWorkQueue:
             result = await self._claim(keys=[self._keys.ready], args=[self.lease_ms])
         if not result:
             return None
-        member, watchdog = result
-        return Claim(int(member), token, int(watchdog))
+        member, watchdog, others = result
+        return Claim(int(member), token, int(watchdog), others_due=bool(others))
 
     async def next(
         self, claim: Claim, *, done: QueueItem | None = None, acquire: bool = False, replied: Sequence[str] = ()
