@@ -109,6 +109,10 @@ async def run(args: argparse.Namespace) -> Report:
         redis.stop()
         await asyncio.sleep(1.0)
         redis.start()
+        if not isinstance(admin, RedisCluster):
+            # this script's own client: redis-py's single-server pool has no retry, and its first command
+            # on a connection from before the restart would fail (the workers retry such a failure)
+            await admin.connection_pool.disconnect()
         restarts += 1
 
     try:
@@ -147,7 +151,7 @@ async def run(args: argparse.Namespace) -> Report:
         resurrected = await forgetting.resurrected(admin)
         redelivered_at = redeliveries(workers)
         crash_window, lease_lost = split_duplicates(telegram, sender, chats, args.messages, redelivered_at)
-        redelivered = len(redelivered_at)
+        redelivered = sum(len(times) for times in redelivered_at.values())
         await admin.aclose()
         first_reply: dict[str, float] = {}
         for call in telegram.of("sendMessage"):
@@ -198,15 +202,15 @@ _REDELIVERY = re.compile(
 )
 
 
-def redeliveries(workers: list[BotProcess]) -> dict[tuple[int, str], float]:
-    """(chat, turn id) → wall time a worker decided to re-send the stored reply (from the workers' logs)."""
-    found: dict[tuple[int, str], float] = {}
+def redeliveries(workers: list[BotProcess]) -> dict[tuple[int, str], list[float]]:
+    """(chat, turn id) → wall times, in order, at which a worker decided to re-send the stored reply
+    (from the workers' logs; a turn whose next worker was cut off too is re-sent again)."""
+    found: dict[tuple[int, str], list[float]] = {}
     for worker in workers:
         for when, chat, turn in _REDELIVERY.findall(worker.log.decode(errors="replace")):
             at = datetime.strptime(when, "%Y-%m-%d %H:%M:%S,%f").timestamp()
-            key = (int(chat), turn)
-            found[key] = min(at, found.get(key, at))
-    return found
+            found.setdefault((int(chat), turn), []).append(at)
+    return {key: sorted(times) for key, times in found.items()}
 
 
 def split_duplicates(
@@ -214,12 +218,13 @@ def split_duplicates(
     sender: WebhookSender,
     chats: list[int],
     messages: int,
-    redelivered_at: dict[tuple[int, str], float],
+    redelivered_at: dict[tuple[int, str], list[float]],
 ) -> tuple[int, int]:
-    """(crash window, lease lost) duplicates. A duplicate is in the crash window when the first copy
-    reached Telegram before the chat's next worker decided to re-send the stored reply (the first
-    sender still had the chat, then died or was cut off before marking it sent); a copy that a worker
-    sent after the chat's next worker took over, or one no re-send explains, is a lease-lost one."""
+    """(crash window, lease lost) duplicates. The k-th extra copy is in the crash window when the k-th
+    re-send decision explains it: the copy before it reached Telegram before that decision (its sender
+    still had the chat, then died or was cut off before marking it sent; the next worker may be cut
+    off in the same window again). A copy that a worker sent after the chat's next worker took over,
+    or one no re-send explains, is a lease-lost one."""
     sends: dict[str, list[float]] = {}
     for call in telegram.of("sendMessage"):
         sends.setdefault(str(call.params.get("text")), []).append(call.wall)
@@ -229,14 +234,21 @@ def split_duplicates(
             times = sorted(sends.get(expected_reply(chat, n), []))
             if len(times) < 2:
                 continue
-            resent = redelivered_at.get((chat, f"u{sender.update_ids[(chat, n)]}"))
-            # log timestamps have millisecond resolution: allow for it
-            if resent is not None and times[0] <= resent + 0.001:
-                crash_window += 1
-                lease_lost += len(times) - 2
-            else:
-                lease_lost += len(times) - 1
+            explained = explained_copies(times, redelivered_at.get((chat, f"u{sender.update_ids[(chat, n)]}"), []))
+            crash_window += explained
+            lease_lost += len(times) - 1 - explained
     return crash_window, lease_lost
+
+
+def explained_copies(copies: list[float], resends: list[float]) -> int:
+    """How many extra copies of one reply re-sends explain: the k-th re-send decision explains one when
+    the copy before it had reached Telegram by then (log timestamps have millisecond resolution)."""
+    explained = 0
+    for copy, resent in zip(sorted(copies), sorted(resends), strict=False):
+        if copy > resent + 0.001:
+            break
+        explained += 1
+    return min(explained, max(len(copies) - 1, 0))
 
 
 class ForgetProbe:

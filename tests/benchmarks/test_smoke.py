@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import itertools
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -73,10 +75,19 @@ def test_load_benchmark_smoke() -> None:
         "--llm-latency",
         "0.05",
     )
-    row = out.strip().splitlines()[-1].split()
-    assert row[0] == "1" and float(row[1]) > 0
-    assert int(row[-4]) > 0, "compaction turns were measured"
-    assert float(row[-5]) > 0, "worker CPU per turn was measured"
+    header, row = next(
+        (line.split(), following.split())
+        for line, following in itertools.pairwise(out.splitlines())
+        if line.split()[:2] == ["workers", "turns/s"]
+    )
+    figures = dict(zip(header, row, strict=True))
+    assert figures["workers"] == "1" and float(figures["turns/s"]) > 0
+    assert int(figures["compaction_turns"]) > 0, "compaction turns were measured"
+    assert float(figures["cpu_ms/turn"]) > 0, "worker CPU per turn was measured"
+    per_turn = {
+        m.group(1): float(m.group(2)) for m in re.finditer(r"(redis commands|bot api requests) per turn: ([\d.]+)", out)
+    }
+    assert per_turn["redis commands"] > 0 and per_turn["bot api requests"] >= 2, per_turn
 
 
 def test_the_chaos_script_recognises_the_engines_re_send_log_line() -> None:
@@ -95,3 +106,13 @@ def test_the_chaos_script_recognises_the_engines_re_send_log_line() -> None:
     finally:
         chat.log.removeHandler(handler)
     assert [(c, t) for _, c, t in _REDELIVERY.findall(stream.getvalue())] == [("-5", "u12")]
+
+
+def test_the_chaos_script_explains_a_duplicate_only_by_a_re_send_after_it() -> None:
+    from benchmarks.chaos import explained_copies
+
+    assert explained_copies([1.0, 2.0], [1.5]) == 1, "sent, cut off, re-sent by the next worker"
+    assert explained_copies([1.0, 2.0, 3.0], [1.5, 2.5]) == 2, "the next worker was cut off in the window too"
+    assert explained_copies([2.0, 3.0], [1.5]) == 0, "the first copy came after the takeover: lease lost"
+    assert explained_copies([1.0, 2.0, 3.0], [1.5]) == 1, "a third copy no re-send explains"
+    assert explained_copies([1.0], [0.5]) == 0
