@@ -106,6 +106,11 @@ class WorkerSettings(BaseSettings):
     worker_give_up_seconds: float = Field(
         default=600.0, gt=0, description="how long transient failures (Telegram/Redis down) are retried"
     )
+    webhook_serve_received: bool = Field(
+        default=True,
+        description="a webhook worker with a free slot serves the chat of an update it receives itself "
+        "(when no worker holds it) instead of queueing it for any worker",
+    )
 
     @model_validator(mode="after")
     def _poll_within_lease(self) -> WorkerSettings:

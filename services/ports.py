@@ -217,6 +217,16 @@ class Claim:
 
 
 @dataclass(frozen=True, slots=True)
+class Taken:
+    """What ``enqueue_and_take`` did: whether the item was new and, when the caller now holds the
+    chat's lease, the claim and its first step (the inbox head)."""
+
+    new: bool
+    claim: Claim | None = None
+    step: Step | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Step:
     """What ``next`` found: an item to process, the chat released (inbox empty), or the lease gone."""
 
@@ -232,6 +242,11 @@ class WorkQueue(Protocol):
 
     async def enqueue(self, chat_id: int, item_id: str, payload: str, *, order: int) -> bool:
         """Store an item once (False: already taken in) and make its chat due."""
+        ...
+
+    async def enqueue_and_take(self, chat_id: int, item_id: str, payload: str, *, order: int, token: str) -> Taken:
+        """Store an item once and, when nobody holds its chat, take the chat's lease for the caller, who
+        then serves it (its claim and first step in ``Taken``); otherwise make the chat due."""
         ...
 
     async def claim(self, token: str) -> Claim | None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import time
 
+import fakeredis
 import pytest
+import redis
 from redis.asyncio import Redis
 
 from services.backends.redis.queue import ChatWorkQueue
 from services.engine.models import NewMessage
+from services.errors import StoreUnavailableError
 from services.fence import Fence
 from services.ports import Claim, QueuedBackend, Step, WorkQueue
 from tests.conftest import TEST_KEYS
@@ -243,3 +246,39 @@ async def test_a_claim_says_whether_other_chats_are_due(queue: WorkQueue) -> Non
     second = await queue.claim("w1")
     assert second is not None and not second.others_due
     assert await queue.claim("w1") is None
+
+
+async def test_enqueue_and_take_hands_a_free_chat_to_the_caller(queue: WorkQueue) -> None:
+    """The webhook worker that receives an update serves its chat when nobody holds it: the item and the
+    chat's lease in one step, and a watchdog in place of the ready entry."""
+    taken = await queue.enqueue_and_take(1, "u1", "a", order=1, token="w1")
+    assert taken.new and taken.claim is not None and taken.step is not None
+    assert taken.step.item is not None and taken.step.item.payload == "a" and taken.step.item.started == 1
+    assert await take(queue, "w2") is None, "nobody else may take it while its watchdog runs"
+    held = await queue.enqueue_and_take(1, "u2", "b", order=2, token="w2")
+    assert held.new and held.claim is None, "a held chat is only queued (and marked due)"
+    assert await take(queue, "w2") is None, "due, but its lease is held: busy"
+    step = await queue.next(taken.claim, done=taken.step.item)
+    assert step.item is not None and step.item.payload == "b", "the holder serves what arrived meanwhile"
+    assert (await queue.next(taken.claim, done=step.item)).kind == "released"
+    again = await queue.enqueue_and_take(1, "u1", "a", order=1, token="w3")
+    assert not again.new and again.claim is None, "a redelivery of a processed update serves nothing"
+    fresh = await queue.enqueue_and_take(1, "u3", "c", order=3, token="w3")
+    assert fresh.claim is not None, "the redelivery left the chat free"
+
+
+async def test_a_taken_chat_whose_watchdog_cannot_be_written_is_handed_back() -> None:
+    """On a cluster the ready set's master may be down while the chat's is up: a chat held with no
+    watchdog would wait for its next message, so it is given back (due at once) and the intake told."""
+    queue = ChatWorkQueue(redis=fakeredis.FakeAsyncRedis(), keys=KEYS, lease_ms=5000)
+    watch = queue._watch
+
+    async def ready_set_down(**_: object) -> object:
+        raise redis.ConnectionError("the ready set's master is down")
+
+    queue._watch = ready_set_down  # type: ignore[assignment,method-assign]
+    with pytest.raises(StoreUnavailableError):
+        await queue.enqueue_and_take(1, "u1", "a", order=1, token="w1")
+    queue._watch = watch  # type: ignore[method-assign]
+    heir = await take(queue, "w2")
+    assert heir is not None and heir[1].item is not None and heir[1].item.payload == "a", "served at once"

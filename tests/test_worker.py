@@ -14,6 +14,7 @@ from aiogram.methods import SendMessage
 from aiogram.types import Message
 
 from bot.factory import build_bot, build_dispatcher
+from bot.runtime.intake import Intake
 from bot.runtime.worker import Worker
 from bot.settings import BotSettings
 from bot.telegram.texts import TEXTS
@@ -83,7 +84,7 @@ def make_worker(queue: ChatWorkQueue, dispatcher: Dispatcher, bot: Bot, **option
         dispatcher=dispatcher,
         bot=bot,
         identity="w1",
-        concurrency=4,
+        concurrency=int(options.pop("concurrency", 4)),
         idle_wait=options.pop("idle_wait", 0.05),
         grace=1,
         **options,  # type: ignore[arg-type]
@@ -348,3 +349,59 @@ async def test_after_claiming_the_last_due_chat_the_worker_waits_for_a_wake_up(b
         worker.stop()
         await running
     assert claims[:3] == [None, 9, 8], "no claim in between found nothing"
+
+
+async def test_a_webhook_worker_serves_the_chats_it_receives_and_queues_the_rest(bot: Bot) -> None:
+    """With room, the receiving worker takes the chat at intake (no claim); a chat it cannot take now
+    (held, or no slot free) is queued and served through a claim, in order."""
+    claims: list[int | None] = []
+
+    class CountingQueue(ChatWorkQueue):
+        async def claim(self, token: str) -> Claim | None:
+            claim = await super().claim(token)
+            claims.append(claim.chat_id if claim else None)
+            return claim
+
+    redis = fakeredis.FakeAsyncRedis()
+    seen: list[str] = []
+    release = asyncio.Event()
+    served = {text: asyncio.Event() for text in ("slow", "after slow", "other chat", "idle again")}
+    waiting = asyncio.Event()
+
+    class Counted(CountingQueue):
+        async def wait_for_work(self, seconds: float) -> None:
+            waiting.set()
+            await super().wait_for_work(seconds)
+
+    queue = Counted(redis=redis, keys=KEYS, lease_ms=5000)
+
+    async def on_message(message: Message) -> None:
+        seen.append(message.text or "")
+        if message.text == "slow":
+            await release.wait()
+        served[message.text or ""].set()
+
+    dispatcher = Dispatcher()
+    dispatcher.message.register(on_message)
+    worker = make_worker(queue, dispatcher, bot, concurrency=1)
+    intake = Intake(queue=queue, dead_letters=DeadLetterStore(redis=redis, keys=KEYS), identity="w1", serve=worker)
+    running = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(waiting.wait(), 5)  # running, found nothing
+        await intake.take(json.loads(update(1, 9, "slow")))  # taken at intake: the one slot is busy now
+        await intake.take(json.loads(update(2, 9, "after slow")))  # its chat is held: queued behind it
+        await intake.take(json.loads(update(3, 8, "other chat")))  # no slot: queued, due
+        assert seen == ["slow"]
+        release.set()
+        for text in ("after slow", "other chat"):
+            await asyncio.wait_for(served[text].wait(), 5)
+        await asyncio.sleep(0.1)  # the slot is free again
+        await intake.take(json.loads(update(4, 7, "idle again")))
+        await asyncio.wait_for(served["idle again"].wait(), 5)
+    finally:
+        worker.stop()
+        await running
+    assert seen.index("slow") < seen.index("after slow")
+    assert set(seen) == {"slow", "after slow", "other chat", "idle again"}
+    assert 7 not in claims, "a chat taken at intake is never claimed"
+    assert 8 in claims, "the chat queued for want of a slot is claimed"

@@ -50,7 +50,6 @@ async def _run(settings: Settings, backend: QueuedBackend, bot: Bot) -> None:
     queue = backend.queue(lease_ms=lease_ms)
     dead_letters = backend.dead_letters
     route = operator_route(settings.bot.operator_chat_id, backend.handoffs)
-    intake = Intake(queue=queue, dead_letters=dead_letters, identity=identity, route=route)
     dispatcher = build_dispatcher(chat, settings.bot, backend=backend)
     desk: HandoffDesk = dispatcher["desk"]
 
@@ -70,6 +69,10 @@ async def _run(settings: Settings, backend: QueuedBackend, bot: Bot) -> None:
         max_attempts=workers.worker_max_attempts,
         give_up_seconds=workers.worker_give_up_seconds,
         internal=internal,
+    )
+    serve_received = settings.bot.bot_mode == "webhook" and workers.webhook_serve_received
+    intake = Intake(
+        queue=queue, dead_letters=dead_letters, identity=identity, route=route, serve=worker if serve_received else None
     )
     await with_startup_retries("registering the bot commands", lambda: set_commands(bot, settings.bot))
 

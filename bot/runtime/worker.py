@@ -98,6 +98,7 @@ class Worker:
         # nothing is sent in the last part of a lease: room for one request and some clock skew
         self._margin = min(1.0, self._lease / 5)
         self._stopping = asyncio.Event()
+        self._slots = asyncio.Semaphore(concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._tokens = itertools.count()
         self.alive = False
@@ -108,36 +109,44 @@ class Worker:
         """Stop taking work; in-flight chats finish their current update, then are handed back."""
         self._stopping.set()
 
+    def new_token(self) -> str:
+        """A lease token for one claim of this worker."""
+        return f"{self.identity}:{next(self._tokens)}"
+
+    def has_room(self) -> bool:
+        """Whether ``adopt`` would take a chat now (running, not stopping, a slot free)."""
+        return self.alive and not self._stopping.is_set() and not self._slots.locked()
+
+    async def adopt(self, claim: Claim, step: Step, *, sent: float) -> bool:
+        """Serve a chat whose lease the caller took for this worker (the webhook intake, for the chat of
+        an update it just received). ``sent``: when the request that took the lease was sent. False if
+        there is no room after all: the caller hands the chat back."""
+        if not self.has_room():
+            return False
+        await self._slots.acquire()  # a free slot: taken without waiting
+        self._start_serving(claim, step, sent)
+        return True
+
     async def run(self) -> None:
-        slots = asyncio.Semaphore(self._concurrency)
         backoff = 0.1
         self.alive = True
         try:
             while not self._stopping.is_set():
-                await slots.acquire()
+                await self._slots.acquire()
                 try:
-                    claim = await self._queue.claim(f"{self.identity}:{next(self._tokens)}")
+                    claim = await self._queue.claim(self.new_token())
                 except TransientError as exc:
-                    slots.release()
+                    self._slots.release()
                     log.warning("queue unreachable (%s); retrying in %.1fs", exc, backoff)
                     await self._sleep(backoff)
                     backoff = min(backoff * 2, MAX_BACKOFF)
                     continue
                 backoff = 0.1
                 if claim is None:
-                    slots.release()
+                    self._slots.release()
                     await self._wait_for_work()
                     continue
-                task = asyncio.create_task(self._serve(claim), name=f"chat-{claim.chat_id}")
-                self._tasks.add(task)
-
-                def finished(done: asyncio.Task[None]) -> None:
-                    self._tasks.discard(done)
-                    slots.release()
-                    if not done.cancelled() and done.exception() is not None:
-                        log.error("chat task failed", exc_info=done.exception())
-
-                task.add_done_callback(finished)
+                self._start_serving(claim)
                 if not claim.others_due:
                     # nothing else was due: wait for a wake-up (a chat marked due meanwhile left one)
                     # rather than ask again and find nothing
@@ -145,6 +154,19 @@ class Worker:
         finally:
             await self._drain()
             self.alive = False
+
+    def _start_serving(self, claim: Claim, step: Step | None = None, sent: float | None = None) -> None:
+        """Serve ``claim`` in a task of its own, holding one slot until it ends."""
+        task = asyncio.create_task(self._serve(claim, step, sent), name=f"chat-{claim.chat_id}")
+        self._tasks.add(task)
+
+        def finished(done: asyncio.Task[None]) -> None:
+            self._tasks.discard(done)
+            self._slots.release()
+            if not done.cancelled() and done.exception() is not None:
+                log.error("chat task failed", exc_info=done.exception())
+
+        task.add_done_callback(finished)
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -166,13 +188,15 @@ class Worker:
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
 
-    async def _serve(self, claim: Claim) -> None:
-        sent = time.monotonic()
-        try:
-            step = await self._queue.next(claim, acquire=True)
-        except TransientError as exc:
-            log.warning("chat %s: cannot take the lease (%s)", claim.chat_id, exc)
-            return
+    async def _serve(self, claim: Claim, step: Step | None = None, sent: float | None = None) -> None:
+        """Take the chat's lease (unless ``step`` says it was taken, at ``sent``) and serve its inbox."""
+        if step is None or sent is None:
+            sent = time.monotonic()
+            try:
+                step = await self._queue.next(claim, acquire=True)
+            except TransientError as exc:
+                log.warning("chat %s: cannot take the lease (%s)", claim.chat_id, exc)
+                return
         if step.kind not in ("item", "released"):
             return  # busy: another worker holds it
         fence = Fence(claim.token, valid_until=sent + self._lease, margin=self._margin, defer_reply_marks=True)

@@ -20,6 +20,7 @@ Design (documented in the README, "Scaling" and "Failure model"):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Sequence
@@ -28,23 +29,63 @@ from typing import Literal, cast
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import LUA_MARK_REPLIED, LUA_NOW, AnyRedis, redis_errors, register
 from services.errors import StoreUnavailableError
-from services.ports import Claim, QueueItem, Step
+from services.ports import Claim, QueueItem, Step, Taken
 
 SEEN_KEPT = 5000
 """How many recent item ids per chat are remembered to recognise redeliveries."""
 
-# KEYS: inbox, seen. ARGV: item_id, item_json, seen_ttl, order. → 1 new, 0 already seen
-_ENQUEUE = (
-    LUA_NOW
-    + """
-if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
-redis.call('ZADD', KEYS[2], now, ARGV[1])
-redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -SEEN_KEPT - 1)
-if tonumber(ARGV[3]) > 0 then redis.call('EXPIRE', KEYS[2], ARGV[3]) end
-redis.call('ZADD', KEYS[1], ARGV[4], ARGV[2])
-redis.call('PERSIST', KEYS[1])
-return 1
+_STORE_ITEM = """
+local function store_item(inbox, seen, item_id, item_json, seen_ttl, order)
+  if redis.call('ZSCORE', seen, item_id) then return 0 end
+  redis.call('ZADD', seen, now, item_id)
+  redis.call('ZREMRANGEBYRANK', seen, 0, -SEEN_KEPT - 1)
+  if tonumber(seen_ttl) > 0 then redis.call('EXPIRE', seen, seen_ttl) end
+  redis.call('ZADD', inbox, order, item_json)
+  redis.call('PERSIST', inbox)
+  return 1
+end
 """.replace("SEEN_KEPT", str(SEEN_KEPT))
+"""Defines ``store_item(...)`` → 1 stored, 0 already taken in (needs ``now``)."""
+
+_TAKE_HEAD = """
+local function take_head(lease, inbox, attempts)
+  local entry = redis.call('ZRANGE', inbox, 0, 0, 'WITHSCORES')
+  local head = entry[1]
+  if not head then
+    redis.call('DEL', lease, attempts)
+    return {0}
+  end
+  local id = string.match(head, '^{"id":"([^"]*)"') or head
+  local started = redis.call('HINCRBY', attempts, 'a:' .. id, 1)
+  local transient = tonumber(redis.call('HGET', attempts, 't:' .. id) or '0')
+  local failed = tonumber(redis.call('HGET', attempts, 'x:' .. id) or '0')
+  local first = tonumber(redis.call('HGET', attempts, 'f:' .. id) or '0')
+  local age = 0
+  if first > 0 then age = now - first end
+  return {1, head, started, transient, age, entry[2], failed}
+end
+"""
+"""Defines ``take_head(lease, inbox, attempts)``: the inbox head with its attempt counted, or the chat
+released when the inbox is empty (needs ``now``). → {0} | {1, head, started, transient, age_ms, order,
+failed}"""
+
+# KEYS: inbox, seen. ARGV: item_id, item_json, seen_ttl, order. → 1 new, 0 already seen
+_ENQUEUE = LUA_NOW + _STORE_ITEM + "return store_item(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])"
+
+# KEYS: inbox, seen, lease, attempts. ARGV: item_id, item_json, seen_ttl, order, token, lease_ms.
+# Store the item, then take the chat's lease if nobody holds it. → {new, -3} busy | {new, 0} inbox empty
+# (the item was processed before), released | {new, 1, head, started, transient, age_ms, order, failed}
+_ENQUEUE_TAKE = (
+    LUA_NOW
+    + _STORE_ITEM
+    + _TAKE_HEAD
+    + """
+local new = store_item(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+if not redis.call('SET', KEYS[3], ARGV[5], 'NX', 'PX', ARGV[6]) then return {new, -3} end
+local step = take_head(KEYS[3], KEYS[1], KEYS[4])
+table.insert(step, 1, new)
+return step
+"""
 )
 
 # KEYS: ready, wake (one slot). ARGV: chat member. Make the chat due now (never postpones an earlier due
@@ -78,6 +119,7 @@ return {due[1], watchdog, #due - 1}
 _NEXT = (
     LUA_NOW
     + LUA_MARK_REPLIED
+    + _TAKE_HEAD
     + """
 if ARGV[3] == '1' then
   if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {-3} end
@@ -89,20 +131,7 @@ if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[4])
   redis.call('HDEL', KEYS[3], 'a:' .. ARGV[5], 't:' .. ARGV[5], 'x:' .. ARGV[5], 'f:' .. ARGV[5])
 end
-local entry = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-local head = entry[1]
-if not head then
-  redis.call('DEL', KEYS[1], KEYS[3])
-  return {0}
-end
-local id = string.match(head, '^{"id":"([^"]*)"') or head
-local started = redis.call('HINCRBY', KEYS[3], 'a:' .. id, 1)
-local transient = tonumber(redis.call('HGET', KEYS[3], 't:' .. id) or '0')
-local failed = tonumber(redis.call('HGET', KEYS[3], 'x:' .. id) or '0')
-local first = tonumber(redis.call('HGET', KEYS[3], 'f:' .. id) or '0')
-local age = 0
-if first > 0 then age = now - first end
-return {1, head, started, transient, age, entry[2], failed}
+return take_head(KEYS[1], KEYS[2], KEYS[3])
 """
 )
 
@@ -130,6 +159,16 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """
+
+# KEYS: ready. ARGV: member, lease_ms → the watchdog of a chat whose lease was just taken outside a claim
+_WATCH = (
+    LUA_NOW
+    + """
+local watchdog = now + tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], watchdog, ARGV[1])
+return watchdog
+"""
+)
 
 # KEYS: ready. ARGV: member, lease_ms → push the watchdog (only later, only if present)
 _PUSH_WATCHDOG = (
@@ -191,6 +230,8 @@ class ChatWorkQueue:
         self._seen_ttl = max(ttl_seconds, 0)
         self._replied_ttl = max(ttl_seconds, 0)  # the session's, as the store's own reply marks
         self._enqueue = register(redis, _ENQUEUE)
+        self._enqueue_take = register(redis, _ENQUEUE_TAKE)
+        self._watch = register(redis, _WATCH)
         self._mark_ready = register(redis, _MARK_READY)
         self._claim = register(redis, _CLAIM)
         self._next = register(redis, _NEXT)
@@ -212,6 +253,33 @@ class ChatWorkQueue:
             )
             await self._make_due(chat_id)
         return bool(new)
+
+    async def enqueue_and_take(self, chat_id: int, item_id: str, payload: str, *, order: int, token: str) -> Taken:
+        """Store an item once and, when nobody holds its chat, take the chat's lease for the caller (with a
+        watchdog, as a claim has): the caller serves the chat without a trip through the ready set. When
+        the chat is held, it is marked due as ``enqueue`` does. If the watchdog cannot be written the chat
+        is handed back and the error raised: nothing is left held without a watchdog."""
+        keys = self._keys.chat(chat_id)
+        with redis_errors(f"cannot enqueue for chat {chat_id}"):
+            result = await self._enqueue_take(
+                keys=[keys.inbox, keys.seen, keys.lease, keys.attempts],
+                args=[item_id, encode_item(item_id, payload), self._seen_ttl, order, token, self.lease_ms],
+            )
+            new, status = bool(int(result[0])), int(result[1])
+            if status == -3:
+                await self._make_due(chat_id)
+                return Taken(new)
+        if status == 0:
+            return Taken(new)  # processed before: released at once
+        claim = Claim(chat_id, token, 0, others_due=False)
+        try:
+            with redis_errors(f"chat {chat_id}: cannot write the watchdog"):
+                claim.watchdog = int(await self._watch(keys=[self._keys.ready], args=[str(chat_id), self.lease_ms]))
+        except StoreUnavailableError:
+            with contextlib.suppress(StoreUnavailableError):
+                await self.hand_back(claim)
+            raise
+        return Taken(new, claim, Step("item", _decode_item(result[1:])))
 
     async def _make_due(self, chat_id: int) -> None:
         await self._mark_ready(keys=[self._keys.ready, self._keys.wake], args=[str(chat_id)])
