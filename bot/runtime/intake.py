@@ -155,7 +155,10 @@ class Intake:
         taken = await self._queue.enqueue_and_take(chat_id, item_id, payload, order=order, token=serve.new_token())
         claim, step = taken.claim, taken.step
         if claim is not None and step is not None and not await serve.adopt(claim, step, sent=sent):
-            await self._queue.hand_back(claim)  # no room after all: any worker takes it
+            # no room after all: any worker takes it; the attempt counted for its head was not made
+            if step.item is not None:
+                await self._queue.note(claim, step.item, "set_aside")
+            await self._queue.hand_back(claim)
         return taken.new
 
     async def _dead_letter(self, chat_id: int, update_id: int, update: dict[str, Any], error: str) -> None:

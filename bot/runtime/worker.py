@@ -141,6 +141,9 @@ class Worker:
                     await self._sleep(backoff)
                     backoff = min(backoff * 2, MAX_BACKOFF)
                     continue
+                except BaseException:
+                    self._slots.release()  # the slots outlive this loop (the supervisor restarts it)
+                    raise
                 backoff = 0.1
                 if claim is None:
                     self._slots.release()
@@ -149,7 +152,10 @@ class Worker:
                 self._start_serving(claim)
                 if not claim.others_due:
                     # nothing else was due: wait for a wake-up (a chat marked due meanwhile left one)
-                    # rather than ask again and find nothing
+                    # rather than ask again and find nothing; but only with a slot free, so that a wake-up
+                    # is never taken by a worker that cannot serve it while an idle one sleeps
+                    await self._slots.acquire()
+                    self._slots.release()
                     await self._wait_for_work()
         finally:
             await self._drain()
@@ -237,10 +243,13 @@ class Worker:
                     await self._queue.hand_back(claim)
                 return
             if outcome == "done":
-                serving.item = None
                 backoff = 0.2
                 self.processed += 1
-                step = await self._queue.next(claim, done=item, replied=serving.fence.take_deferred_replies())
+                # the marks stay on the fence until the ack is written: a shutdown that cancels it sets
+                # the item aside with them
+                step = await self._queue.next(claim, done=item, replied=serving.fence.deferred_replies)
+                serving.fence.take_deferred_replies()
+                serving.item = None
                 continue
             self.retried += 1
             # a handler that failed after its reply went out: the mark goes with the attempt's record

@@ -160,13 +160,13 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """
 
-# KEYS: ready. ARGV: member, lease_ms → the watchdog of a chat whose lease was just taken outside a claim
+# KEYS: ready. ARGV: member, lease_ms → the chat's score: a watchdog a lease away for a chat whose lease
+# is about to be taken outside a claim, unless it has an entry already (due, or another holder's watchdog)
 _WATCH = (
     LUA_NOW
     + """
-local watchdog = now + tonumber(ARGV[2])
-redis.call('ZADD', KEYS[1], watchdog, ARGV[1])
-return watchdog
+redis.call('ZADD', KEYS[1], 'NX', now + tonumber(ARGV[2]), ARGV[1])
+return redis.call('ZSCORE', KEYS[1], ARGV[1])
 """
 )
 
@@ -255,12 +255,13 @@ class ChatWorkQueue:
         return bool(new)
 
     async def enqueue_and_take(self, chat_id: int, item_id: str, payload: str, *, order: int, token: str) -> Taken:
-        """Store an item once and, when nobody holds its chat, take the chat's lease for the caller (with a
-        watchdog, as a claim has): the caller serves the chat without a trip through the ready set. When
-        the chat is held, it is marked due as ``enqueue`` does. If the watchdog cannot be written the chat
-        is handed back and the error raised: nothing is left held without a watchdog."""
+        """Store an item once and, when nobody holds its chat, take the chat's lease for the caller: the
+        caller serves the chat without a trip through the ready set. The chat's watchdog (as a claim has)
+        is written first, so a failure leaves nothing held and counts no attempt. When the chat is held,
+        it is marked due as ``enqueue`` does."""
         keys = self._keys.chat(chat_id)
         with redis_errors(f"cannot enqueue for chat {chat_id}"):
+            watchdog = int(float(await self._watch(keys=[self._keys.ready], args=[str(chat_id), self.lease_ms])))
             result = await self._enqueue_take(
                 keys=[keys.inbox, keys.seen, keys.lease, keys.attempts],
                 args=[item_id, encode_item(item_id, payload), self._seen_ttl, order, token, self.lease_ms],
@@ -269,16 +270,11 @@ class ChatWorkQueue:
             if status == -3:
                 await self._make_due(chat_id)
                 return Taken(new)
-        if status == 0:
-            return Taken(new)  # processed before: released at once
-        claim = Claim(chat_id, token, 0, others_due=False)
-        try:
-            with redis_errors(f"chat {chat_id}: cannot write the watchdog"):
-                claim.watchdog = int(await self._watch(keys=[self._keys.ready], args=[str(chat_id), self.lease_ms]))
-        except StoreUnavailableError:
-            with contextlib.suppress(StoreUnavailableError):
-                await self.hand_back(claim)
-            raise
+        if status == 0:  # processed before: released at once, its watchdog goes too
+            with contextlib.suppress(StoreUnavailableError), redis_errors("cannot drop a watchdog"):
+                await self._drop_watchdog(keys=[self._keys.ready], args=[str(chat_id), watchdog])
+            return Taken(new)
+        claim = Claim(chat_id, token, watchdog, others_due=False)
         return Taken(new, claim, Step("item", _decode_item(result[1:])))
 
     async def _make_due(self, chat_id: int) -> None:
