@@ -241,14 +241,16 @@ def split_duplicates(
 
 
 def explained_copies(copies: list[float], resends: list[float]) -> int:
-    """How many extra copies of one reply re-sends explain: the k-th re-send decision explains one when
-    the copy before it had reached Telegram by then (log timestamps have millisecond resolution)."""
-    explained = 0
-    for copy, resent in zip(sorted(copies), sorted(resends), strict=False):
-        if copy > resent + 0.001:
-            break
-        explained += 1
-    return min(explained, max(len(copies) - 1, 0))
+    """How many extra copies of one reply the re-sends explain. Each re-send decision (by a worker
+    holding the chat) sends one copy; the first processing sends at most one more, and only before the
+    first re-send decision (its sender still had the chat; log timestamps have millisecond resolution).
+    Copies beyond that were sent by a worker that had lost the chat."""
+    if len(copies) < 2:
+        return 0
+    first = min(copies)
+    original = 1 if not resends or first <= min(resends) + 0.001 else 0
+    allowed = len(resends) + original
+    return len(copies) - 1 - max(0, len(copies) - allowed)
 
 
 class ForgetProbe:

@@ -1,9 +1,9 @@
 """Durable intake: updates reach Redis before Telegram is told they arrived.
 
 Webhook: the request is answered 200 only after the update is queued (503 if Redis is down, so
-Telegram retries). A webhook worker with a free slot also takes the lease of the update's chat in the
-same script, when nobody holds it, and serves the chat itself (``WEBHOOK_SERVE_RECEIVED``): no trip
-through the ready set, no wake-up, no claim.
+Telegram retries). With ``WEBHOOK_SERVE_RECEIVED`` a webhook worker with a free slot also takes the
+lease of the update's chat in the same script, when nobody holds it, and serves the chat itself: no
+trip through the ready set, no wake-up, no claim.
 
 Polling: one worker at a time holds the poller lease, queues what getUpdates returns and only then
 moves the offset on (stored in Redis, so the next leader continues from it).

@@ -108,11 +108,13 @@ def test_the_chaos_script_recognises_the_engines_re_send_log_line() -> None:
     assert [(c, t) for _, c, t in _REDELIVERY.findall(stream.getvalue())] == [("-5", "u12")]
 
 
-def test_the_chaos_script_explains_a_duplicate_only_by_a_re_send_after_it() -> None:
+def test_the_chaos_script_explains_a_duplicate_only_by_a_re_send() -> None:
     from benchmarks.chaos import explained_copies
 
     assert explained_copies([1.0, 2.0], [1.5]) == 1, "sent, cut off, re-sent by the next worker"
     assert explained_copies([1.0, 2.0, 3.0], [1.5, 2.5]) == 2, "the next worker was cut off in the window too"
-    assert explained_copies([2.0, 3.0], [1.5]) == 0, "the first copy came after the takeover: lease lost"
+    assert explained_copies([2.0, 5.1], [1.5, 5.0]) == 1, "never sent by the first; its re-sender cut off too"
+    assert explained_copies([2.0, 3.0], [1.5]) == 0, "a copy came after the takeover and no re-send explains it"
     assert explained_copies([1.0, 2.0, 3.0], [1.5]) == 1, "a third copy no re-send explains"
+    assert explained_copies([1.0, 2.0], []) == 0
     assert explained_copies([1.0], [0.5]) == 0
