@@ -7,6 +7,7 @@ import ast
 import asyncio
 import io
 import logging
+import shutil
 from pathlib import Path
 
 import fakeredis
@@ -205,3 +206,24 @@ async def test_a_burst_beyond_the_pool_waits_instead_of_failing(redis_server: Re
         assert replies == [None] * 20
     finally:
         await client.aclose()
+
+
+async def test_commands_after_a_redis_restart_reconnect_instead_of_failing() -> None:
+    """Every pooled connection dies with the server; the first command on each used to fail with
+    "Connection closed by server" (a transient error per connection: a turn retried, the customer told
+    the answer will come). On one server the client now reconnects and sends the command again."""
+    server = RedisServer()
+    server.start()
+    client = redis_client(server.url, max_connections=8)
+    try:
+        await asyncio.gather(*(client.blpop([f"warm:{n}"], timeout=0.05) for n in range(8)))  # 8 connections
+        await client.set("kept", "no: this server keeps nothing")
+        server.stop()
+        server.start()  # same port, empty
+        replies = await asyncio.gather(*(client.get("kept") for _ in range(8)))
+        assert replies == [None] * 8
+        assert await client.set("after", "1")
+    finally:
+        await client.aclose()
+        server.stop()
+        shutil.rmtree(server.dir, ignore_errors=True)
