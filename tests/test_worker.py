@@ -285,6 +285,52 @@ async def test_reply_marks_left_to_the_worker_are_written_whatever_the_outcome(b
         assert (await store.turn_status(9, turn)).replied, turn
 
 
+async def test_reply_marks_are_written_when_a_shutdown_cancels_the_acknowledgement(bot: Bot) -> None:
+    """The marks stay on the fence until the acknowledgement is written: a shutdown that cancels the
+    worker while the ack is in flight sets the item aside with them. (Regression: they were taken off
+    the fence for the ack, so a cancelled ack lost them and the retry answered the turn again.)"""
+    ack_started, ack_cancelled = asyncio.Event(), asyncio.Event()
+
+    class StallingAck(ChatWorkQueue):
+        """The acknowledgement of a done item never returns (a Redis call in flight at shutdown)."""
+
+        async def next(
+            self, claim: Claim, *, done: QueueItem | None = None, acquire: bool = False, replied: Sequence[str] = ()
+        ) -> Step:
+            if done is None:
+                return await super().next(claim, acquire=acquire, replied=replied)
+            ack_started.set()
+            try:
+                await asyncio.Event().wait()  # never set: only the shutdown's cancellation ends it
+            except asyncio.CancelledError:
+                ack_cancelled.set()
+                raise
+            raise AssertionError("unreachable")
+
+    redis = fakeredis.FakeAsyncRedis()
+    queue = StallingAck(redis=redis, keys=KEYS, lease_ms=5000)
+    store = RedisSessionStore(redis=redis, keys=KEYS)
+
+    async def on_message(message: Message, fence: Fence) -> None:
+        assert fence.defer_reply_marks
+        fence.deferred_replies.append(f"u{message.message_id}")  # the reply went out: the engine's mark
+
+    dispatcher = Dispatcher()
+    dispatcher.message.register(on_message)
+    worker = make_worker(queue, dispatcher, bot, grace=0.1)
+    await queue.enqueue(9, "u1", update_json(1, 9, "answered"), order=1)
+    running = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(ack_started.wait(), 5)  # handled; its ack in flight
+    finally:
+        worker.stop()  # the grace runs out with the ack still in flight: the chat's task is cancelled
+        await asyncio.wait_for(running, 5)
+    assert ack_cancelled.is_set(), "the shutdown cancelled the acknowledgement"
+    assert await redis.zcard(KEYS.chat(9).inbox) == 1, "never acknowledged: the update will be served again"
+    assert (await store.turn_status(9, "u1")).replied, "its retry must know the reply went out"
+    assert await redis.exists(KEYS.chat(9).lease) == 0, "handed back"
+
+
 async def test_after_claiming_the_last_due_chat_the_worker_waits_for_a_wake_up(bot: Bot) -> None:
     """No empty claim after the last due chat: the worker goes straight to waiting for a wake-up, and
     work marked due meanwhile wakes it."""

@@ -34,10 +34,11 @@ def make_worker(
     *,
     concurrency: int = 4,
     idle_wait: float = 0.05,
+    grace: float = 1,
     **options: Any,
 ) -> Worker:
-    """A worker "w1" on ``queue`` (its dead letters in the queue's key space) with a 1 s grace;
-    ``options`` go to Worker (max_attempts, give_up_seconds, ...)."""
+    """A worker "w1" on ``queue`` (its dead letters in the queue's key space); ``options`` go to Worker
+    (max_attempts, give_up_seconds, ...)."""
     return Worker(
         queue=queue,
         dead_letters=DeadLetterStore(redis=queue._redis, keys=queue._keys),
@@ -46,6 +47,6 @@ def make_worker(
         identity="w1",
         concurrency=concurrency,
         idle_wait=idle_wait,
-        grace=1,
+        grace=grace,
         **options,
     )
