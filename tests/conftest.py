@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import fakeredis
 import pytest
 import redis
+from aiogram import Bot
 from redis.asyncio import Redis
 
 from services.backends.memory import MemoryBackend
@@ -188,6 +189,14 @@ async def telegram() -> AsyncIterator[StubTelegram]:
     await stub.start()
     yield stub
     await stub.stop()
+
+
+@pytest.fixture
+async def bot() -> AsyncIterator[Bot]:
+    """An aiogram Bot that is never meant to reach Telegram (the worker tests' dispatcher needs one)."""
+    bot = Bot("123456:TEST")
+    yield bot
+    await bot.session.close()
 
 
 @pytest.fixture

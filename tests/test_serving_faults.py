@@ -4,8 +4,6 @@ the ready set unreachable at intake, and wake-ups going to workers that can serv
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import fakeredis
@@ -24,37 +22,9 @@ from services.backends.redis.queue import ChatWorkQueue
 from services.backends.redis.scripts import redis_errors
 from services.errors import TransientError
 from services.ports import Claim
+from tests.worker_helpers import make_worker, update, update_json
 
 KEYS = KeySpace("rf", "123456")
-
-
-def update(update_id: int, chat_id: int, text: str) -> dict[str, Any]:
-    return {
-        "update_id": update_id,
-        "message": {"message_id": update_id, "date": 0, "chat": {"id": chat_id, "type": "private"}, "text": text},
-    }
-
-
-@pytest.fixture
-async def bot() -> AsyncIterator[Bot]:
-    bot = Bot("123456:TEST")
-    yield bot
-    await bot.session.close()
-
-
-def make_worker(
-    queue: ChatWorkQueue, dispatcher: Dispatcher, bot: Bot, *, concurrency: int, idle_wait: float
-) -> Worker:
-    return Worker(
-        queue=queue,
-        dead_letters=DeadLetterStore(redis=queue._redis, keys=KEYS),
-        dispatcher=dispatcher,
-        bot=bot,
-        identity="w1",
-        concurrency=concurrency,
-        idle_wait=idle_wait,
-        grace=1,
-    )
 
 
 async def test_a_worker_loop_restarted_after_a_crash_in_claim_still_has_its_slot(bot: Bot) -> None:
@@ -84,7 +54,7 @@ async def test_a_worker_loop_restarted_after_a_crash_in_claim_still_has_its_slot
     supervisor = Supervisor(first_backoff=0.01)
     supervisor.start("worker", worker.run)
     try:
-        await queue.enqueue(9, "u1", json.dumps(update(1, 9, "hi")), order=1)
+        await queue.enqueue(9, "u1", update_json(1, 9, "hi"), order=1)
         await asyncio.wait_for(served.wait(), 3)
     finally:
         worker.stop()
@@ -170,12 +140,12 @@ async def test_a_busy_worker_does_not_take_the_wake_up_an_idle_worker_needs(bot:
     tasks = [asyncio.create_task(busy.run())]
     try:
         await asyncio.sleep(0.2)  # busy: found nothing, in BLPOP; the next message's wake-up wakes it
-        await queue.enqueue(9, "u1", json.dumps(update(1, 9, "slow")), order=1)
+        await queue.enqueue(9, "u1", update_json(1, 9, "slow"), order=1)
         await asyncio.wait_for(served["slow"].wait(), 2)  # busy: its only slot taken, now in BLPOP
         await asyncio.sleep(0.1)
         tasks.append(asyncio.create_task(idle.run()))  # idle: claims nothing, BLPOP behind busy
         await asyncio.sleep(0.2)
-        await queue.enqueue(8, "u2", json.dumps(update(2, 8, "other")), order=2)
+        await queue.enqueue(8, "u2", update_json(2, 8, "other"), order=2)
         await asyncio.wait_for(served["other"].wait(), 1.5)  # an idle worker exists: served at once
     finally:
         release.set()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import fakeredis
-import pytest
 from aiogram import Bot, Dispatcher
 from aiogram.exceptions import TelegramNetworkError
 from aiogram.methods import SendMessage
@@ -27,6 +27,7 @@ from services.errors import LLMUnavailableError, StoreUnavailableError
 from services.fence import Fence
 from services.ports import Claim, DeadLetter, QueueItem, Step
 from tests.stubs.telegram_server import StubTelegram
+from tests.worker_helpers import make_worker, update, update_json
 
 KEYS = KeySpace("w", "123456")
 TOKEN = "123456:TEST-token"
@@ -60,37 +61,6 @@ class FlakyQueue(ChatWorkQueue):
             raise
 
 
-def update(update_id: int, chat_id: int, text: str) -> str:
-    return json.dumps(
-        {
-            "update_id": update_id,
-            "message": {"message_id": update_id, "date": 0, "chat": {"id": chat_id, "type": "private"}, "text": text},
-        }
-    )
-
-
-@pytest.fixture
-async def bot() -> AsyncIterator[Bot]:
-    bot = Bot("123456:TEST")
-    yield bot
-    await bot.session.close()
-
-
-def make_worker(queue: ChatWorkQueue, dispatcher: Dispatcher, bot: Bot, **options: float) -> Worker:
-    dead = DeadLetterStore(redis=queue._redis, keys=KEYS)
-    return Worker(
-        queue=queue,
-        dead_letters=dead,
-        dispatcher=dispatcher,
-        bot=bot,
-        identity="w1",
-        concurrency=int(options.pop("concurrency", 4)),
-        idle_wait=options.pop("idle_wait", 0.05),
-        grace=1,
-        **options,  # type: ignore[arg-type]
-    )
-
-
 async def run_until(worker: Worker, done: asyncio.Event | None = None, within: float = 5.0) -> None:
     running = asyncio.create_task(worker.run())
     try:
@@ -107,7 +77,7 @@ async def test_heartbeat_stops_with_its_serve_loop_even_if_cancellation_is_swall
     dispatcher = Dispatcher()
     dispatcher.message.register(lambda message: None)
     worker = make_worker(queue, dispatcher, bot)
-    await queue.enqueue(9, "u1", update(1, 9, "first"), order=1)
+    await queue.enqueue(9, "u1", update_json(1, 9, "first"), order=1)
     claim = await queue.claim("w1:0")
     assert claim is not None
     await worker._serve(claim)  # the Redis error ends it while its heartbeat may be inside renew()
@@ -130,8 +100,8 @@ async def test_a_dead_serve_loop_never_keeps_its_lease(bot: Bot) -> None:
 
     dispatcher.message.register(on_message)
     worker = make_worker(queue, dispatcher, bot)
-    await queue.enqueue(9, "u1", update(1, 9, "first"), order=1)
-    await queue.enqueue(9, "u2", update(2, 9, "second"), order=2)
+    await queue.enqueue(9, "u1", update_json(1, 9, "first"), order=1)
+    await queue.enqueue(9, "u2", update_json(2, 9, "second"), order=2)
     running = asyncio.create_task(worker.run())
     try:
         for _ in range(100):  # the first serve loop dies on the Redis error; the chat must come back
@@ -169,7 +139,7 @@ async def test_a_renewal_that_hangs_past_the_lease_cancels_the_handler(bot: Bot)
 
     dispatcher.message.register(on_message)
     worker = make_worker(queue, dispatcher, bot)
-    await queue.enqueue(9, "u1", update(1, 9, "first"), order=1)
+    await queue.enqueue(9, "u1", update_json(1, 9, "first"), order=1)
     await run_until(worker, cancelled, within=3)
     assert sent == []
 
@@ -190,9 +160,9 @@ async def test_a_poison_update_goes_to_the_dead_letters_and_the_chat_goes_on(bot
 
     dispatcher.message.register(on_message)
     worker = make_worker(queue, dispatcher, bot, max_attempts=2)
-    await queue.enqueue(9, "u1", update(1, 9, "poison"), order=1)
+    await queue.enqueue(9, "u1", update_json(1, 9, "poison"), order=1)
     await queue.enqueue(9, "u2", "{not json", order=2)
-    await queue.enqueue(9, "u3", update(3, 9, "after"), order=3)
+    await queue.enqueue(9, "u3", update_json(3, 9, "after"), order=3)
     await run_until(worker, after)
     assert handled == ["after"]
     letters = await DeadLetterStore(redis=redis, keys=KEYS).list()
@@ -217,8 +187,8 @@ async def test_transient_failures_are_retried_then_given_up(bot: Bot) -> None:
 
     dispatcher.message.register(on_message)
     worker = make_worker(queue, dispatcher, bot, max_attempts=1, give_up_seconds=0.5)
-    await queue.enqueue(9, "u1", update(1, 9, "telegram down"), order=1)
-    await queue.enqueue(9, "u2", update(2, 9, "after"), order=2)
+    await queue.enqueue(9, "u1", update_json(1, 9, "telegram down"), order=1)
+    await queue.enqueue(9, "u2", update_json(2, 9, "after"), order=2)
     await run_until(worker, after)
     assert len(tries) >= 2, "transient failures do not count against WORKER_MAX_ATTEMPTS"
     letters = await DeadLetterStore(redis=redis, keys=KEYS).list()
@@ -241,7 +211,7 @@ class FailingChat:
 
 
 async def run_with_error_router(
-    telegram: StubTelegram, error: Exception, **options: float
+    telegram: StubTelegram, error: Exception, **options: Any
 ) -> tuple[FailingChat, list[DeadLetter]]:
     """One update through the real dispatcher (error router included) until it is dead-lettered."""
     redis = fakeredis.FakeAsyncRedis()
@@ -252,7 +222,7 @@ async def run_with_error_router(
     dispatcher = build_dispatcher(chat, settings, backend=MemoryBackend())  # type: ignore[arg-type]
     worker = make_worker(queue, dispatcher, bot, **options)
     dead = DeadLetterStore(redis=redis, keys=KEYS)
-    await queue.enqueue(9, "u1", update(1, 9, "help"), order=1)
+    await queue.enqueue(9, "u1", update_json(1, 9, "help"), order=1)
     running = asyncio.create_task(worker.run())
     try:
         for _ in range(200):
@@ -307,12 +277,58 @@ async def test_reply_marks_left_to_the_worker_are_written_whatever_the_outcome(b
 
     dispatcher.message.register(on_message)
     worker = make_worker(queue, dispatcher, bot)
-    await queue.enqueue(9, "u1", update(1, 9, "fine"), order=1)
-    await queue.enqueue(9, "u2", update(2, 9, "fails after replying"), order=2)
-    await queue.enqueue(9, "u3", update(3, 9, "last"), order=3)
+    await queue.enqueue(9, "u1", update_json(1, 9, "fine"), order=1)
+    await queue.enqueue(9, "u2", update_json(2, 9, "fails after replying"), order=2)
+    await queue.enqueue(9, "u3", update_json(3, 9, "last"), order=3)
     await run_until(worker, finished)
     for turn in ("u1", "u2", "u3"):
         assert (await store.turn_status(9, turn)).replied, turn
+
+
+async def test_reply_marks_are_written_when_a_shutdown_cancels_the_acknowledgement(bot: Bot) -> None:
+    """The marks stay on the fence until the acknowledgement is written: a shutdown that cancels the
+    worker while the ack is in flight sets the item aside with them. (Regression: they were taken off
+    the fence for the ack, so a cancelled ack lost them and the retry answered the turn again.)"""
+    ack_started, ack_cancelled = asyncio.Event(), asyncio.Event()
+
+    class StallingAck(ChatWorkQueue):
+        """The acknowledgement of a done item never returns (a Redis call in flight at shutdown)."""
+
+        async def next(
+            self, claim: Claim, *, done: QueueItem | None = None, acquire: bool = False, replied: Sequence[str] = ()
+        ) -> Step:
+            if done is None:
+                return await super().next(claim, acquire=acquire, replied=replied)
+            ack_started.set()
+            try:
+                await asyncio.Event().wait()  # never set: only the shutdown's cancellation ends it
+            except asyncio.CancelledError:
+                ack_cancelled.set()
+                raise
+            raise AssertionError("unreachable")
+
+    redis = fakeredis.FakeAsyncRedis()
+    queue = StallingAck(redis=redis, keys=KEYS, lease_ms=5000)
+    store = RedisSessionStore(redis=redis, keys=KEYS)
+
+    async def on_message(message: Message, fence: Fence) -> None:
+        assert fence.defer_reply_marks
+        fence.deferred_replies.append(f"u{message.message_id}")  # the reply went out: the engine's mark
+
+    dispatcher = Dispatcher()
+    dispatcher.message.register(on_message)
+    worker = make_worker(queue, dispatcher, bot, grace=0.1)
+    await queue.enqueue(9, "u1", update_json(1, 9, "answered"), order=1)
+    running = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(ack_started.wait(), 5)  # handled; its ack in flight
+    finally:
+        worker.stop()  # the grace runs out with the ack still in flight: the chat's task is cancelled
+        await asyncio.wait_for(running, 5)
+    assert ack_cancelled.is_set(), "the shutdown cancelled the acknowledgement"
+    assert await redis.zcard(KEYS.chat(9).inbox) == 1, "never acknowledged: the update will be served again"
+    assert (await store.turn_status(9, "u1")).replied, "its retry must know the reply went out"
+    assert await redis.exists(KEYS.chat(9).lease) == 0, "handed back"
 
 
 async def test_after_claiming_the_last_due_chat_the_worker_waits_for_a_wake_up(bot: Bot) -> None:
@@ -341,9 +357,9 @@ async def test_after_claiming_the_last_due_chat_the_worker_waits_for_a_wake_up(b
     running = asyncio.create_task(worker.run())
     try:
         await asyncio.wait_for(claimed.wait(), 5)  # found nothing: waits
-        await queue.enqueue(9, "u1", update(1, 9, "first"), order=1)
+        await queue.enqueue(9, "u1", update_json(1, 9, "first"), order=1)
         await asyncio.wait_for(served["first"].wait(), 5)
-        await queue.enqueue(8, "u2", update(2, 8, "second"), order=2)
+        await queue.enqueue(8, "u2", update_json(2, 8, "second"), order=2)
         await asyncio.wait_for(served["second"].wait(), 5)
     finally:
         worker.stop()
@@ -388,15 +404,15 @@ async def test_a_webhook_worker_serves_the_chats_it_receives_and_queues_the_rest
     running = asyncio.create_task(worker.run())
     try:
         await asyncio.wait_for(waiting.wait(), 5)  # running, found nothing
-        await intake.take(json.loads(update(1, 9, "slow")))  # taken at intake: the one slot is busy now
-        await intake.take(json.loads(update(2, 9, "after slow")))  # its chat is held: queued behind it
-        await intake.take(json.loads(update(3, 8, "other chat")))  # no slot: queued, due
+        await intake.take(update(1, 9, "slow"))  # taken at intake: the one slot is busy now
+        await intake.take(update(2, 9, "after slow"))  # its chat is held: queued behind it
+        await intake.take(update(3, 8, "other chat"))  # no slot: queued, due
         assert seen == ["slow"]
         release.set()
         for text in ("after slow", "other chat"):
             await asyncio.wait_for(served[text].wait(), 5)
         await asyncio.sleep(0.1)  # the slot is free again
-        await intake.take(json.loads(update(4, 7, "idle again")))
+        await intake.take(update(4, 7, "idle again"))
         await asyncio.wait_for(served["idle again"].wait(), 5)
     finally:
         worker.stop()

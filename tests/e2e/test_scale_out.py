@@ -1,5 +1,6 @@
-"""Several worker processes on one real redis-server, then on a real 3-master Redis Cluster; one is
-SIGKILLed mid-run. Nothing is lost, doubled or reordered."""
+"""Several worker processes on one real redis-server, then on a real 3-master Redis Cluster (and, for the
+webhook, on one redis-server with WEBHOOK_SERVE_RECEIVED); one is SIGKILLed mid-run. Nothing is lost,
+doubled or reordered."""
 
 from __future__ import annotations
 
@@ -33,10 +34,21 @@ WORKER_ENV = {
 }
 
 
+@pytest.mark.parametrize(
+    ("shared_redis", "serve_received"),
+    [
+        pytest.param("single", False, id="single"),
+        pytest.param("cluster", False, id="cluster"),
+        # the workers serve the chats they receive (WEBHOOK_SERVE_RECEIVED): single server only, for time
+        pytest.param("single", True, id="single-serve-received"),
+    ],
+    indirect=["shared_redis"],
+)
 async def test_webhook_workers_survive_a_sigkill(
     telegram: StubTelegram,
     stub_llm: StubOpenAI,
     shared_redis: SharedRedis,
+    serve_received: bool,
     tmp_path: Path,
     processes: list[BotProcess],
     capsys: pytest.CaptureFixture[str],
@@ -53,6 +65,7 @@ async def test_webhook_workers_survive_a_sigkill(
             "WEBHOOK_PATH": "/hook",
             "WEBHOOK_SECRET": SECRET,
             "REDIS_URL": shared_redis.url,
+            "WEBHOOK_SERVE_RECEIVED": "true" if serve_received else "false",
         }
     )
     ports = [free_port() for _ in range(3)]
@@ -64,6 +77,8 @@ async def test_webhook_workers_survive_a_sigkill(
     for process, port in zip(processes, ports, strict=True):
         await process.wait_http_ok(f"http://127.0.0.1:{port}/healthz")
     chats = random_chats(CHATS)
+    if serve_received:
+        await real_redis.config_resetstat()  # (single server) wake-ups are counted from here on
     started = time.monotonic()
 
     victim = processes[0]
@@ -89,9 +104,15 @@ async def test_webhook_workers_survive_a_sigkill(
     report = await check(
         telegram, RedisSessionStore(redis=real_redis, keys=KeySpace("sb", "123456")), chats, MESSAGES, started
     )
+    variant, wake_ups = shared_redis.mode, 0
+    if serve_received:
+        # every update queued leaves a wake-up (an LPUSH, in a script); one whose chat the receiving
+        # worker took at intake does not
+        wake_ups = (await real_redis.info("commandstats"))["cmdstat_lpush"]["calls"]
+        variant += f", serve received, wake_ups={wake_ups}"
     with capsys.disabled():  # the counts are part of what this test shows, pass or fail
         print(
-            f"\nwebhook scale-out ({shared_redis.mode}): {report.line()} intake_retries={sender.retries} "
+            f"\nwebhook scale-out ({variant}): {report.line()} intake_retries={sender.retries} "
             f"chats_in_progress_at_kill={len(held_by_victim)}"
         )
     assert held_by_victim, "the victim was killed while serving chats"
@@ -99,6 +120,8 @@ async def test_webhook_workers_survive_a_sigkill(
     assert report.answered == report.sent == CHATS * MESSAGES
     assert report.lost == 0 and report.doubled == 0 and report.out_of_order == 0
     assert report.stored_turns == CHATS * MESSAGES
+    if serve_received:
+        assert wake_ups < report.sent, "the setting reached the workers: some chats were served at intake"
 
 
 async def test_polling_leader_killed(
