@@ -75,11 +75,11 @@ class BotProcess:
             await asyncio.sleep(0.1)
         raise AssertionError(f"{url} never answered 200; log:\n{self.log.decode(errors='replace')}")
 
-    async def stop(self) -> int:
+    async def stop(self, *, within: float = 20) -> int:
         assert self.process is not None
         if self.process.returncode is None:
             self.process.send_signal(signal.SIGTERM)
-        code = await asyncio.wait_for(self.process.wait(), 20)
+        code = await asyncio.wait_for(self.process.wait(), within)
         if self._reader is not None:
             await self._reader
         return code
