@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import importlib.util
 import io
 import logging
 import shutil
@@ -19,7 +20,7 @@ from redis.exceptions import RedisClusterException
 from bot import admin
 from bot.factory import open_redis_backend
 from services.backends.redis.backend import RedisBackend
-from services.backends.redis.connection import choose_cluster, is_cluster, redis_client
+from services.backends.redis.connection import choose_cluster, is_cluster, redis_client, reply_parser
 from services.backends.redis.deadletters import DeadLetterStore
 from services.backends.redis.keys import CHAT_KEY_NAMES, ChatKeys, KeySpace
 from services.backends.redis.queue import ChatWorkQueue
@@ -227,3 +228,8 @@ async def test_commands_after_a_redis_restart_reconnect_instead_of_failing() -> 
         await client.aclose()
         server.stop()
         shutil.rmtree(server.dir, ignore_errors=True)
+
+
+def test_the_reply_parser_is_hiredis_when_installed() -> None:
+    """The lock files install hiredis (the ``fast`` extra); redis-py picks it up by itself."""
+    assert reply_parser() == ("hiredis" if importlib.util.find_spec("hiredis") else "python")

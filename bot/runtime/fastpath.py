@@ -1,7 +1,8 @@
-"""Optional speed-ups from the ``fast`` extra (``pip install '.[fast]'``): uvloop as the event loop and
-orjson as aiogram's JSON codec. Each is used when installed; ``EVENT_LOOP=asyncio`` and
-``JSON_CODEC=json`` (environment variables) turn them off, e.g. to measure what they bring
-(benchmarks/RESULTS.md)."""
+"""Optional speed-ups from the ``fast`` extra (``pip install '.[fast]'``; the lock files install it):
+uvloop as the event loop, orjson as aiogram's JSON codec, and hiredis, the C reply parser redis-py
+uses by itself whenever it is installed. uvloop and orjson are used when installed;
+``EVENT_LOOP=asyncio`` and ``JSON_CODEC=json`` (environment variables) turn them off, e.g. to measure
+what they bring (benchmarks/RESULTS.md)."""
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.utils import HIREDIS_AVAILABLE
 
 from services.backends.redis.scripts import AnyRedis, redis_errors
 
@@ -71,6 +72,12 @@ def redis_client(url: str, *, cluster: bool = False, max_connections: int = 512)
     return Redis(connection_pool=pool)
 
 
+def reply_parser() -> str:
+    """The parser redis-py reads replies with: "hiredis" (C, the ``fast`` extra, which the lock files
+    install) whenever it is installed, else redis-py's own."""
+    return "hiredis" if HIREDIS_AVAILABLE else "python"
+
+
 async def is_cluster(url: str) -> bool:
     """One command to the server ``url`` names: is it a Redis Cluster node? (StoreUnavailableError if
     it cannot be reached.)"""
@@ -87,5 +94,5 @@ async def choose_cluster(url: str, mode: ClusterMode) -> bool:
     """Resolve ``REDIS_CLUSTER`` to cluster mode or not, and log the choice."""
     cluster = mode == "on" or (mode == "auto" and await is_cluster(url))
     how = "detected" if mode == "auto" else f"REDIS_CLUSTER={mode}"
-    log.info("Redis mode: %s (%s)", "cluster" if cluster else "single server", how)
+    log.info("Redis mode: %s (%s), reply parser: %s", "cluster" if cluster else "single server", how, reply_parser())
     return cluster
