@@ -212,15 +212,17 @@ async def test_a_burst_beyond_the_pool_waits_instead_of_failing(redis_server: Re
 async def test_commands_after_a_redis_restart_reconnect_instead_of_failing() -> None:
     """Every pooled connection dies with the server; the first command on each used to fail with
     "Connection closed by server" (a transient error per connection: a turn retried, the customer told
-    the answer will come). On one server the client now reconnects and sends the command again."""
+    the answer will come). The pool now notices the close when it hands a connection out and
+    reconnects before sending, so nothing is sent twice (the client retries nothing on one server)."""
     server = RedisServer()
     server.start()
     client = redis_client(server.url, max_connections=8)
     try:
         await asyncio.gather(*(client.blpop([f"warm:{n}"], timeout=0.05) for n in range(8)))  # 8 connections
         await client.set("kept", "no: this server keeps nothing")
-        server.stop()
-        server.start()  # same port, empty
+        # in threads: the event loop runs meanwhile, as a worker's does, and reads the server's close
+        await asyncio.to_thread(server.stop)
+        await asyncio.to_thread(server.start)  # same port, empty
         replies = await asyncio.gather(*(client.get("kept") for _ in range(8)))
         assert replies == [None] * 8
         assert await client.set("after", "1")
@@ -230,6 +232,17 @@ async def test_commands_after_a_redis_restart_reconnect_instead_of_failing() -> 
         shutil.rmtree(server.dir, ignore_errors=True)
 
 
-def test_the_reply_parser_is_hiredis_when_installed() -> None:
-    """The lock files install hiredis (the ``fast`` extra); redis-py picks it up by itself."""
-    assert reply_parser() == ("hiredis" if importlib.util.find_spec("hiredis") else "python")
+async def test_the_client_reads_replies_with_hiredis_when_installed(redis_server: RedisServer) -> None:
+    """The lock files install hiredis (the ``fast`` extra): the connections redis_client() builds parse
+    with it, and the start-up log says which parser is in use."""
+    from redis._parsers import _AsyncHiredisParser
+
+    client = redis_client(redis_server.url, max_connections=2)
+    try:
+        assert await client.ping()
+        parsers = {type(connection._parser) for connection in client.connection_pool._available_connections}  # type: ignore[union-attr]
+    finally:
+        await client.aclose()
+    installed = importlib.util.find_spec("hiredis") is not None
+    assert (_AsyncHiredisParser in parsers) == installed
+    assert reply_parser() == ("hiredis" if installed else "python")

@@ -7,12 +7,10 @@ re-discovers the slot map and tries again (``retry`` below); what is still faili
 translated to the transient ``StoreUnavailableError`` (``services.backends.redis.scripts.redis_errors``) and retried
 with backoff by the caller.
 
-On one server a command whose pooled connection turns out dead (after a Redis restart every pooled
-connection is) reconnects and is sent again, twice at most, on a connection error only. A command can
-in principle have run before its connection broke (a link cut between request and reply). Run twice,
-nothing here is lost or doubled: items and turns are deduplicated by id and writes are fenced by the
-lease and the session version. At worst a claim or a lease taken twice leaves its chat to the watchdog
-(one lease later) and an attempt is counted twice. The cluster client's retries already assume the same.
+On one server nothing is sent twice. After a Redis restart every pooled connection is dead; the pool
+sees that when it hands one out (the server's close has been read) and reconnects before sending.
+redis-py 8 skips that check when its maintenance notifications (a Redis Enterprise feature, on
+"auto" under RESP3) are on, and the first command on each old connection failed; they are off here.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.maint_notifications import MaintNotificationsConfig
 from redis.utils import HIREDIS_AVAILABLE
 
 from services.backends.redis.scripts import AnyRedis, redis_errors
@@ -40,13 +38,6 @@ _COMMON: dict[str, Any] = {
     "socket_connect_timeout": 5,
     "socket_keepalive": True,
 }
-
-
-def _resend_after_reconnect() -> Retry:
-    """One server: a command that finds its pooled connection dead (the server restarted, an idle link
-    cut) reconnects and is sent again, twice at most, instead of failing once per pooled connection.
-    Only on a connection error: a command that timed out may have run, so it is left to the caller."""
-    return Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), retries=2, supported_errors=(RedisConnectionError,))
 
 
 POOL_WAIT_SECONDS = 10
@@ -67,7 +58,12 @@ def redis_client(url: str, *, cluster: bool = False, max_connections: int = 512)
             **_COMMON,
         )
     pool = BlockingConnectionPool.from_url(
-        url, max_connections=max_connections, timeout=POOL_WAIT_SECONDS, retry=_resend_after_reconnect(), **_COMMON
+        url,
+        max_connections=max_connections,
+        timeout=POOL_WAIT_SECONDS,
+        # with them on, the pool hands out connections the server has closed (see the module docstring)
+        maint_notifications_config=MaintNotificationsConfig(enabled=False),
+        **_COMMON,
     )
     return Redis(connection_pool=pool)
 
