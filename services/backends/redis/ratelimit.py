@@ -23,7 +23,9 @@ if count < tonumber(ARGV[1]) then
 end
 local oldest = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2])
 local wait = oldest + window - now
-local first = redis.call('SET', KEYS[2], '1', 'NX', 'PX', math.max(math.min(wait, tonumber(ARGV[4])), 1))
+-- the notice token names the request that took it: the same request sent again still notifies
+local first = redis.call('SET', KEYS[2], ARGV[3], 'NX', 'PX', math.max(math.min(wait, tonumber(ARGV[4])), 1))
+if not first then first = redis.call('GET', KEYS[2]) == ARGV[3] end
 return {0, first and 1 or 0, wait}
 """
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -127,13 +128,16 @@ return {1, version}
 """
 )
 
-# KEYS: meta, msgs, q_meta, q_msgs, q_info, lease. ARGV: ttl, token, reason, now.
+# KEYS: meta, msgs, q_meta, q_msgs, q_info, lease. ARGV: ttl, token, reason, now, quarantine id.
 # The unreadable session moves aside (byte for byte) and the chat starts over at a higher version.
+# Sent twice (a reply lost to a cut link, the client re-sends it), the second run does nothing: it
+# would otherwise move the fresh stub over the quarantined copy.
 _QUARANTINE = (
     _EXPIRE
     + LUA_FENCE
     + """
 if not holds(KEYS[6], ARGV[2]) then return {FENCE_LOST, 0} end
+if redis.call('HGET', KEYS[5], 'id') == ARGV[5] then return {1, version_of(KEYS[1])} end
 local raw, seq = nil, nil
 if redis.call('TYPE', KEYS[1]).ok == 'hash' then
   raw, seq = redis.call('HGET', KEYS[1], 'version'), redis.call('HGET', KEYS[1], 'next_seq')
@@ -142,7 +146,7 @@ local version = (tonumber(raw or '0') or 0) + 1
 redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('RENAME', KEYS[1], KEYS[3]) end
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('RENAME', KEYS[2], KEYS[4]) end
-redis.call('HSET', KEYS[5], 'at', ARGV[4], 'reason', ARGV[3])
+redis.call('HSET', KEYS[5], 'at', ARGV[4], 'reason', ARGV[3], 'id', ARGV[5])
 redis.call('HSET', KEYS[1], 'version', version)
 -- sequence numbers go on: recent turn ids still point at reply numbers of the quarantined messages
 if tonumber(seq or '') then redis.call('HSET', KEYS[1], 'next_seq', seq) end
@@ -304,7 +308,7 @@ class RedisSessionStore:
             self._quarantine,
             chat_id,
             [keys.meta, keys.msgs, keys.q_meta, keys.q_msgs, keys.q_info, keys.lease],
-            [self._ttl, token_of(fence), reason[:2000], int(time.time())],
+            [self._ttl, token_of(fence), reason[:2000], int(time.time()), uuid.uuid4().hex],
         )
 
     async def ping(self) -> None:
