@@ -284,3 +284,19 @@ async def test_a_chat_whose_watchdog_cannot_be_written_is_neither_taken_nor_coun
     offered_again = await queue.enqueue_and_take(1, "u1", "a", order=1, token="w2")
     assert offered_again.step is not None and offered_again.step.item is not None
     assert offered_again.step.item.payload == "a" and offered_again.step.item.started == 1
+
+
+async def test_an_attempt_set_aside_after_its_transient_note_is_counted_once() -> None:
+    """A shutdown during the back-off after a transient failure sets the same attempt aside: one attempt,
+    one count (two counts would bring its give-up time and the dead letters closer)."""
+    queue = ChatWorkQueue(redis=fakeredis.FakeAsyncRedis(), keys=KEYS, lease_ms=5000)
+    await queue.enqueue(8, "u8", "{}", order=1)
+    claim = await queue.claim("w:1")
+    assert claim is not None
+    step = await queue.next(claim, acquire=True)
+    assert step.item is not None
+    await queue.note(claim, step.item, "transient")
+    await queue.note(claim, step.item, "set_aside")
+    again = await queue.next(claim)
+    assert again.item is not None
+    assert (again.item.started, again.item.transient_failures, again.item.vanished_attempts) == (2, 1, 0)

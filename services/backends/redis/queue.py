@@ -129,7 +129,7 @@ end
 if #ARGV > 7 then mark_replied(KEYS[4], ARGV[7], tonumber(ARGV[6]), {unpack(ARGV, 8)}) end
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[4])
-  redis.call('HDEL', KEYS[3], 'a:' .. ARGV[5], 't:' .. ARGV[5], 'x:' .. ARGV[5], 'f:' .. ARGV[5])
+  redis.call('HDEL', KEYS[3], 'a:' .. ARGV[5], 't:' .. ARGV[5], 'x:' .. ARGV[5], 'f:' .. ARGV[5], 'n:' .. ARGV[5])
 end
 return take_head(KEYS[1], KEYS[2], KEYS[3])
 """
@@ -137,13 +137,17 @@ return take_head(KEYS[1], KEYS[2], KEYS[3])
 
 # KEYS: lease, attempts, replied. ARGV: token, item id, kind ('t' transient: does not count as a failed
 # attempt, the first one's time bounds how long the item is retried; 'x' failed; 's' set aside unfinished,
-# e.g. on shutdown: counts as nothing), replied ttl, replied score, turn ids whose replies went out...
+# e.g. on shutdown: counts as nothing), attempt number, replied ttl, replied score, turn ids whose
+# replies went out... An attempt is counted once: the same note sent again (a re-send after a lost
+# reply) or a second note of one attempt (set aside while backing off) only writes the reply marks.
 _NOTE = (
     LUA_NOW
     + LUA_MARK_REPLIED
     + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-if #ARGV > 5 then mark_replied(KEYS[3], ARGV[5], tonumber(ARGV[4]), {unpack(ARGV, 6)}) end
+if #ARGV > 6 then mark_replied(KEYS[3], ARGV[6], tonumber(ARGV[5]), {unpack(ARGV, 7)}) end
+if redis.call('HGET', KEYS[2], 'n:' .. ARGV[2]) == ARGV[4] then return 0 end
+redis.call('HSET', KEYS[2], 'n:' .. ARGV[2], ARGV[4])
 local kind = ARGV[3]
 if kind == 's' then kind = 't' else
   if kind == 't' then redis.call('HSETNX', KEYS[2], 'f:' .. ARGV[2], now) end
@@ -324,7 +328,7 @@ class ChatWorkQueue:
         """Record how an attempt at ``item`` ended and mark ``replied`` (only while holding the lease)."""
         keys = self._keys.chat(claim.chat_id)
         kind = {"transient": "t", "failed": "x", "set_aside": "s"}[outcome]
-        args: list[str | int | float] = [claim.token, item.id, kind, *self._replied_args(replied)]
+        args: list[str | int | float] = [claim.token, item.id, kind, item.started, *self._replied_args(replied)]
         with redis_errors(f"chat {claim.chat_id}: cannot record an attempt"):
             await self._note(keys=[keys.lease, keys.attempts, keys.replied], args=args)
 
