@@ -72,15 +72,21 @@ class RedisServer:
         self.process = subprocess.Popen(self._args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis(port=self.port)
         deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
+        try:
+            while True:
+                if self.process.poll() is not None:  # e.g. the port was taken meanwhile
+                    raise RuntimeError(f"redis-server on port {self.port} exited with {self.process.returncode}")
+                try:
+                    # the server answering is the one just started, not another process on the port
+                    if int(client.info("server")["process_id"]) == self.process.pid:
+                        break
+                except redis.ConnectionError:
+                    pass
                 if time.monotonic() > deadline:
-                    raise
+                    raise RuntimeError(f"redis-server on port {self.port} did not answer within 10 s")
                 time.sleep(0.02)
-        client.close()
+        finally:
+            client.close()
 
     def stop(self) -> None:
         if self.process is not None:
