@@ -67,6 +67,7 @@ async def run(args: argparse.Namespace) -> Report:
     workers: list[BotProcess] = []
     sender = WebhookSender(telegram, [], SECRET)
     kills = restarts = pauses = stalls = 0
+    timeline: list[tuple[float, str]] = []  # (wall time, fault): printed beside any lease-lost copy
     admin = client_for(redis)
 
     async def start_worker() -> None:
@@ -79,6 +80,7 @@ async def run(args: argparse.Namespace) -> Report:
         process = workers[victim].process
         assert process is not None
         process.send_signal(signal.SIGKILL)
+        timeline.append((time.time(), f"worker {victim} SIGKILLed"))
         sender.dead.add(victim)
         kills += 1
         await start_worker()
@@ -89,9 +91,11 @@ async def run(args: argparse.Namespace) -> Report:
         process = rng.choice(alive).process
         assert process is not None
         process.send_signal(signal.SIGSTOP)
+        timeline.append((time.time(), f"pid {process.pid} SIGSTOPped"))
         pauses += 1
         await asyncio.sleep(2 * args.lease)  # past its lease: its chats are taken over meanwhile
         process.send_signal(signal.SIGCONT)
+        timeline.append((time.time(), f"pid {process.pid} SIGCONTinued"))
 
     async def stall_redis() -> None:
         nonlocal stalls
@@ -100,6 +104,7 @@ async def run(args: argparse.Namespace) -> Report:
             await admin.execute_command(*pause, target_nodes=RedisCluster.PRIMARIES)
         else:
             await admin.execute_command(*pause)
+        timeline.append((time.time(), f"Redis paused for {1.5 * args.lease:.1f}s"))
         stalls += 1
 
     faults = [kill_one, pause_one, stall_redis]
@@ -107,6 +112,7 @@ async def run(args: argparse.Namespace) -> Report:
     async def restart_redis() -> None:
         nonlocal restarts
         redis.stop()
+        timeline.append((time.time(), "Redis stopped"))
         await asyncio.sleep(1.0)
         redis.start()
         if not isinstance(admin, RedisCluster):
@@ -150,7 +156,8 @@ async def run(args: argparse.Namespace) -> Report:
         stuck = await stuck_chats(admin, keys, settle=2 * args.lease)
         resurrected = await forgetting.resurrected(admin)
         redelivered_at = redeliveries(workers)
-        crash_window, lease_lost = split_duplicates(telegram, sender, chats, args.messages, redelivered_at)
+        crash_window, unexplained = split_duplicates(telegram, sender, chats, args.messages, redelivered_at)
+        lease_lost = sum(extra for *_, extra in unexplained)
         redelivered = sum(len(times) for times in redelivered_at.values())
         await admin.aclose()
         first_reply: dict[str, float] = {}
@@ -177,6 +184,13 @@ async def run(args: argparse.Namespace) -> Report:
             f"duplicate_replies={report.duplicate_replies} crash_window={crash_window} lease_lost={lease_lost} "
             f"(stored replies re-sent by the chat's next worker: {redelivered})"
         )
+        for chat, turn, copies, resends, extra in unexplained:
+            print(
+                f"  lease-lost: chat {chat} turn {turn}: {extra} unexplained of {len(copies)} copies sent at "
+                f"{_clock(copies)}; re-send decisions at {_clock(resends)}"
+            )
+        if unexplained:
+            print("  faults: " + "; ".join(f"{_clock([at])} {what}" for at, what in timeline))
         print(
             f"throughput={report.sent / elapsed:.1f} msg/s over {elapsed:.1f}s; reply latency "
             f"p50={percentile(latencies, 50) * 1000:.0f}ms p95={percentile(latencies, 95) * 1000:.0f}ms "
@@ -213,30 +227,41 @@ def redeliveries(workers: list[BotProcess]) -> dict[tuple[int, str], list[float]
     return {key: sorted(times) for key, times in found.items()}
 
 
+def _clock(times: list[float]) -> str:
+    return ", ".join(datetime.fromtimestamp(at).strftime("%H:%M:%S.%f")[:-3] for at in times) or "-"
+
+
+LeaseLost = tuple[int, str, list[float], list[float], int]
+"""(chat, turn id, copies' send times, re-send decisions' times, copies no re-send explains)"""
+
+
 def split_duplicates(
     telegram: StubTelegram,
     sender: WebhookSender,
     chats: list[int],
     messages: int,
     redelivered_at: dict[tuple[int, str], list[float]],
-) -> tuple[int, int]:
-    """(crash window, lease lost) duplicates. The k-th extra copy is in the crash window when the k-th
-    re-send decision explains it: the copy before it reached Telegram before that decision (its sender
-    still had the chat, then died or was cut off before marking it sent; the next worker may be cut
-    off in the same window again). A copy that a worker sent after the chat's next worker took over,
-    or one no re-send explains, is a lease-lost one."""
+) -> tuple[int, list[LeaseLost]]:
+    """(crash window duplicates, the turns with lease-lost ones). The k-th extra copy is in the crash
+    window when the k-th re-send decision explains it: the copy before it reached Telegram before that
+    decision (its sender still had the chat, then died or was cut off before marking it sent; the next
+    worker may be cut off in the same window again). A copy that a worker sent after the chat's next
+    worker took over, or one no re-send explains, is a lease-lost one."""
     sends: dict[str, list[float]] = {}
     for call in telegram.of("sendMessage"):
         sends.setdefault(str(call.params.get("text")), []).append(call.wall)
-    crash_window = lease_lost = 0
+    crash_window, lease_lost = 0, []
     for chat in chats:
         for n in range(messages):
             times = sorted(sends.get(expected_reply(chat, n), []))
             if len(times) < 2:
                 continue
-            explained = explained_copies(times, redelivered_at.get((chat, f"u{sender.update_ids[(chat, n)]}"), []))
+            turn = f"u{sender.update_ids[(chat, n)]}"
+            resends = redelivered_at.get((chat, turn), [])
+            explained = explained_copies(times, resends)
             crash_window += explained
-            lease_lost += len(times) - 1 - explained
+            if len(times) - 1 > explained:
+                lease_lost.append((chat, turn, times, resends, len(times) - 1 - explained))
     return crash_window, lease_lost
 
 
