@@ -7,7 +7,6 @@ import logging
 
 from aiogram import Bot, Dispatcher
 from aiogram.client.default import DefaultBotProperties
-from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.fsm.storage.memory import SimpleEventIsolation
 
@@ -21,6 +20,7 @@ from bot.telegram.middlewares.access import AccessMiddleware
 from bot.telegram.middlewares.flood import RetryAfterMiddleware
 from bot.telegram.middlewares.language import LanguageMiddleware
 from bot.telegram.middlewares.response_types import KeepResponseTypes
+from bot.telegram.session import FencedSession
 from bot.telegram.texts import bot_commands
 from services.backends.memory import MemoryBackend
 from services.backends.redis.backend import RedisBackend
@@ -102,9 +102,9 @@ def build_bot(settings: BotSettings) -> Bot:
     log.info("Bot API JSON codec: %s", codec)
     if settings.telegram_api_url:
         api = TelegramAPIServer.from_base(settings.telegram_api_url.rstrip("/"))
-        session = AiohttpSession(api=api, json_loads=loads, json_dumps=dumps)
+        session = FencedSession(api=api, json_loads=loads, json_dumps=dumps)
     else:
-        session = AiohttpSession(json_loads=loads, json_dumps=dumps)
+        session = FencedSession(json_loads=loads, json_dumps=dumps)
     session.middleware(KeepResponseTypes())
     session.middleware(RetryAfterMiddleware(retries=settings.flood_retries, max_wait=settings.flood_max_wait_seconds))
     return Bot(settings.require_token(), session=session, default=DefaultBotProperties(parse_mode=None))

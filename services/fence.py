@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from services.errors import LeaseLostError
@@ -45,3 +46,9 @@ class Fence:
 def token_of(fence: Fence | None) -> str:
     """The token scripts check ('' = unfenced, single-process mode)."""
     return fence.token if fence is not None else ""
+
+
+CURRENT_FENCE: ContextVar[Fence | None] = ContextVar("current_fence", default=None)
+"""The fence of the chat whose work runs in this context (set by the queue worker for each item; the
+tasks a handler starts inherit it). The Bot API session checks it once a request has its connection,
+right before the request is written (bot/telegram/session.py)."""

@@ -24,7 +24,7 @@ from services.backends.redis.keys import KeySpace
 from services.backends.redis.queue import ChatWorkQueue
 from services.backends.redis.store import RedisSessionStore
 from services.errors import LLMUnavailableError, StoreUnavailableError
-from services.fence import Fence
+from services.fence import CURRENT_FENCE, Fence
 from services.ports import Claim, DeadLetter, QueueItem, Step
 from tests.stubs.telegram_server import StubTelegram
 from tests.worker_helpers import make_worker, update, update_json
@@ -283,6 +283,28 @@ async def test_reply_marks_left_to_the_worker_are_written_whatever_the_outcome(b
     await run_until(worker, finished)
     for turn in ("u1", "u2", "u3"):
         assert (await store.turn_status(9, turn)).replied, turn
+
+
+async def test_a_handler_and_the_tasks_it_starts_see_their_chats_fence(bot: Bot) -> None:
+    """The Bot API session checks CURRENT_FENCE right before a request is written
+    (tests/test_fenced_session.py): the worker sets it for each item's work."""
+    queue = ChatWorkQueue(redis=fakeredis.FakeAsyncRedis(), keys=KEYS, lease_ms=5000)
+    dispatcher = Dispatcher()
+    finished = asyncio.Event()
+    seen: list[tuple[bool, bool]] = []
+
+    async def fence_in_a_task() -> Fence | None:  # e.g. the typing indicator's task
+        return CURRENT_FENCE.get()
+
+    async def on_message(message: Message, fence: Fence) -> None:
+        seen.append((CURRENT_FENCE.get() is fence, await asyncio.create_task(fence_in_a_task()) is fence))
+        finished.set()
+
+    dispatcher.message.register(on_message)
+    await queue.enqueue(9, "u1", update_json(1, 9, "hello"), order=1)
+    await run_until(make_worker(queue, dispatcher, bot), finished)
+    assert seen == [(True, True)]
+    assert CURRENT_FENCE.get() is None, "outside a chat's work there is no fence"
 
 
 async def test_reply_marks_are_written_when_a_shutdown_cancels_the_acknowledgement(bot: Bot) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import itertools
 import json
 import logging
@@ -28,7 +29,7 @@ from aiogram.types import Update
 
 from bot.runtime.failures import is_transient
 from services.errors import LeaseLostError, TransientError
-from services.fence import Fence
+from services.fence import CURRENT_FENCE, Fence
 from services.metrics import DEAD_LETTERS, LEASES_LOST, QUEUE_WAIT
 from services.ports import Claim, DeadLetters, QueueItem, Step, WorkQueue
 
@@ -270,7 +271,7 @@ class Worker:
         if item.id.startswith(INTERNAL_PREFIX):
             if self._internal is None:
                 return await self._dead_letter(serving, item, "internal item and no handler for it")
-            serving.work = asyncio.create_task(self._internal(serving.claim.chat_id, item.id, serving.fence))
+            serving.work = _fenced_task(self._internal(serving.claim.chat_id, item.id, serving.fence), serving.fence)
             return await self._outcome(serving, item.id)
         try:
             update = Update.model_validate(_parse(item.payload), context={"bot": self._bot})
@@ -278,7 +279,7 @@ class Worker:
             return await self._dead_letter(serving, item, f"unreadable update: {exc}")
         if item.enqueued_ms and item.started == 1:
             QUEUE_WAIT.observe(max(0.0, time.time() - item.enqueued_ms / 1000))
-        serving.work = asyncio.create_task(
+        serving.work = _fenced_task(
             self._dispatcher.feed_update(
                 self._bot,
                 update,
@@ -286,7 +287,8 @@ class Worker:
                 fence=serving.fence,
                 transient_failures=item.transient_failures,
                 final_attempt=item.failures + 1 >= self._max_attempts,
-            )
+            ),
+            serving.fence,
         )
         return await self._outcome(serving, f"update {update.update_id}", item.started)
 
@@ -392,3 +394,11 @@ class Worker:
 def _parse(payload: str) -> object:
     # json, not pydantic's parser: the stdlib accepts lone surrogates ("\ud800"), which Telegram sends
     return json.loads(payload)
+
+
+def _fenced_task(work: Coroutine[Any, Any, Any], fence: Fence) -> asyncio.Task[Any]:
+    """A task for one item of a chat: it, and every task it starts, sees the chat's fence as
+    CURRENT_FENCE (the Bot API session checks it right before a request is written)."""
+    context = contextvars.copy_context()
+    context.run(CURRENT_FENCE.set, fence)
+    return asyncio.create_task(work, context=context)

@@ -1,0 +1,74 @@
+"""The Bot API session: aiogram's aiohttp session that re-checks the chat's lease at the last moment.
+
+A worker checks its fence before it sends (``Fence.ensure_valid``), but a request can then wait: for
+a free connection (the pool is bounded), for a new one (TCP and TLS to Telegram), for its body to be
+written (aiohttp writes it from a task of its own, a loop iteration later), or in a process frozen
+past its lease (SIGSTOP, a VM pause). Sent after that, a reply could reach the customer after the
+chat's next worker answered too. So ``CURRENT_FENCE`` is checked once the connection is in hand and
+again right before the request's bytes are written; a request whose lease may be gone fails with
+LeaseLostError (the worker abandons the turn; the chat's next worker answers it) and sends nothing."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiohttp import ClientRequest, ClientSession, ClientTimeout, TCPConnector
+
+from services.errors import LeaseLostError
+from services.fence import CURRENT_FENCE
+
+if TYPE_CHECKING:
+    from aiohttp.abc import AbstractStreamWriter
+    from aiohttp.connector import Connection
+    from aiohttp.tracing import Trace
+
+
+def _lease_gone() -> LeaseLostError | None:
+    fence = CURRENT_FENCE.get()
+    if fence is None or fence.remaining() > 0:
+        return None
+    return LeaseLostError(f"lease {fence.token} may have expired; the request is not sent")
+
+
+class FencedConnector(TCPConnector):
+    """Hands out no connection to a request whose chat's lease may have expired."""
+
+    async def connect(
+        self,
+        req: ClientRequest,
+        traces: list[Trace],
+        timeout: ClientTimeout,  # noqa: ASYNC109 (aiohttp's signature)
+    ) -> Connection:
+        connection = await super().connect(req, traces, timeout)
+        if (lost := _lease_gone()) is not None:
+            connection.release()  # back to the pool, unused
+            raise lost
+        return connection
+
+
+class FencedRequest(ClientRequest):
+    """Writes nothing (headers are buffered until the body goes) once the lease may have expired."""
+
+    async def write_bytes(
+        self, writer: AbstractStreamWriter, conn: Connection, content_length: int | None = None
+    ) -> None:
+        if (lost := _lease_gone()) is not None:
+            assert conn.protocol is not None
+            conn.protocol.set_exception(lost)  # what the request's caller gets, instead of a reply
+            conn.close()
+            return
+        await super().write_bytes(writer, conn, content_length)
+
+
+class FencedSession(AiohttpSession):
+    """aiogram's AiohttpSession (same arguments) with the FencedConnector and FencedRequest."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._connector_type = FencedConnector
+
+    async def create_session(self) -> ClientSession:
+        session = await super().create_session()
+        session._request_class = FencedRequest
+        return session

@@ -1,0 +1,89 @@
+"""The Bot API session re-checks the chat's lease once a request has its connection: a request that
+waited (for a connection, or in a process frozen past its lease) is not sent once the lease may be
+gone, so a reply cannot reach the customer after the chat's next worker answered too."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from aiogram import Bot
+
+from bot.factory import build_bot
+from bot.settings import BotSettings
+from services.errors import LeaseLostError
+from services.fence import CURRENT_FENCE, Fence
+from tests.stubs.telegram_server import StubTelegram
+
+
+@pytest.fixture
+async def one_connection_bot(telegram: StubTelegram, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Bot]:
+    """The bot as the factory builds it, with its connection pool cut to one connection."""
+    monkeypatch.setenv("BOT_TOKEN", "123456:" + "A" * 35)
+    bot = build_bot(BotSettings(_env_file=None, telegram_api_url=telegram.base_url))  # type: ignore[call-arg]
+    bot.session._connector_init["limit"] = 1  # type: ignore[attr-defined]
+    yield bot
+    await bot.session.close()
+
+
+class ExpiresAfterChecks(Fence):
+    """A fence that is valid for its first ``valid_checks`` checks and expired from then on (a worker
+    frozen between two of them)."""
+
+    valid_checks = 1
+
+    def remaining(self) -> float:
+        self.valid_checks -= 1
+        return 30.0 if self.valid_checks >= 0 else -1.0
+
+
+def in_chat_context(fence: Fence) -> contextvars.Context:
+    context = contextvars.copy_context()
+    context.run(CURRENT_FENCE.set, fence)
+    return context
+
+
+async def test_a_request_whose_lease_ran_out_while_it_waited_for_a_connection_is_not_sent(
+    one_connection_bot: Bot, telegram: StubTelegram
+) -> None:
+    bot = one_connection_bot
+    holding = asyncio.create_task(bot.get_updates(timeout=10))  # the only connection, held by a long poll
+    await telegram.wait_for(lambda: telegram._polling == 1)
+    fence = Fence("w:1", valid_until=time.monotonic() + 30)
+    reply = asyncio.create_task(bot.send_message(7, "the answer"), context=in_chat_context(fence))
+    await asyncio.sleep(0)  # it waits for the connection, its fence checked and still valid
+    fence.valid_until = time.monotonic() - 1  # meanwhile the lease ran out (the worker was frozen)
+    telegram.push(telegram.message_update(8, "wake the long poll"))  # the connection comes free
+    with pytest.raises(LeaseLostError):
+        await reply
+    await holding
+    assert telegram.of("sendMessage") == [], "a reply was sent after its lease may have expired"
+    # the refused request gave its connection back: the next one goes through on it
+    assert (await bot.send_message(7, "unfenced")).text == "unfenced"
+
+
+async def test_requests_with_a_valid_lease_or_no_fence_are_sent(
+    one_connection_bot: Bot, telegram: StubTelegram
+) -> None:
+    fence = Fence("w:1", valid_until=time.monotonic() + 30)
+    await asyncio.create_task(one_connection_bot.send_message(7, "fenced"), context=in_chat_context(fence))
+    await one_connection_bot.send_message(7, "outside any chat's work")
+    assert telegram.texts_to(7) == ["fenced", "outside any chat's work"]
+
+
+async def test_a_request_whose_lease_ran_out_after_it_got_its_connection_writes_nothing(
+    one_connection_bot: Bot, telegram: StubTelegram
+) -> None:
+    """aiohttp writes the request (headers buffered with the body) from a task of its own, a loop
+    iteration after the connection was handed out: the lease is checked again there."""
+    bot = one_connection_bot
+    await bot.send_message(7, "warm")  # a pooled connection: connect() hands it out at once
+    fence = ExpiresAfterChecks("w:1", valid_until=0)  # valid when connected, expired when writing
+    with pytest.raises(LeaseLostError):
+        await asyncio.create_task(bot.send_message(7, "the answer"), context=in_chat_context(fence))
+    assert fence.valid_checks < 0, "checked when connected and again when writing"
+    assert telegram.texts_to(7) == ["warm"]
+    assert (await bot.send_message(7, "next")).text == "next", "the pool goes on (a fresh connection)"
