@@ -54,15 +54,16 @@ async def test_a_request_whose_lease_ran_out_while_it_waited_for_a_connection_is
     await telegram.wait_for(lambda: telegram._polling == 1)
     fence = Fence("w:1", valid_until=time.monotonic() + 30)
     reply = asyncio.create_task(bot.send_message(7, "the answer"), context=in_chat_context(fence))
-    await asyncio.sleep(0)  # it waits for the connection, its fence checked and still valid
+    await asyncio.sleep(0)  # it waits for the connection, its fence still valid
     fence.valid_until = time.monotonic() - 1  # meanwhile the lease ran out (the worker was frozen)
     telegram.push(telegram.message_update(8, "wake the long poll"))  # the connection comes free
     with pytest.raises(LeaseLostError):
         await reply
     await holding
     assert telegram.of("sendMessage") == [], "a reply was sent after its lease may have expired"
-    # the refused request gave its connection back: the next one goes through on it
-    assert (await bot.send_message(7, "unfenced")).text == "unfenced"
+    # the refused request gave its connection back: the next one goes through on it (a leaked pool slot
+    # would make it wait for aiogram's 60 s timeout)
+    assert (await asyncio.wait_for(bot.send_message(7, "unfenced"), 5)).text == "unfenced"
 
 
 async def test_requests_with_a_valid_lease_or_no_fence_are_sent(
@@ -86,4 +87,14 @@ async def test_a_request_whose_lease_ran_out_after_it_got_its_connection_writes_
         await asyncio.create_task(bot.send_message(7, "the answer"), context=in_chat_context(fence))
     assert fence.valid_checks < 0, "checked when connected and again when writing"
     assert telegram.texts_to(7) == ["warm"]
-    assert (await bot.send_message(7, "next")).text == "next", "the pool goes on (a fresh connection)"
+    sent = await asyncio.wait_for(bot.send_message(7, "next"), 5)
+    assert sent.text == "next", "the pool goes on (a fresh connection)"
+
+
+async def test_a_late_typing_indicator_is_not_refused(one_connection_bot: Bot, telegram: StubTelegram) -> None:
+    """ "typing…" shown late duplicates nothing; refused, it would end aiogram's typing task with an
+    exception nobody awaits."""
+    expired = Fence("w:1", valid_until=time.monotonic() - 1)
+    call = one_connection_bot.send_chat_action(7, "typing")
+    assert await asyncio.create_task(call, context=in_chat_context(expired))
+    assert len(telegram.of("sendChatAction", 7)) == 1

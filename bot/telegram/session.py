@@ -24,11 +24,16 @@ if TYPE_CHECKING:
     from aiohttp.tracing import Trace
 
 
-def _lease_gone() -> LeaseLostError | None:
+def _lease_gone(req: ClientRequest) -> LeaseLostError | None:
     fence = CURRENT_FENCE.get()
-    if fence is None or fence.remaining() > 0:
+    if fence is None or req.url.path.endswith(_UNFENCED) or fence.remaining() > 0:
         return None
     return LeaseLostError(f"lease {fence.token} may have expired; the request is not sent")
+
+
+_UNFENCED = ("/sendChatAction",)
+"""Methods a late call of costs nothing: "typing…" shown late duplicates no message (and refusing it
+would end aiogram's typing task with an exception nobody awaits)."""
 
 
 class FencedConnector(TCPConnector):
@@ -41,7 +46,7 @@ class FencedConnector(TCPConnector):
         timeout: ClientTimeout,  # noqa: ASYNC109 (aiohttp's signature)
     ) -> Connection:
         connection = await super().connect(req, traces, timeout)
-        if (lost := _lease_gone()) is not None:
+        if (lost := _lease_gone(req)) is not None:
             connection.release()  # back to the pool, unused
             raise lost
         return connection
@@ -53,10 +58,13 @@ class FencedRequest(ClientRequest):
     async def write_bytes(
         self, writer: AbstractStreamWriter, conn: Connection, content_length: int | None = None
     ) -> None:
-        if (lost := _lease_gone()) is not None:
+        if (lost := _lease_gone(self)) is not None:
             assert conn.protocol is not None
-            conn.protocol.set_exception(lost)  # what the request's caller gets, instead of a reply
-            conn.close()
+            # what the request's caller gets instead of a reply; the connection is not reused (aiohttp
+            # closes it when the caller's read fails: closing it here would break a read not yet begun,
+            # as on Python 3.12+, where this runs before send() returns)
+            conn.protocol.set_exception(lost)
+            conn.protocol.force_close()
             return
         await super().write_bytes(writer, conn, content_length)
 
