@@ -55,9 +55,8 @@ class FencedConnector(TCPConnector):
 class FencedRequest(ClientRequest):
     """Writes nothing (headers are buffered until the body goes) once the lease may have expired."""
 
-    async def write_bytes(
-        self, writer: AbstractStreamWriter, conn: Connection, content_length: int | None = None
-    ) -> None:
+    async def write_bytes(self, writer: AbstractStreamWriter, conn: Connection, *args: Any) -> None:
+        # *args: aiohttp 3.9 passes (writer, conn), newer ones a content length as well
         if (lost := _lease_gone(self)) is not None:
             assert conn.protocol is not None
             # what the request's caller gets instead of a reply; the connection is not reused (aiohttp
@@ -66,7 +65,7 @@ class FencedRequest(ClientRequest):
             conn.protocol.set_exception(lost)
             conn.protocol.force_close()
             return
-        await super().write_bytes(writer, conn, content_length)
+        await super().write_bytes(writer, conn, *args)
 
 
 class FencedSession(AiohttpSession):
