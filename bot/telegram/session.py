@@ -24,16 +24,16 @@ if TYPE_CHECKING:
     from aiohttp.tracing import Trace
 
 
+_UNFENCED = ("/sendChatAction",)
+"""Methods a late call of costs nothing: "typing…" shown late duplicates no message (and refusing it
+would end aiogram's typing task with an exception nobody awaits)."""
+
+
 def _lease_gone(req: ClientRequest) -> LeaseLostError | None:
     fence = CURRENT_FENCE.get()
     if fence is None or req.url.path.endswith(_UNFENCED) or fence.remaining() > 0:
         return None
     return LeaseLostError(f"lease {fence.token} may have expired; the request is not sent")
-
-
-_UNFENCED = ("/sendChatAction",)
-"""Methods a late call of costs nothing: "typing…" shown late duplicates no message (and refusing it
-would end aiogram's typing task with an exception nobody awaits)."""
 
 
 class FencedConnector(TCPConnector):
@@ -53,7 +53,9 @@ class FencedConnector(TCPConnector):
 
 
 class FencedRequest(ClientRequest):
-    """Writes nothing (headers are buffered until the body goes) once the lease may have expired."""
+    """Writes nothing once the lease may have expired. aiohttp 3.10+ buffers the headers until the body
+    goes, so nothing reaches the server; older ones have sent the headers already, and the server sees
+    a request without its body on a closed connection, which it does not process."""
 
     async def write_bytes(self, writer: AbstractStreamWriter, conn: Connection, *args: Any) -> None:
         # *args: aiohttp 3.9 passes (writer, conn), newer ones a content length as well
