@@ -53,8 +53,8 @@ class FencedConnector(TCPConnector):
 
 
 class FencedRequest(ClientRequest):
-    """Writes nothing once the lease may have expired. aiohttp 3.10+ buffers the headers until the body
-    goes, so nothing reaches the server; older ones have sent the headers already, and the server sees
+    """Writes nothing once the lease may have expired. aiohttp 3.14 (locked) buffers the headers until the body
+    goes, so nothing reaches the server; 3.9 (the lowest allowed) has sent them already, and the server sees
     a request without its body on a closed connection, which it does not process."""
 
     async def write_bytes(self, writer: AbstractStreamWriter, conn: Connection, *args: Any) -> None:
