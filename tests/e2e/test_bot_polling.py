@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 
 from redis.asyncio import Redis
@@ -11,6 +10,7 @@ from bot.telegram.texts import TEXTS
 from services.backends.redis.keys import KeySpace
 from tests.conftest import RedisServer
 from tests.e2e.harness import TOKEN, make_settings, start_bot
+from tests.e2e.waiting import eventually
 from tests.helpers import customer_line
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
@@ -75,6 +75,16 @@ async def test_restart_keeps_the_session(
         await second.stop()
 
 
+async def reply_marked(redis: Redis) -> None:
+    """The chat's first reply is marked as sent (just after it was sent)."""
+    replied = KeySpace("sb", TOKEN.split(":")[0]).chat(CHAT).replied
+
+    async def marked() -> bool:
+        return bool(await redis.exists(replied))
+
+    await eventually(marked, within=10, what="the reply mark")
+
+
 async def test_sticker_and_edits_change_nothing(
     telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, real_redis: Redis
 ) -> None:
@@ -82,6 +92,7 @@ async def test_sticker_and_edits_change_nothing(
     try:
         telegram.send_text(CHAT, "hello")
         await telegram.wait_messages(CHAT, 1)
+        await reply_marked(real_redis)
         before = await snapshot(real_redis)
         telegram.push(telegram.sticker_update(CHAT))
         texts = await telegram.wait_messages(CHAT, 2)
@@ -104,11 +115,7 @@ async def test_llm_down_gives_clear_error_and_keeps_session(
     try:
         telegram.send_text(CHAT, "hello")
         await telegram.wait_messages(CHAT, 1)
-        replied = KeySpace("sb", TOKEN.split(":")[0]).chat(CHAT).replied
-        for _ in range(100):  # the reply is marked as sent just after it is sent
-            if await real_redis.exists(replied):
-                break
-            await asyncio.sleep(0.02)
+        await reply_marked(real_redis)
         before = await snapshot(real_redis)
         stub_llm.down = True
         telegram.send_text(CHAT, "are you there?", language="ru")

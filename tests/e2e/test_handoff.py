@@ -20,6 +20,7 @@ from services.errors import StoreUnavailableError
 from services.handoff import HANDOFF_TOOL
 from tests.conftest import RedisServer
 from tests.e2e.harness import RunningBot, make_settings, start_bot
+from tests.e2e.waiting import eventually
 from tests.stubs.openai_server import StubOpenAI, customer_texts, tool_reply
 from tests.stubs.telegram_server import StubTelegram
 
@@ -221,9 +222,14 @@ async def test_no_operator_reply_in_time(
         await telegram.wait_for(lambda: expected in telegram.texts_to(CHAT))
         lines = [c.params["text"] for c in telegram.in_topic(thread, "sendMessage")]
         assert lines[-1] == TEXTS["en"]["op_overdue_resumed" if resume else "op_overdue"].format(minutes=0)
-        record = await bot.backend.handoffs.get(CHAT)
-        assert (record.state, record.flagged) == (("closed", False) if resume else ("open", True))
-        assert await bot.backend.handoffs.due() == []
+        handoffs = bot.backend.handoffs
+
+        async def handled() -> bool:  # the flag, the closing and the deadline come after the notices
+            record = await handoffs.get(CHAT)
+            state = (record.state, record.flagged) == (("closed", False) if resume else ("open", True))
+            return state and await handoffs.due() == []
+
+        await eventually(handled, within=10, what="the overdue handoff flagged or closed, its deadline gone")
         calls = len(stub_llm.chat_requests)
         telegram.send_text(CHAT, "Still there?")
         if resume:  # the assistant answers again

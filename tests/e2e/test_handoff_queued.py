@@ -16,11 +16,13 @@ from redis.asyncio import Redis
 
 from bot.telegram.texts import TEXTS
 from services.backends.redis.keys import KeySpace
+from services.backends.redis.scripts import AnyRedis
 from services.handoff import TranscriptEntry
 from tests.conftest import RedisServer
 from tests.e2e.conftest import SharedRedis
 from tests.e2e.processes import BotProcess, base_env
 from tests.e2e.test_handoff import DECISION, GROUP, SEED, operator_aware_summary
+from tests.e2e.waiting import eventually
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
 
@@ -180,7 +182,7 @@ async def test_queued_workers_relay_in_order_exactly_once_through_a_sigkill(
             pytest.fail(f"chat {chat}: transcript {transcript}, expected every message once; logs:\n{logs}")
 
 
-async def transcript_when(redis: Redis, chat: int, count: int, *, within: float) -> list[str]:
+async def transcript_when(redis: AnyRedis, chat: int, count: int, *, within: float) -> list[str]:
     """The chat's transcript texts, sorted, once it holds ``count`` entries or ``within`` seconds passed."""
     deadline = time.monotonic() + within
     while True:
@@ -238,13 +240,12 @@ async def test_queued_overdue_handoff_and_metrics(
     thread = topic_of(telegram, CHAT)
     assert thread is not None
     assert telegram.in_topic(thread, "sendMessage")[-1].params["text"] == TEXTS["en"]["op_overdue"].format(minutes=0)
-    deadline = time.monotonic() + 15  # the flag and the deadline's removal come after the notices
-    while not (
-        await real_redis.hget(KEYS.chat(CHAT).handoff, "flagged") == b"1"
-        and await real_redis.zcard(KEYS.handoff_deadlines) == 0
-    ):
-        assert time.monotonic() < deadline, "the topic is flagged and its reply deadline removed"
-        await asyncio.sleep(0.05)
+
+    async def flagged() -> bool:  # the flag and the deadline's removal come after the notices
+        flag = await real_redis.hget(KEYS.chat(CHAT).handoff, "flagged")
+        return flag == b"1" and await real_redis.zcard(KEYS.handoff_deadlines) == 0
+
+    await eventually(flagged, within=15, what="the topic flagged and its reply deadline removed")
     assert await metric(port, "sb_handoffs_open") == 1
     telegram.push(telegram.operator_update(GROUP, thread, "Sorry for the wait, looking at it now."))
     telegram.push(telegram.operator_update(GROUP, thread, "/close"))
