@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -19,7 +20,9 @@ class DraftStreamer:
 
     Drafts are a preview only: a failure to send one (flood control included: drafts are never retried
     on 429, see bot.telegram.middlewares.flood) is logged and turns drafts off for this reply; the final
-    message is always sent with sendMessage."""
+    message is always sent with sendMessage. A draft goes out in a task of its own, one at a time, so
+    the model's stream is read on while Telegram answers; ``finish`` waits for the one in flight before
+    the reply is sent, and ``abandon`` drops it when the turn fails."""
 
     def __init__(self, *, bot: Bot, chat_id: int, draft_id: int, interval: float) -> None:
         self._bot = bot
@@ -29,16 +32,40 @@ class DraftStreamer:
         self._parts: list[str] = []
         self._last_sent = 0.0
         self._shown = ""
+        self._in_flight: asyncio.Task[None] | None = None
         self.enabled = True
         self.sent = 0
 
     async def on_delta(self, delta: str) -> None:
         self._parts.append(delta)
+        if self._in_flight is not None:
+            if not self._in_flight.done():
+                return
+            # what the last draft raised besides a refusal (a lost lease) ends the turn, as it would inline
+            done, self._in_flight = self._in_flight, None
+            done.result()
         if self.enabled and time.monotonic() - self._last_sent >= self._interval:
-            await self._show()
+            self._in_flight = asyncio.create_task(self._show("".join(self._parts)))
 
-    async def _show(self) -> None:
-        text = "".join(self._parts)
+    async def finish(self) -> None:
+        """Wait for the draft in flight, so that the reply is not overtaken by it; re-raises what it
+        raised besides a refusal. No draft starts after this."""
+        self.enabled = False
+        if self._in_flight is not None:
+            in_flight, self._in_flight = self._in_flight, None
+            await in_flight
+
+    async def abandon(self) -> None:
+        """Cancel the draft in flight, whatever it became (the turn failed)."""
+        self.enabled = False
+        if self._in_flight is not None:
+            in_flight, self._in_flight = self._in_flight, None
+            in_flight.cancel()
+            await asyncio.wait([in_flight])
+            if not in_flight.cancelled():
+                in_flight.exception()  # retrieved: the turn's own error is the one that counts
+
+    async def _show(self, text: str) -> None:
         # a draft is plain text (partial Markdown may not parse); show the newest 4096 UTF-16 units,
         # Telegram's measure (an emoji counts 2)
         preview = utf16_tail(text, TELEGRAM_TEXT_LIMIT)

@@ -176,6 +176,30 @@ async def test_drafts_in_private_chat_only(
         await bot.stop()
 
 
+async def test_a_slow_draft_does_not_hold_the_reply_back(
+    telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, real_redis: Redis
+) -> None:
+    """Drafts go out one at a time beside the model's stream, never in its way: while one is on its
+    way the stream is read on, and the reply follows the last draft as soon as that one is answered.
+    (Sent inline, each draft held the stream for a Bot API round trip: when Telegram answered slower
+    than the draft interval, the stream was read one chunk per round trip.)"""
+    reply = " ".join(f"word{i:03d}" for i in range(300))
+    stub_llm.chat_replies.append(reply)
+    stub_llm.stream_chunk_chars = 40  # 60 chunks, streamed at once
+    telegram.delays["sendMessageDraft"] = 1.0
+    bot = await start_bot(make_settings(telegram.base_url, stub_llm.base_url, redis_server.url))
+    try:
+        telegram.send_text(CHAT, "tell me everything")
+        texts = await telegram.wait_messages(CHAT, 1, within=15)
+        assert texts == [reply]
+        drafts = telegram.of("sendMessageDraft", CHAT)
+        assert 1 <= len(drafts) <= 2, f"{len(drafts)} drafts: the stream waited for them"
+        methods = [c.method for c in telegram.calls if str(c.params.get("chat_id")) == str(CHAT)]
+        assert methods.index("sendMessage") > max(i for i, m in enumerate(methods) if m == "sendMessageDraft")
+    finally:
+        await bot.stop()
+
+
 async def test_markdown_formatting_with_plain_fallback_and_flood_control(
     telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, real_redis: Redis
 ) -> None:

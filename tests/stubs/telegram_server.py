@@ -38,6 +38,8 @@ class StubTelegram:
     updates: list[dict[str, Any]] = field(default_factory=list)
     faults: dict[str, deque[dict[str, Any]]] = field(default_factory=dict)
     """method → queued error answers, e.g. {"error_code": 429, "description": ..., "parameters": {...}}"""
+    delays: dict[str, float] = field(default_factory=dict)
+    """method → seconds its answers wait (a slow Bot API); the call is recorded when it arrives"""
     reject_entities: bool = False
     conflicts: int = 0
     """getUpdates calls refused with 409 because another one was still open (as Telegram does)."""
@@ -45,6 +47,7 @@ class StubTelegram:
     base_url: str = ""
     _runner: web.AppRunner | None = None
     _new_update: asyncio.Event = field(default_factory=asyncio.Event)
+    _stopping: asyncio.Event = field(default_factory=asyncio.Event)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _message_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
     _topic_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(500))
@@ -63,6 +66,7 @@ class StubTelegram:
         return self.base_url
 
     async def stop(self) -> None:
+        self._stopping.set()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -194,6 +198,9 @@ class StubTelegram:
         if method == "getUpdates":
             return await self._handle_get_updates(params)
         self.calls.append(Call(method, params))
+        if method in self.delays:  # cut short when the stub stops
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.delays[method])
         fault_queue = self.faults.get(method)
         if fault_queue:
             fault = fault_queue.popleft()

@@ -60,6 +60,8 @@ async def on_text(
         await typing.enter_async_context(ChatActionSender.typing(bot=bot, chat_id=chat_id))
 
         async def deliver(result: TurnResult) -> None:
+            if drafts is not None:
+                await drafts.finish()  # the last draft before the answer
             await typing.aclose()  # stop "typing…" before the answer appears
             if result.quarantined:
                 await bot.send_message(chat_id, say("session_lost"))
@@ -77,14 +79,18 @@ async def on_text(
                 return
             await send_reply(bot, chat_id, result.reply, before_each=fence.ensure_valid if fence else None)
 
-        result = await chat.handle(
-            chat_id,
-            customer_text,
-            deliver=deliver,
-            on_delta=drafts.on_delta if drafts else None,
-            turn_id=turn_id,
-            fence=fence,
-        )
+        try:
+            result = await chat.handle(
+                chat_id,
+                customer_text,
+                deliver=deliver,
+                on_delta=drafts.on_delta if drafts else None,
+                turn_id=turn_id,
+                fence=fence,
+            )
+        finally:
+            if drafts is not None:
+                await drafts.abandon()
     log.info(
         "turn chat=%s update=%s stored=%s sent_history=%s removed=%s est_tokens=%s prompt_tokens=%s "
         "cached_tokens=%s completion_tokens=%s llm_s=%.3f total_s=%.3f summary_updated=%s drafts=%s duplicate=%s",
