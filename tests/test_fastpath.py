@@ -3,6 +3,9 @@
 import asyncio
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -36,3 +39,19 @@ async def test_bot_session_uses_the_codec(monkeypatch: pytest.MonkeyPatch) -> No
         assert bot.session.json_dumps({"n": 1}).replace(" ", "") == '{"n":1}'
     finally:
         await bot.session.close()
+
+
+@pytest.mark.parametrize(("setting", "frozen"), [(None, True), ("off", False)])
+def test_the_startup_heap_is_frozen_unless_turned_off(setting: str | None, frozen: bool) -> None:
+    """In a process of its own: a frozen heap stays frozen."""
+    env = {k: v for k, v in os.environ.items() if k != "GC_FREEZE"} | ({"GC_FREEZE": setting} if setting else {})
+    code = (
+        "import gc, bot.factory\n"
+        "from bot.runtime.fastpath import freeze_startup_heap\n"
+        "count = freeze_startup_heap()\n"
+        "print(count, gc.get_freeze_count())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    count, in_permanent = map(int, out.split())
+    assert count == in_permanent
+    assert (count > 10_000) is frozen and (count == 0) is not frozen

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from bot.factory import Settings, build_bot, build_dispatcher, build_engine, open_redis_backend, set_commands
 from bot.runtime.deadlines import OVERDUE_PREFIX, enqueue_overdue, watch_deadlines
+from bot.runtime.fastpath import freeze_startup_heap
 from bot.runtime.intake import Intake, Poller, operator_route, webhook_handler
 from bot.runtime.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.runtime.startup import StartupError, with_startup_retries
@@ -129,6 +130,7 @@ async def _run(settings: Settings, backend: QueuedBackend, bot: Bot) -> None:
         supervisor.start("poller", poller.run)
         log.info("starting in polling mode (queued mode, worker %s)", identity)
 
+    log.info("start-up objects frozen out of the garbage collector's way: %d", freeze_startup_heap())
     stopped_by = await _first(stop.wait(), supervisor.failed.wait())
     if stopped_by == 1:
         log.critical("stopping: %s", supervisor.failure)

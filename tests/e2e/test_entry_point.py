@@ -22,6 +22,15 @@ from tests.stubs.telegram_server import StubTelegram
 ROOT = Path(__file__).resolve().parents[2]
 
 
+FROZEN = "start-up objects frozen out of the garbage collector's way: "
+
+
+def frozen_at_start(bot: BotProcess) -> int:
+    """How many objects the process froze once wired (a full collection then skips them)."""
+    line = next(line for line in bot.log.decode(errors="replace").splitlines() if FROZEN in line)
+    return int(line.split(FROZEN)[1].split()[0])
+
+
 async def test_polling_without_redis_url_uses_in_process_store(
     telegram: StubTelegram, stub_llm: StubOpenAI, tmp_path: Path, processes: list[BotProcess]
 ) -> None:
@@ -30,6 +39,7 @@ async def test_polling_without_redis_url_uses_in_process_store(
     await bot.start()
     await bot.wait_log("REDIS_URL is unset: using the in-process session store")
     await bot.wait_log("starting in polling mode")
+    assert frozen_at_start(bot) > 10_000
     telegram.send_text(42, "hello from a process")
     await telegram.wait_messages(42, 1, within=20)
     telegram.send_text(42, "second message")
@@ -72,6 +82,8 @@ async def test_webhook_mode_checks_the_secret(
     await bot.wait_http_ok(f"http://127.0.0.1:{port}/healthz")
     if not queued:
         await bot.wait_log("REDIS_URL is unset: using the in-process session store")
+    await bot.wait_log(FROZEN)
+    assert frozen_at_start(bot) > 10_000
     url = f"http://127.0.0.1:{port}/tg/hook"
     async with aiohttp.ClientSession() as http:
         async with http.get(f"http://127.0.0.1:{port}/healthz") as response:
