@@ -279,6 +279,7 @@ async def one_run(
         await telegram.stop()
         await llm.stop()
         redis.stop()
+        gc.unfreeze()  # this run's stubs and figures can go once they are garbage
 
 
 def plot(rows: list[dict[str, Any]], path: str, args: argparse.Namespace) -> None:

@@ -90,9 +90,23 @@ async def test_a_draft_that_found_the_lease_gone_ends_the_turn(bot: Bot, telegra
 
 
 async def test_abandon_cancels_the_draft_in_flight(bot: Bot, telegram: StubTelegram) -> None:
-    telegram.delays["sendMessageDraft"] = 30
+    telegram.delays["sendMessageDraft"] = 0.3
     drafts = streamer(bot)
     await drafts.on_delta("one ")
     await telegram.wait_for(lambda: len(telegram.of("sendMessageDraft")) == 1)
-    await asyncio.wait_for(drafts.abandon(), 5)  # not the 30 s the answer would take
+    await drafts.abandon()
+    await asyncio.sleep(0.6)  # the answer would have come by now
     assert drafts.sent == 0 and not drafts.enabled
+
+
+async def test_settle_waits_for_the_draft_in_flight_then_gives_up(bot: Bot, telegram: StubTelegram) -> None:
+    telegram.delays["sendMessageDraft"] = 0.3
+    drafts = streamer(bot)
+    await drafts.on_delta("one ")
+    await drafts.settle(within=10)
+    assert drafts.sent == 1 and not drafts.enabled
+    telegram.delays["sendMessageDraft"] = 30
+    drafts = streamer(bot)
+    await drafts.on_delta("one ")
+    await asyncio.wait_for(drafts.settle(within=0.2), 5)  # not the 30 s the answer would take
+    assert drafts.sent == 0

@@ -22,7 +22,8 @@ class DraftStreamer:
     on 429, see bot.telegram.middlewares.flood) is logged and turns drafts off for this reply; the final
     message is always sent with sendMessage. A draft goes out in a task of its own, one at a time, so
     the model's stream is read on while Telegram answers; ``finish`` waits for the one in flight before
-    the reply is sent, and ``abandon`` drops it when the turn fails."""
+    the reply is sent; when the turn fails, ``settle`` waits for it before the error text (or
+    ``abandon`` drops it when nothing more may go out)."""
 
     def __init__(self, *, bot: Bot, chat_id: int, draft_id: int, interval: float) -> None:
         self._bot = bot
@@ -55,15 +56,25 @@ class DraftStreamer:
             in_flight, self._in_flight = self._in_flight, None
             await in_flight
 
-    async def abandon(self) -> None:
-        """Cancel the draft in flight, whatever it became (the turn failed)."""
+    async def settle(self, within: float) -> None:
+        """The turn failed: wait up to ``within`` seconds for the draft in flight (so that the error
+        text sent next is not overtaken by it), then cancel it; what it raised is dropped (the turn's
+        own error is the one that counts)."""
         self.enabled = False
         if self._in_flight is not None:
             in_flight, self._in_flight = self._in_flight, None
-            in_flight.cancel()
-            await asyncio.wait([in_flight])
-            if not in_flight.cancelled():
-                in_flight.exception()  # retrieved: the turn's own error is the one that counts
+            try:
+                await asyncio.wait([in_flight], timeout=within)
+            finally:
+                await _drop(in_flight)
+
+    async def abandon(self) -> None:
+        """Cancel the draft in flight, whatever it became (the turn was cancelled or lost its lease:
+        nothing more goes out for it)."""
+        self.enabled = False
+        if self._in_flight is not None:
+            in_flight, self._in_flight = self._in_flight, None
+            await _drop(in_flight)
 
     async def _show(self, text: str) -> None:
         # a draft is plain text (partial Markdown may not parse); show the newest 4096 UTF-16 units,
@@ -82,3 +93,11 @@ class DraftStreamer:
             return
         self._shown = preview
         self.sent += 1
+
+
+async def _drop(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` if it still runs, wait for it, and retrieve what it raised."""
+    task.cancel()
+    await asyncio.wait([task])
+    if not task.cancelled():
+        task.exception()

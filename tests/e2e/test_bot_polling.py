@@ -194,8 +194,24 @@ async def test_a_slow_draft_does_not_hold_the_reply_back(
         assert texts == [reply]
         drafts = telegram.of("sendMessageDraft", CHAT)
         assert 1 <= len(drafts) <= 2, f"{len(drafts)} drafts: the stream waited for them"
-        methods = [c.method for c in telegram.calls if str(c.params.get("chat_id")) == str(CHAT)]
-        assert methods.index("sendMessage") > max(i for i, m in enumerate(methods) if m == "sendMessageDraft")
+        sent = telegram.of("sendMessage", CHAT)[0]
+        assert sent.at >= drafts[-1].at + 0.9, "the reply waits until the last draft is answered"
+    finally:
+        await bot.stop()
+
+
+async def test_a_failed_turns_error_text_comes_after_the_draft_in_flight(
+    telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, real_redis: Redis
+) -> None:
+    stub_llm.chat_replies.append("<<length>>" + " ".join(f"word{i:03d}" for i in range(300)))  # cut off
+    stub_llm.stream_chunk_chars = 40
+    telegram.delays["sendMessageDraft"] = 1.0
+    bot = await start_bot(make_settings(telegram.base_url, stub_llm.base_url, redis_server.url))
+    try:
+        telegram.send_text(CHAT, "tell me everything")
+        assert await telegram.wait_messages(CHAT, 1, within=15) == [TEXTS["en"]["reply_truncated"]]
+        draft, error = telegram.of("sendMessageDraft", CHAT)[-1], telegram.of("sendMessage", CHAT)[0]
+        assert error.at >= draft.at + 0.9, "the error text waits until the draft in flight is answered"
     finally:
         await bot.stop()
 

@@ -3,6 +3,7 @@ private chats, then sent as formatted messages)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from contextlib import AsyncExitStack
@@ -19,11 +20,15 @@ from bot.telegram.render import send_reply
 from bot.telegram.texts import Texts
 from services.engine.chat import ChatService
 from services.engine.turns import TurnResult
+from services.errors import LeaseLostError
 from services.fence import Fence
 from services.metrics import RATE_LIMITED
 from services.ports import RateLimiter
 
 log = logging.getLogger(__name__)
+
+DRAFT_SETTLE_SECONDS = 2.0
+"""How long a failed turn's error text waits for the draft in flight to be answered."""
 
 
 async def on_text(
@@ -88,9 +93,13 @@ async def on_text(
                 turn_id=turn_id,
                 fence=fence,
             )
-        finally:
+        except (asyncio.CancelledError, LeaseLostError):
             if drafts is not None:
-                await drafts.abandon()
+                await drafts.abandon()  # the turn is over for this worker: nothing more goes out
+            raise
+        finally:
+            if drafts is not None:  # a failed turn's error text comes after the draft in flight
+                await drafts.settle(within=DRAFT_SETTLE_SECONDS)
     log.info(
         "turn chat=%s update=%s stored=%s sent_history=%s removed=%s est_tokens=%s prompt_tokens=%s "
         "cached_tokens=%s completion_tokens=%s llm_s=%.3f total_s=%.3f summary_updated=%s drafts=%s duplicate=%s",
