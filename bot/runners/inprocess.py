@@ -89,7 +89,7 @@ async def run_polling(settings: Settings) -> None:
     except OSError as exc:
         await bot.session.close()
         raise StartupError(f"cannot listen on METRICS_PORT={settings.bot.metrics_port}: {exc}") from None
-    log.info("start-up objects frozen out of the garbage collector's way: %d", freeze_startup_heap())
+    freeze_startup_heap()
     log.info("starting in polling mode")
     try:
         await dispatcher.start_polling(bot, allowed_updates=dispatcher.resolve_used_update_types())
@@ -112,7 +112,7 @@ def run_webhook(settings: Settings) -> None:
             await bot.session.close()
             raise
         await set_commands(bot, settings.bot)
-        log.info("start-up objects frozen out of the garbage collector's way: %d", freeze_startup_heap())
+        freeze_startup_heap()
         log.info(
             "webhook server on %s:%s%s", settings.bot.webhook_host, settings.bot.webhook_port, settings.bot.webhook_path
         )

@@ -130,7 +130,7 @@ async def _run(settings: Settings, backend: QueuedBackend, bot: Bot) -> None:
         supervisor.start("poller", poller.run)
         log.info("starting in polling mode (queued mode, worker %s)", identity)
 
-    log.info("start-up objects frozen out of the garbage collector's way: %d", freeze_startup_heap())
+    freeze_startup_heap()
     stopped_by = await _first(stop.wait(), supervisor.failed.wait())
     if stopped_by == 1:
         log.critical("stopping: %s", supervisor.failure)

@@ -67,9 +67,11 @@ def freeze_startup_heap() -> int:
     Call it once, when the process is wired and about to serve. A full collection walks every tracked
     object: under load that was ~270 000 start-up objects, ~190 ms with the event loop stopped, several
     times a minute (every turn in flight waited; benchmarks/RESULTS.md, section 3). Frozen objects are
-    still freed by reference counting; only cycles among them stay."""
+    still freed by reference counting; only cycles among them stay. Logs the count."""
     if os.environ.get("GC_FREEZE", "on").lower() in ("off", "0", "false", "no"):
         return 0
     gc.collect()
     gc.freeze()
-    return gc.get_freeze_count()
+    frozen = gc.get_freeze_count()
+    log.info("start-up objects frozen out of the garbage collector's way: %d", frozen)
+    return frozen

@@ -51,18 +51,14 @@ class DraftStreamer:
     async def finish(self) -> None:
         """Wait for the draft in flight, so that the reply is not overtaken by it; re-raises what it
         raised besides a refusal. No draft starts after this."""
-        self.enabled = False
-        if self._in_flight is not None:
-            in_flight, self._in_flight = self._in_flight, None
+        if (in_flight := self._stop()) is not None:
             await in_flight
 
     async def settle(self, within: float) -> None:
         """The turn failed: wait up to ``within`` seconds for the draft in flight (so that the error
         text sent next is not overtaken by it), then cancel it; what it raised is dropped (the turn's
         own error is the one that counts)."""
-        self.enabled = False
-        if self._in_flight is not None:
-            in_flight, self._in_flight = self._in_flight, None
+        if (in_flight := self._stop()) is not None:
             try:
                 await asyncio.wait([in_flight], timeout=within)
             finally:
@@ -71,10 +67,14 @@ class DraftStreamer:
     async def abandon(self) -> None:
         """Cancel the draft in flight, whatever it became (the turn was cancelled or lost its lease:
         nothing more goes out for it)."""
-        self.enabled = False
-        if self._in_flight is not None:
-            in_flight, self._in_flight = self._in_flight, None
+        if (in_flight := self._stop()) is not None:
             await _drop(in_flight)
+
+    def _stop(self) -> asyncio.Task[None] | None:
+        """No draft starts from now on; returns the one in flight, if any, for the caller to end."""
+        self.enabled = False
+        in_flight, self._in_flight = self._in_flight, None
+        return in_flight
 
     async def _show(self, text: str) -> None:
         # a draft is plain text (partial Markdown may not parse); show the newest 4096 UTF-16 units,

@@ -7,6 +7,7 @@ recorded: the crash window replies have too)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from pathlib import Path
@@ -16,7 +17,6 @@ from redis.asyncio import Redis
 
 from bot.telegram.texts import TEXTS
 from services.backends.redis.keys import KeySpace
-from services.backends.redis.scripts import AnyRedis
 from services.handoff import TranscriptEntry
 from tests.conftest import RedisServer
 from tests.e2e.conftest import SharedRedis
@@ -176,20 +176,18 @@ async def test_queued_workers_relay_in_order_exactly_once_through_a_sigkill(
         expected = sorted(
             [f"customer {chat} #{n}" for n in range(ROUNDS)] + [f"operator {chat} #{n}" for n in range(ROUNDS)]
         )
-        transcript = await transcript_when(real_redis, chat, len(expected), within=30)
+        log_key = KEYS.chat(chat).handoff_log
+
+        async def complete(key: str = log_key, count: int = len(expected)) -> bool:
+            return await real_redis.llen(key) >= count
+
+        with contextlib.suppress(AssertionError):  # what is there after 30 s is compared below
+            await eventually(complete, within=30, what=f"chat {chat}'s transcript")
+        raw = await real_redis.lrange(log_key, 0, -1)
+        transcript = sorted(TranscriptEntry.from_json(entry).text for entry in raw)
         if transcript != expected:
             logs = "".join(p.log.decode(errors="replace") for p in processes)
             pytest.fail(f"chat {chat}: transcript {transcript}, expected every message once; logs:\n{logs}")
-
-
-async def transcript_when(redis: AnyRedis, chat: int, count: int, *, within: float) -> list[str]:
-    """The chat's transcript texts, sorted, once it holds ``count`` entries or ``within`` seconds passed."""
-    deadline = time.monotonic() + within
-    while True:
-        raw = await redis.lrange(KEYS.chat(chat).handoff_log, 0, -1)
-        if len(raw) >= count or time.monotonic() > deadline:
-            return sorted(TranscriptEntry.from_json(entry).text for entry in raw)
-        await asyncio.sleep(0.02)
 
 
 def collapse_repeats(ids: list[int]) -> list[int]:
