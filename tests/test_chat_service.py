@@ -208,6 +208,32 @@ async def test_commit_conflicts_are_bounded(
     assert [m for m in (await redis_store.load(1)).messages] == []
 
 
+async def test_a_retried_turn_restarts_the_stream(
+    stub_llm: StubOpenAI, llm: LLMClient, counter: TokenCounter, redis_store: RedisSessionStore
+) -> None:
+    """The first attempt streams, then loses its commit to another writer: whoever shows the stream
+    is told to start over, so the abandoned attempt's text is not shown in front of the retry's."""
+    stub_llm.stream_chunk_chars = 5
+    service = make_service(store=redis_store, llm=llm, counter=counter)
+    shown: list[str] = []
+    restarts = 0
+
+    async def on_delta(delta: str) -> None:
+        if not shown and restarts == 0:  # another writer commits while the first attempt streams
+            session = await redis_store.load(1)
+            await redis_store.commit_turn(1, expected_version=session.version, messages=[])
+        shown.append(delta)
+
+    def on_restart() -> None:
+        nonlocal restarts
+        restarts += 1
+        shown.clear()
+
+    result = await service.handle(1, "stream me", deliver=noop, on_delta=on_delta, on_restart=on_restart)
+    assert result.attempts == 2 and restarts == 1
+    assert "".join(shown) == result.reply
+
+
 async def test_streaming_passes_deltas(stub_llm: StubOpenAI, llm: LLMClient, counter: TokenCounter) -> None:
     stub_llm.stream_chunk_chars = 5
     service = make_service(store=InMemorySessionStore(), llm=llm, counter=counter)

@@ -61,6 +61,18 @@ async def test_the_next_draft_shows_everything_read_meanwhile(bot: Bot, telegram
     assert [c.params["text"] for c in telegram.of("sendMessageDraft")] == ["one ", "one two three four"]
 
 
+async def test_a_restarted_stream_is_drafted_afresh(bot: Bot, telegram: StubTelegram) -> None:
+    """The engine retried the turn: the next draft shows the new attempt only, not the abandoned
+    attempt's text in front of it."""
+    drafts = DraftStreamer(bot=bot, chat_id=CHAT, draft_id=5, interval=0.0)
+    await drafts.on_delta("abandoned ")
+    await telegram.wait_for(lambda: drafts.sent == 1)
+    drafts.restart()
+    await drafts.on_delta("retried")
+    await drafts.finish()
+    assert [c.params["text"] for c in telegram.of("sendMessageDraft")] == ["abandoned ", "retried"]
+
+
 async def test_a_refused_draft_turns_drafts_off(bot: Bot, telegram: StubTelegram) -> None:
     telegram.faults["sendMessageDraft"] = deque([{"error_code": 400, "description": "Bad Request: nope"}])
     drafts = streamer(bot)

@@ -48,6 +48,11 @@ class DraftStreamer:
         if self.enabled and time.monotonic() - self._last_sent >= self._interval:
             self._in_flight = asyncio.create_task(self._show("".join(self._parts)))
 
+    def restart(self) -> None:
+        """The reply is produced again (the engine retried the turn): the text so far is void and the
+        next draft shows the new attempt only (a draft in flight may still show the old text)."""
+        self._parts.clear()
+
     async def finish(self) -> None:
         """Wait for the draft in flight, so that the reply is not overtaken by it; re-raises what it
         raised besides a refusal. No draft starts after this."""

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from services.engine.compactor import Compactor
-from services.engine.models import Compaction, NewMessage, OnDelta, PromptPart, Session, StoredMessage
+from services.engine.models import Compaction, NewMessage, OnDelta, OnRestart, PromptPart, Session, StoredMessage
 from services.engine.policy import CompactionPolicy
 from services.engine.prompt_format import clean_text, customer_block
 from services.engine.summarizer import Summarizer
@@ -89,6 +89,7 @@ class ChatService:
         *,
         deliver: Deliver,
         on_delta: OnDelta | None = None,
+        on_restart: OnRestart | None = None,
         turn_id: str | None = None,
         fence: Fence | None = None,
     ) -> TurnResult:
@@ -100,7 +101,7 @@ class ChatService:
         With a ``fence`` (queued mode) every write is fenced by the chat's lease and nothing is
         delivered once the lease may have expired (LeaseLostError). Every handled turn is reported
         to the observer."""
-        result = await self._handle(chat_id, text, deliver, on_delta, turn_id, fence)
+        result = await self._handle(chat_id, text, deliver, on_delta, on_restart, turn_id, fence)
         self._observer.turn_finished(result)
         return result
 
@@ -110,6 +111,7 @@ class ChatService:
         text: str,
         deliver: Deliver,
         on_delta: OnDelta | None,
+        on_restart: OnRestart | None,
         turn_id: str | None,
         fence: Fence | None,
     ) -> TurnResult:
@@ -128,7 +130,9 @@ class ChatService:
                 return TurnResult(reply="", duplicate=True)
             if status.committed:
                 return await self._redeliver(chat_id, turn_id, status, deliver, fence)
-        result = await self.respond(chat_id, text, on_delta=on_delta, turn_id=turn_id, fence=fence, loaded=session)
+        result = await self.respond(
+            chat_id, text, on_delta=on_delta, on_restart=on_restart, turn_id=turn_id, fence=fence, loaded=session
+        )
         if quarantined:
             result = replace(result, quarantined=True)
         if turn_id is not None and result.duplicate:  # another worker committed it meanwhile
@@ -205,12 +209,14 @@ class ChatService:
         text: str,
         *,
         on_delta: OnDelta | None = None,
+        on_restart: OnRestart | None = None,
         turn_id: str | None = None,
         fence: Fence | None = None,
         loaded: Session | None = None,
     ) -> TurnResult:
         """Produce and store one turn. Nothing is written unless the model replied. ``loaded``: the
-        session as just loaded (the first attempt uses it instead of loading again)."""
+        session as just loaded (the first attempt uses it instead of loading again). When another
+        writer changed the chat meanwhile the turn is produced again, after ``on_restart``."""
         if len(text) > self._max_message_chars:  # checked before tokenizing megabytes of text
             raise MessageTooLongError(tokens=len(text), limit=self._max_message_chars, unit="characters")
         text = clean_text(text)
@@ -261,6 +267,8 @@ class ChatService:
                 if attempt == self._commit_attempts:
                     raise
                 log.info("chat %s changed during the turn; retrying (%d)", chat_id, attempt)
+                if on_restart is not None:
+                    on_restart()
                 continue
             folded = compaction.fold_count if compaction else 0
             return TurnResult(

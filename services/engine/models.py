@@ -87,7 +87,11 @@ class Session:
 
 
 OnDelta = Callable[[str], Awaitable[None]]
-"""Receives the reply streamed so far, as it grows (drafts)."""
+"""Receives each piece of the reply as it is streamed (drafts)."""
+
+OnRestart = Callable[[], None]
+"""Told that the turn is produced again (a retry after a lost commit): what was streamed so far is
+void, the pieces that follow start the reply anew."""
 
 
 @dataclass(frozen=True, slots=True)

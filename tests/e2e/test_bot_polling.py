@@ -216,6 +216,34 @@ async def test_a_failed_turns_error_text_comes_after_the_draft_in_flight(
         await bot.stop()
 
 
+async def test_a_retried_turn_is_drafted_afresh(
+    telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, real_redis: Redis
+) -> None:
+    """Another writer changes the chat while the model answers: the turn is produced again, and its
+    drafts show the new attempt only, not the abandoned attempt's text in front of it."""
+    abandoned, retried = "abandoned attempt " * 5, "retried answer " * 5
+    stub_llm.chat_replies.extend([abandoned, retried])
+    stub_llm.stream_chunk_chars = 18
+    stub_llm.delays.extend([1.0, 0.3])  # room to interfere; the retry's drafts come past the interval
+    bot = await start_bot(make_settings(telegram.base_url, stub_llm.base_url, redis_server.url))
+    try:
+        telegram.send_text(CHAT, "question")
+
+        async def asked() -> bool:
+            return len(stub_llm.chat_requests) == 1
+
+        await eventually(asked, within=5, what="the model call")
+        session = await bot.store.load(CHAT)  # the turn has loaded the chat: a commit now outdates it
+        await bot.store.commit_turn(CHAT, expected_version=session.version, messages=[])
+        assert await telegram.wait_messages(CHAT, 1) == [retried.strip()]
+        drafts = [c.params["text"] for c in telegram.of("sendMessageDraft", CHAT)]
+        assert any(d.startswith("abandoned") for d in drafts), drafts
+        assert any(d.startswith("retried") for d in drafts), drafts
+        assert not any("abandoned" in d and "retried" in d for d in drafts), drafts
+    finally:
+        await bot.stop()
+
+
 async def test_markdown_formatting_with_plain_fallback_and_flood_control(
     telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, real_redis: Redis
 ) -> None:

@@ -90,6 +90,7 @@ async def on_text(
                 customer_text,
                 deliver=deliver,
                 on_delta=drafts.on_delta if drafts else None,
+                on_restart=drafts.restart if drafts else None,
                 turn_id=turn_id,
                 fence=fence,
             )
