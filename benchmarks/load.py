@@ -13,7 +13,9 @@ turn ordinary (no compaction in 8 messages), for the CPU cost of an ordinary tur
 ``--profile`` samples every worker with py-spy and prints where their CPU went, by component.
 ``--variant LABEL:KEY=VALUE,...`` (repeatable) runs the same load once per variant with extra
 environment for the workers, e.g. ``--variant main:PYTHONPATH=/tmp/main-src`` to run another
-checkout's code side by side, or ``--variant asyncio:EVENT_LOOP=asyncio``; ``--repeat`` alternates
+checkout's code side by side, ``--variant asyncio:EVENT_LOOP=asyncio``, or
+``--variant naive:WORKER_MODULE=benchmarks.naive_bot`` to run the minimal reference bot instead of
+``python -m bot`` (see benchmarks/naive_bot.py); ``--repeat`` alternates
 the variants that many times (A B A B...), so that a busy machine hurts them alike."""
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import asyncio
 import gc
 import json
 import logging
+import os
 import re
 import statistics
 import sys
@@ -186,12 +189,15 @@ async def one_run(
         }
         | (extra_env or {})
     )
+    module = env.pop("WORKER_MODULE", "bot")
+    if module.startswith("benchmarks."):  # not installed in the venv: run from this checkout
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).parent.parent), env.get("PYTHONPATH")) if p)
     workers: list[BotProcess] = []
     urls: list[str] = []
     prefix = callgrind_prefix(workdir) if args.callgrind else ()
     try:
         for _ in range(workers_count):
-            urls.append(await start_webhook_worker(env, workdir, workers, prefix=prefix))
+            urls.append(await start_webhook_worker(env, workdir, workers, prefix=prefix, module=module))
         watcher = ReplyWatcher(telegram)
         watching = asyncio.create_task(watcher.run())
         sent_at: dict[tuple[int, int], float] = {}

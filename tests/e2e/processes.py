@@ -18,9 +18,11 @@ API_KEY = "sk-test-very-secret-key"
 
 
 class BotProcess:
-    def __init__(self, env: dict[str, str], cwd: Path, *, prefix: Sequence[str] = ()) -> None:
+    def __init__(self, env: dict[str, str], cwd: Path, *, prefix: Sequence[str] = (), module: str = "bot") -> None:
         self.prefix = list(prefix)
         """Run ``python -m bot`` under this command (e.g. valgrind, for the load benchmark)."""
+        self.module = module
+        """What ``python -m`` runs (the load benchmark's reference bot is another module)."""
         self.env = {**os.environ, **env}
         for name in ("REDIS_URL", "BOT_MODE"):
             if name not in env:
@@ -35,7 +37,7 @@ class BotProcess:
             *self.prefix,
             sys.executable,
             "-m",
-            "bot",
+            self.module,
             cwd=self.cwd,
             env=self.env,
             stdout=asyncio.subprocess.PIPE,
@@ -99,14 +101,14 @@ def base_env(telegram: StubTelegram, stub_llm: StubOpenAI) -> dict[str, str]:
 
 
 async def start_webhook_worker(
-    env: dict[str, str], workdir: Path, started: list[BotProcess], *, prefix: Sequence[str] = ()
+    env: dict[str, str], workdir: Path, started: list[BotProcess], *, prefix: Sequence[str] = (), module: str = "bot"
 ) -> str:
     """Start one webhook worker on a free port (added to ``started`` first, so the caller's clean-up
     stops it even if it fails to come up); returns its webhook URL once /healthz answers."""
     from tests.conftest import free_port
 
     port = free_port()
-    worker = BotProcess(env | {"WEBHOOK_PORT": str(port)}, workdir, prefix=prefix)
+    worker = BotProcess(env | {"WEBHOOK_PORT": str(port)}, workdir, prefix=prefix, module=module)
     started.append(worker)
     await worker.start()
     await worker.wait_http_ok(f"http://127.0.0.1:{port}/healthz", within=300 if prefix else 90)

@@ -1,0 +1,99 @@
+"""The reference the load benchmark measures the product against: a minimal aiogram + openai + redis
+webhook bot doing the same visible work per turn ("typing…", drafts while the reply streams, the
+reply, the history kept in Redis) and nothing else.
+
+    .venv/bin/python -m benchmarks.load --workers 1 --chats 100 --messages 6 --llm-latency 0.2 \\
+        --budget 6000 --drafts --variant naive:WORKER_MODULE=benchmarks.naive_bot --variant this:
+
+It reads the subset of ``python -m bot``'s webhook environment it needs. It is not a product and
+shows what the product's guarantees replace: no token budget or summary (it sends the last
+``HISTORY`` messages, however long), no queue or leases (a crash loses the turn; two workers may
+answer one chat out of order), no rate limit, redelivery check, metrics or Markdown rendering; a
+draft is awaited inline, the way the aiogram examples send them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from aiogram import Bot, Dispatcher
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.telegram import TelegramAPIServer
+from aiogram.types import Message
+from aiogram.utils.chat_action import ChatActionSender
+from aiogram.webhook.aiohttp_server import SimpleRequestHandler
+from aiohttp import web
+from openai import AsyncOpenAI
+from openai.types.chat import ChatCompletionUserMessageParam
+from redis.asyncio import Redis
+
+from prompts import default_registry
+
+HISTORY = 20
+"""Messages of history sent with each request (10 turns)."""
+
+
+def make_app(env: dict[str, str]) -> web.Application:
+    api = TelegramAPIServer.from_base(env["TELEGRAM_API_URL"].rstrip("/"))
+    bot = Bot(env["BOT_TOKEN"], session=AiohttpSession(api=api))
+    llm = AsyncOpenAI(api_key=env["OPENAI_API_KEY"], base_url=env["OPENAI_BASE_URL"], max_retries=0)
+    redis = Redis.from_url(env["REDIS_URL"])
+    model = env.get("OPENAI_MODEL", "gpt-4o-mini")
+    drafts = env.get("DRAFTS_ENABLED", "true").lower() == "true"
+    interval = float(env.get("DRAFT_INTERVAL_SECONDS", "0.7"))
+    instruction = default_registry().get("support_chat").render(company="Acme", handoff="")
+    dispatcher = Dispatcher()
+
+    @dispatcher.message()
+    async def on_text(message: Message) -> None:
+        if not message.text:
+            return
+        chat_id, key = message.chat.id, f"naive:{message.chat.id}"
+        history: list[Any] = [json.loads(m) for m in await redis.lrange(key, -HISTORY, -1)]
+        content = f"<customer_message>\n{message.text}\n</customer_message>"
+        user: ChatCompletionUserMessageParam = {"role": "user", "content": content}
+        parts: list[str] = []
+        async with ChatActionSender.typing(bot=bot, chat_id=chat_id):
+            stream = await llm.chat.completions.create(
+                model=model, messages=[{"role": "system", "content": instruction}, *history, user], stream=True
+            )
+            last_draft = 0.0
+            async for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    parts.append(chunk.choices[0].delta.content)
+                    if drafts and message.chat.type == "private" and time.monotonic() - last_draft >= interval:
+                        last_draft = time.monotonic()
+                        await bot.send_message_draft(chat_id, draft_id=message.message_id, text="".join(parts))
+        reply = "".join(parts)
+        await bot.send_message(chat_id, reply)
+        await redis.rpush(key, json.dumps(user), json.dumps({"role": "assistant", "content": reply}))
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    SimpleRequestHandler(dispatcher=dispatcher, bot=bot, secret_token=env["WEBHOOK_SECRET"]).register(
+        app, path=env.get("WEBHOOK_PATH", "/telegram/webhook")
+    )
+
+    async def close(_: web.Application) -> None:
+        await bot.session.close()
+        await llm.close()
+        await redis.aclose()
+
+    app.on_cleanup.append(close)
+    return app
+
+
+if __name__ == "__main__":
+    environment = dict(os.environ)
+    web.run_app(
+        make_app(environment),
+        host=environment.get("WEBHOOK_HOST", "127.0.0.1"),
+        port=int(environment["WEBHOOK_PORT"]),
+        print=None,
+    )
