@@ -191,7 +191,8 @@ async def one_run(
     )
     module = env.pop("WORKER_MODULE", "bot")
     if module.startswith("benchmarks."):  # not installed in the venv: run from this checkout
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).parent.parent), env.get("PYTHONPATH")) if p)
+        inherited = env.get("PYTHONPATH", os.environ.get("PYTHONPATH"))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).parent.parent), inherited) if p)
     workers: list[BotProcess] = []
     urls: list[str] = []
     prefix = callgrind_prefix(workdir) if args.callgrind else ()

@@ -10,6 +10,10 @@ shows what the product's guarantees replace: no token budget or summary (it send
 ``HISTORY`` messages, however long), no queue or leases (a crash loses the turn; two workers may
 answer one chat out of order), no rate limit, redelivery check, metrics or Markdown rendering; a
 draft is awaited inline, the way the aiogram examples send them.
+
+``NAIVE_FASTPATHS=on`` gives it the product's three process-level speed-ups (bot/runtime/fastpath.py:
+uvloop, orjson as aiogram's codec, the start-up heap frozen), so that a comparison can tell them
+apart from the design; hiredis is used by both whenever it is installed.
 """
 
 from __future__ import annotations
@@ -30,15 +34,21 @@ from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionUserMessageParam
 from redis.asyncio import Redis
 
+from bot.runtime.fastpath import freeze_startup_heap, install_event_loop, json_codec
 from prompts import default_registry
 
 HISTORY = 20
 """Messages of history sent with each request (10 turns)."""
 
 
-def make_app(env: dict[str, str]) -> web.Application:
+def make_app(env: dict[str, str], *, fast: bool) -> web.Application:
     api = TelegramAPIServer.from_base(env["TELEGRAM_API_URL"].rstrip("/"))
-    bot = Bot(env["BOT_TOKEN"], session=AiohttpSession(api=api))
+    if fast:
+        loads, dumps, _ = json_codec()
+        session = AiohttpSession(api=api, json_loads=loads, json_dumps=dumps)
+    else:
+        session = AiohttpSession(api=api)
+    bot = Bot(env["BOT_TOKEN"], session=session)
     llm = AsyncOpenAI(api_key=env["OPENAI_API_KEY"], base_url=env["OPENAI_BASE_URL"], max_retries=0)
     redis = Redis.from_url(env["REDIS_URL"])
     model = env.get("OPENAI_MODEL", "gpt-4o-mini")
@@ -85,14 +95,22 @@ def make_app(env: dict[str, str]) -> web.Application:
         await llm.close()
         await redis.aclose()
 
+    async def freeze(_: web.Application) -> None:
+        freeze_startup_heap()
+
+    if fast:
+        app.on_startup.append(freeze)
     app.on_cleanup.append(close)
     return app
 
 
 if __name__ == "__main__":
     environment = dict(os.environ)
+    fast = environment.get("NAIVE_FASTPATHS", "off").lower() == "on"
+    if fast:
+        install_event_loop()
     web.run_app(
-        make_app(environment),
+        make_app(environment, fast=fast),
         host=environment.get("WEBHOOK_HOST", "127.0.0.1"),
         port=int(environment["WEBHOOK_PORT"]),
         print=None,

@@ -73,6 +73,29 @@ async def test_a_restarted_stream_is_drafted_afresh(bot: Bot, telegram: StubTele
     assert [c.params["text"] for c in telegram.of("sendMessageDraft")] == ["abandoned ", "retried"]
 
 
+async def test_a_restart_waits_for_the_old_attempts_draft_in_flight(bot: Bot, telegram: StubTelegram) -> None:
+    """Restarted while the abandoned attempt's draft is on its way: that draft still goes first, the new
+    attempt's after it is answered, and the reply after both (none may overtake another)."""
+    telegram.delays["sendMessageDraft"] = 0.3
+    drafts = DraftStreamer(bot=bot, chat_id=CHAT, draft_id=5, interval=0.0)
+    await drafts.on_delta("abandoned ")
+    await telegram.wait_for(lambda: len(telegram.of("sendMessageDraft")) == 1)
+    drafts.restart()
+    await drafts.on_delta("retried ")  # the old draft is still in flight: only collected
+    await telegram.wait_for(lambda: drafts.sent == 1)
+    await drafts.on_delta("answer")
+    await drafts.finish()
+    await bot.send_message(CHAT, "retried answer")
+    sent = [(c.method, c.params["text"]) for c in telegram.calls if c.method in ("sendMessageDraft", "sendMessage")]
+    assert sent == [
+        ("sendMessageDraft", "abandoned "),
+        ("sendMessageDraft", "retried answer"),
+        ("sendMessage", "retried answer"),
+    ]
+    first, second = telegram.of("sendMessageDraft")
+    assert second.at >= first.at + 0.25, "the new attempt's draft waited for the old one's answer"
+
+
 async def test_a_refused_draft_turns_drafts_off(bot: Bot, telegram: StubTelegram) -> None:
     telegram.faults["sendMessageDraft"] = deque([{"error_code": 400, "description": "Bad Request: nope"}])
     drafts = streamer(bot)
