@@ -35,6 +35,9 @@ class BotSettings(BaseSettings):
     default_language: str = "en"
     draft_interval_seconds: float = Field(default=0.7, ge=0.1)
     drafts_enabled: bool = True
+    draft_settle_seconds: float = Field(
+        default=2.0, ge=0, le=30, description="how long a failed turn's error text waits for the draft in flight"
+    )
     flood_retries: int = Field(default=3, ge=0)
     flood_max_wait_seconds: float = Field(default=30.0, ge=0, description="total flood-control wait per message")
     rate_limit_per_minute: int = Field(default=20, ge=0, description="per chat, shared by all workers; 0 = off")

@@ -216,6 +216,23 @@ async def test_a_failed_turns_error_text_comes_after_the_draft_in_flight(
         await bot.stop()
 
 
+async def test_the_error_text_waits_for_a_draft_no_longer_than_draft_settle_seconds(
+    telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, real_redis: Redis
+) -> None:
+    stub_llm.chat_replies.append("<<length>>" + " ".join(f"word{i:03d}" for i in range(300)))  # cut off
+    stub_llm.stream_chunk_chars = 40
+    telegram.delays["sendMessageDraft"] = 3.0
+    settings = make_settings(telegram.base_url, stub_llm.base_url, redis_server.url, bot={"draft_settle_seconds": 0.3})
+    bot = await start_bot(settings)
+    try:
+        telegram.send_text(CHAT, "tell me everything")
+        assert await telegram.wait_messages(CHAT, 1, within=15) == [TEXTS["en"]["reply_truncated"]]
+        draft, error = telegram.of("sendMessageDraft", CHAT)[-1], telegram.of("sendMessage", CHAT)[0]
+        assert draft.at + 0.25 <= error.at < draft.at + 1.5, "waited about the settle time, not the draft's 3 s"
+    finally:
+        await bot.stop()
+
+
 async def test_a_retried_turn_is_drafted_afresh(
     telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, real_redis: Redis
 ) -> None:

@@ -27,9 +27,6 @@ from services.ports import RateLimiter
 
 log = logging.getLogger(__name__)
 
-DRAFT_SETTLE_SECONDS = 2.0
-"""How long a failed turn's error text waits for the draft in flight to be answered."""
-
 
 async def on_text(
     message: Message,
@@ -100,7 +97,7 @@ async def on_text(
             raise
         finally:
             if drafts is not None:  # a failed turn's error text comes after the draft in flight
-                await drafts.settle(within=DRAFT_SETTLE_SECONDS)
+                await drafts.settle(within=settings.draft_settle_seconds)
     log.info(
         "turn chat=%s update=%s stored=%s sent_history=%s removed=%s est_tokens=%s prompt_tokens=%s "
         "cached_tokens=%s completion_tokens=%s llm_s=%.3f total_s=%.3f summary_updated=%s drafts=%s duplicate=%s",
