@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import io
-import itertools
 import logging
 import re
 import subprocess
@@ -62,6 +61,7 @@ def test_tokens_benchmark_smoke(tmp_path: Path) -> None:
 
 
 def test_load_benchmark_smoke() -> None:
+    """Both the bot and the minimal reference bot (benchmarks/naive_bot.py) serve the load, side by side."""
     out = run_script(
         "benchmarks.load",
         "--workers",
@@ -74,20 +74,28 @@ def test_load_benchmark_smoke() -> None:
         "0.2",
         "--llm-latency",
         "0.05",
+        "--variant",
+        "naive:WORKER_MODULE=benchmarks.naive_bot",
+        "--variant",
+        "this:",
     )
-    header, row = next(
-        (line.split(), following.split())
-        for line, following in itertools.pairwise(out.splitlines())
-        if line.split()[:2] == ["workers", "turns/s"]
-    )
-    figures = dict(zip(header, row, strict=True))
-    assert figures["workers"] == "1" and float(figures["turns/s"]) > 0
-    assert int(figures["compaction_turns"]) > 0, "compaction turns were measured"
-    assert float(figures["cpu_ms/turn"]) > 0, "worker CPU per turn was measured"
-    per_turn = {
-        m.group(1): float(m.group(2)) for m in re.finditer(r"(redis commands|bot api requests) per turn: ([\d.]+)", out)
-    }
-    assert per_turn["redis commands"] > 0 and per_turn["bot api requests"] >= 2, per_turn
+    lines = out.splitlines()
+    header = next(line.split() for line in lines if line.split()[:2] == ["workers", "turns/s"])
+    rows: dict[str, tuple[dict[str, str], dict[str, float]]] = {}
+    label = ""
+    for line in lines:  # a row of figures, then its "... per turn: N (...)" lines
+        if line.split()[:1] == ["1"] and len(line.split()) == len(header):
+            figures = dict(zip(header, line.split(), strict=True))
+            label = figures["variant"]
+            rows[label] = figures, {}
+        elif label and (m := re.search(r"(redis commands|bot api requests) per turn: ([\d.]+)", line)):
+            rows[label][1].setdefault(m.group(1), float(m.group(2)))
+    assert set(rows) == {"naive", "this"}, out
+    for label, (figures, per_turn) in rows.items():
+        assert float(figures["turns/s"]) > 0 and float(figures["cpu_ms/turn"]) > 0, (label, figures)
+        assert per_turn["redis commands"] > 1 and per_turn["bot api requests"] >= 2, (label, per_turn)
+    assert int(rows["this"][0]["compaction_turns"]) > 0, "compaction turns were measured"
+    assert int(rows["naive"][0]["compaction_turns"]) == 0, "the naive bot keeps no summary"
 
 
 def test_the_chaos_script_recognises_the_engines_re_send_log_line() -> None:
