@@ -14,6 +14,7 @@ from pathlib import Path
 import fakeredis
 import pytest
 from pydantic import ValidationError
+from redis._parsers.base import BaseParser
 from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException
 
@@ -26,7 +27,7 @@ from services.backends.redis.keys import CHAT_KEY_NAMES, ChatKeys, KeySpace
 from services.backends.redis.queue import ChatWorkQueue
 from services.backends.redis.scripts import AnyRedis, CrossSlotError, redis_errors, register, slot_of
 from services.backends.redis.store import RedisSessionStore
-from services.errors import StoreUnavailableError
+from services.errors import CorruptSessionError, StoreError, StoreUnavailableError
 from services.settings import RedisSettings
 from tests.cluster import RedisClusterServers
 from tests.conftest import RedisServer, flushed_cluster_client, free_port
@@ -80,6 +81,39 @@ def test_cluster_client_errors_are_classified() -> None:
         raise RedisClusterException("Redis Cluster cannot be connected. Please provide at least one reachable node")
     with pytest.raises(CrossSlotError), redis_errors("x"):
         raise RedisClusterException("EVALSHA - all keys must map to the same key slot")
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "CLUSTERDOWN The cluster is down",
+        "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+        "TRYAGAIN Multiple keys request during rehashing of slot",
+        "READONLY You can't write against a read only replica.",
+        "OOM command not allowed when used memory > 'maxmemory'.",
+        "LOADING Redis is loading the dataset in memory",
+        "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSCRIPT.",
+        "NOREPLICAS Not enough good replicas to write.",
+        "MOVED 3999 127.0.0.1:6381",
+        "ASK 3999 127.0.0.1:6381",
+    ],
+)
+def test_error_replies_after_which_a_retry_succeeds_are_transient(reply: str) -> None:
+    """As redis-py raises them: its parser strips the code of the replies it knows (CLUSTERDOWN → a
+    ClusterDownError reading "The cluster is down"), so the code is not in the message. A CLUSTERDOWN
+    taken for a permanent error once sent updates to the dead letters during a failover."""
+    with pytest.raises(StoreUnavailableError), redis_errors("x"):
+        raise BaseParser.parse_error(reply)
+
+
+def test_error_replies_that_are_bugs_or_damage_are_not_transient() -> None:
+    with pytest.raises(CrossSlotError), redis_errors("x"):
+        raise BaseParser.parse_error("CROSSSLOT Keys in request don't hash to the same slot")
+    with pytest.raises(CorruptSessionError), redis_errors("x"):
+        raise BaseParser.parse_error("WRONGTYPE Operation against a key holding the wrong kind of value")
+    with pytest.raises(StoreError) as raised, redis_errors("x"):
+        raise BaseParser.parse_error("ERR Error running script: attempt to compare nil with number")
+    assert type(raised.value) is StoreError
 
 
 async def test_a_redis_py_internal_error_during_a_fault_is_transient_but_ours_is_not() -> None:

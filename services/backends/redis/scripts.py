@@ -14,7 +14,18 @@ import redis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import CrossSlotTransactionError, RedisClusterException, RedisError, ResponseError
+from redis.exceptions import (
+    AskError,
+    ClusterCrossSlotError,
+    ClusterDownError,
+    CrossSlotTransactionError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 
 from services.errors import CorruptSessionError, StoreError, StoreUnavailableError
 from services.ports import TURN_IDS_KEPT
@@ -91,6 +102,11 @@ _TRANSIENT_REPLIES = frozenset(
 )
 """Error replies after which the same command succeeds later (failover, loading, memory freed)."""
 
+_TRANSIENT_REPLY_ERRORS = (ClusterDownError, TryAgainError, ReadOnlyError, OutOfMemoryError, AskError)
+"""The same replies as redis-py raises them when it knows their code: its parser strips the code from
+the message ("CLUSTERDOWN The cluster is down" → ClusterDownError("The cluster is down"); MASTERDOWN
+and MOVED are subclasses), so these are told by their class."""
+
 
 @contextmanager
 def redis_errors(action: str) -> Iterator[None]:
@@ -105,9 +121,9 @@ def redis_errors(action: str) -> Iterator[None]:
         yield
     except ResponseError as exc:
         code = str(exc).split(" ", 1)[0].upper()
-        if code in _TRANSIENT_REPLIES:
-            raise StoreUnavailableError(f"{action}: {exc}") from exc
-        if code == "CROSSSLOT":
+        if isinstance(exc, _TRANSIENT_REPLY_ERRORS) or code in _TRANSIENT_REPLIES:
+            raise StoreUnavailableError(f"{action}: {type(exc).__name__}: {exc}") from exc
+        if isinstance(exc, ClusterCrossSlotError) or code == "CROSSSLOT":
             raise CrossSlotError(f"{action}: {exc}") from exc
         if code == "WRONGTYPE" or "WRONGTYPE" in str(exc):
             raise CorruptSessionError(f"{action}: a key holds the wrong type: {exc}") from exc
