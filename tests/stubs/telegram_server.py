@@ -239,11 +239,14 @@ class StubTelegram:
         deadline = time.monotonic() + timeout
         while True:
             pending = [u for u in self.updates if u["update_id"] >= offset]
-            if pending or time.monotonic() >= deadline:
+            if pending or time.monotonic() >= deadline or self._stopping.is_set():
                 return pending[: int(params.get("limit") or 100)]
             self._new_update.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._new_update.wait(), max(0.0, deadline - time.monotonic()))
+            # a stopping stub answers its open long poll at once (the server's shutdown waits for it)
+            waits = [asyncio.ensure_future(event.wait()) for event in (self._new_update, self._stopping)]
+            await asyncio.wait(waits, timeout=max(0.0, deadline - time.monotonic()), return_when="FIRST_COMPLETED")
+            for waiting in waits:
+                waiting.cancel()
 
     async def _m_sendMessage(self, params: dict[str, Any]) -> Any:
         chat_id = int(params["chat_id"])
