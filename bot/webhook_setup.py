@@ -53,12 +53,14 @@ def read_certificate(path: Path) -> Path:
 
 
 async def set_webhook(settings: Settings, certificate: Path | None = None) -> None:
+    url = check_webhook_url(settings.bot.webhook_url or "")
+    checked = read_certificate(certificate) if certificate else None
+    # aiogram takes seconds to import: a refused URL or certificate is answered before that
     from aiogram.types import FSInputFile
 
     from bot.factory import build_bot, set_commands
 
-    url = check_webhook_url(settings.bot.webhook_url or "")
-    cert = FSInputFile(read_certificate(certificate)) if certificate else None
+    cert = FSInputFile(checked) if checked else None
     secret = settings.bot.webhook_secret.get_secret_value() if settings.bot.webhook_secret else None
     bot = build_bot(settings.bot)
     try:
