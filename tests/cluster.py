@@ -29,11 +29,18 @@ class ClusterNode:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (scripts/test installs it)")
+        self._binary = binary
+        self._root = root
+        self._started = False
+        self._use_port(port)
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def _use_port(self, port: int) -> None:
         self.port = port
-        self.dir = root / str(port)
+        self.dir = self._root / str(port)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._args = [
-            binary,
+            self._binary,
             "--port",
             str(port),
             "--bind",
@@ -53,13 +60,35 @@ class ClusterNode:
             "--dir",
             str(self.dir),
         ]
-        self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.process = subprocess.Popen(self._args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if self.process.poll() is not None:
-            raise RuntimeError(f"redis-server on port {self.port} exited at once")
-        _wait(lambda: redis.Redis(host="127.0.0.1", port=self.port).ping(), what=f"node {self.port} answering")
+        """Start the node and wait until it answers. On its first start, a port taken by another process
+        since it was chosen moves the node to other free ports (a restart keeps them: the cluster knows
+        the node by its address)."""
+        for _ in range(5):
+            self.process = subprocess.Popen(self._args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if self._answers(self.process):
+                self._started = True
+                return
+            if self._started:
+                raise RuntimeError(f"redis-server on port {self.port} exited with {self.process.returncode}")
+            self._use_port(free_port())
+        raise RuntimeError("a cluster node found no free port in 5 tries")
+
+    def _answers(self, process: subprocess.Popen[bytes]) -> bool:
+        """True once ``process`` itself answers on the port; False if it exits first."""
+
+        def ours() -> bool:
+            if process.poll() is not None:
+                return True
+            try:
+                with redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2) as client:
+                    return int(client.info("server")["process_id"]) == process.pid
+            except (redis.ConnectionError, redis.TimeoutError):
+                return False
+
+        _wait(ours, what=f"node {self.port} answering")
+        return process.poll() is None
 
     def kill(self) -> None:
         """SIGKILL: no shutdown, no final write (the append-only file has every acknowledged write)."""
@@ -82,8 +111,11 @@ class RedisClusterServers:
     def __init__(self, masters: int = 3) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="sb-cluster-"))
         self.nodes = [ClusterNode(self.root, free_port()) for _ in range(masters)]
-        self.url = f"redis://127.0.0.1:{self.nodes[0].port}/0"
         self.startup_seconds = 0.0
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.nodes[0].port}/0"
 
     def start(self) -> None:
         started = time.monotonic()

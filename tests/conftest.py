@@ -43,6 +43,10 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class RedisExitedError(RuntimeError):
+    """redis-server exited while starting (e.g. its port was taken)."""
+
+
 class RedisServer:
     """A real redis-server process on loopback, for the tests that must talk to the real thing."""
 
@@ -51,10 +55,20 @@ class RedisServer:
         if binary is None:
             raise RuntimeError("redis-server is not installed (scripts/test installs it)")
         self.dir = Path(tempfile.mkdtemp(prefix="sb-redis-"))
-        self.port = port or free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self._args = [
-            binary,
+        self._binary = binary
+        self._port_chosen_here = port is None
+        self._started = False
+        self._use_port(port or free_port())
+        self._appendonly = appendonly
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def _use_port(self, port: int) -> None:
+        self.port = port
+        self.url = f"redis://127.0.0.1:{port}/0"
+
+    def _args(self) -> list[str]:
+        return [
+            self._binary,
             "--port",
             str(self.port),
             "--bind",
@@ -62,25 +76,40 @@ class RedisServer:
             "--save",
             "",
             "--appendonly",
-            "yes" if appendonly else "no",
+            "yes" if self._appendonly else "no",
             "--dir",
             str(self.dir),
         ]
-        self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.process = subprocess.Popen(self._args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port)
+        """Start the server and wait until it answers. A free port chosen here can be taken by another
+        process before redis-server binds it: the first start then moves to another free port (a
+        restart keeps its port: clients and data are bound to it)."""
+        for _ in range(5):
+            try:
+                self._start()
+            except RedisExitedError:
+                if self._started or not self._port_chosen_here:
+                    raise
+                self._use_port(free_port())
+                continue
+            self._started = True
+            return
+        raise RuntimeError("redis-server found no free port in 5 tries")
+
+    def _start(self) -> None:
+        self.process = subprocess.Popen(self._args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=self.port, socket_timeout=2)
         deadline = time.monotonic() + 10
         try:
             while True:
                 if self.process.poll() is not None:  # e.g. the port was taken meanwhile
-                    raise RuntimeError(f"redis-server on port {self.port} exited with {self.process.returncode}")
+                    raise RedisExitedError(f"redis-server on port {self.port} exited with {self.process.returncode}")
                 try:
                     # the server answering is the one just started, not another process on the port
                     if int(client.info("server")["process_id"]) == self.process.pid:
                         break
-                except redis.ConnectionError:
+                except (redis.ConnectionError, redis.TimeoutError):
                     pass
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"redis-server on port {self.port} did not answer within 10 s")
