@@ -84,10 +84,15 @@ class ClusterNode:
             try:
                 with redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2) as client:
                     return int(client.info("server")["process_id"]) == process.pid
-            except (redis.ConnectionError, redis.TimeoutError):
+            except redis.RedisError:  # not up yet, or another kind of server on the port
                 return False
 
-        _wait(ours, what=f"node {self.port} answering")
+        try:
+            _wait(ours, what=f"node {self.port} answering")
+        except TimeoutError:
+            process.kill()
+            process.wait()
+            raise
         return process.poll() is None
 
     def kill(self) -> None:

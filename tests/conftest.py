@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -35,6 +36,16 @@ if TYPE_CHECKING:
 @pytest.fixture(scope="session")
 def counter() -> TokenCounter:
     return TokenCounter.for_encoding("o200k_base")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # scripts/test stops its background pytest pass with SIGTERM: it ends as on Ctrl-C, tearing down
+    # its fixtures (the redis-servers it started) instead of leaving them running
+    signal.signal(signal.SIGTERM, _interrupted)
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def free_port() -> int:
@@ -109,9 +120,11 @@ class RedisServer:
                     # the server answering is the one just started, not another process on the port
                     if int(client.info("server")["process_id"]) == self.process.pid:
                         break
-                except (redis.ConnectionError, redis.TimeoutError):
+                except redis.RedisError:  # not up yet, or another kind of server on the port
                     pass
                 if time.monotonic() > deadline:
+                    self.process.kill()
+                    self.process.wait()
                     raise RuntimeError(f"redis-server on port {self.port} did not answer within 10 s")
                 time.sleep(0.02)
         finally:

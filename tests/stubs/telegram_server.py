@@ -244,9 +244,11 @@ class StubTelegram:
             self._new_update.clear()
             # a stopping stub answers its open long poll at once (the server's shutdown waits for it)
             waits = [asyncio.ensure_future(event.wait()) for event in (self._new_update, self._stopping)]
-            await asyncio.wait(waits, timeout=max(0.0, deadline - time.monotonic()), return_when="FIRST_COMPLETED")
-            for waiting in waits:
-                waiting.cancel()
+            try:
+                await asyncio.wait(waits, timeout=max(0.0, deadline - time.monotonic()), return_when="FIRST_COMPLETED")
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
 
     async def _m_sendMessage(self, params: dict[str, Any]) -> Any:
         chat_id = int(params["chat_id"])
