@@ -16,7 +16,12 @@ environment for the workers, e.g. ``--variant main:PYTHONPATH=/tmp/main-src`` to
 checkout's code side by side, ``--variant asyncio:EVENT_LOOP=asyncio``, or
 ``--variant naive:WORKER_MODULE=benchmarks.naive_bot`` to run the minimal reference bot instead of
 ``python -m bot`` (see benchmarks/naive_bot.py); ``--repeat`` alternates
-the variants that many times (A B A B...), so that a busy machine hurts them alike."""
+the variants that many times (A B A B...), so that a busy machine hurts them alike.
+
+``--pin`` gives every worker a core of its own (``taskset``, the last cores) and keeps this process
+(the load generator and both stubs) and redis-server on the others: with enough chats and a short
+think time, what one worker serves with a core to itself. The ``harness`` column says whether the
+other side kept up (near 100 % of its core: the figure is the harness's limit, not the worker's)."""
 
 from __future__ import annotations
 
@@ -75,6 +80,8 @@ class RunFigures:
     """Bot API requests the workers made while the load ran, by method."""
     instructions: int = 0
     """Instructions the worker processes executed while the load ran (``--callgrind``)."""
+    refused: int = 0
+    """Webhook posts answered 503 (not taken in for now) and sent again, as Telegram would."""
 
 
 def redis_calls(url: str) -> dict[str, int]:
@@ -156,6 +163,11 @@ def parse_variant(text: str) -> tuple[str, dict[str, str]]:
 async def one_run(
     args: argparse.Namespace, workers_count: int, workdir: Path, extra_env: dict[str, str] | None = None
 ) -> RunFigures:
+    all_cores = os.sched_getaffinity(0)
+    worker_cores: list[int] = []
+    if args.pin:
+        worker_cores = sorted(all_cores)[-workers_count:]
+        os.sched_setaffinity(0, all_cores - set(worker_cores))  # redis-server, started next, inherits it
     redis = RedisServer()
     redis.start()
     llm, telegram = StubOpenAI(latency=args.llm_latency), StubTelegram()
@@ -195,13 +207,16 @@ async def one_run(
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).parent.parent), inherited) if p)
     workers: list[BotProcess] = []
     urls: list[str] = []
-    prefix = callgrind_prefix(workdir) if args.callgrind else ()
+    prefix: tuple[str, ...] = tuple(callgrind_prefix(workdir)) if args.callgrind else ()
     try:
-        for _ in range(workers_count):
+        for index in range(workers_count):
+            if worker_cores:  # the whole process, every thread it starts included
+                prefix = ("taskset", "--cpu-list", str(worker_cores[index]))
             urls.append(await start_webhook_worker(env, workdir, workers, prefix=prefix, module=module))
         watcher = ReplyWatcher(telegram)
         watching = asyncio.create_task(watcher.run())
         sent_at: dict[tuple[int, int], float] = {}
+        refused = [0]
         chats = list(range(1, args.chats + 1))
 
         async def customer(http: aiohttp.ClientSession, chat: int) -> None:
@@ -209,10 +224,15 @@ async def one_run(
             for n in range(args.messages):
                 update = telegram.message_update(chat, f"c{chat} m{n} {FILLER}")
                 sent_at[(chat, n)] = time.monotonic()
-                async with http.post(
-                    urls[(chat + n) % len(urls)], json=update, headers={"X-Telegram-Bot-Api-Secret-Token": SECRET}
-                ) as response:
-                    assert response.status == 200, response.status
+                while True:  # as Telegram does, an update refused for now (503) is offered again
+                    async with http.post(
+                        urls[(chat + n) % len(urls)], json=update, headers={"X-Telegram-Bot-Api-Secret-Token": SECRET}
+                    ) as response:
+                        if response.status != 503:
+                            assert response.status == 200, response.status
+                            break
+                    refused[0] += 1
+                    await asyncio.sleep(0.1)
                 await watcher.wait((chat, n), within=120)
                 await asyncio.sleep(args.think)
 
@@ -247,6 +267,7 @@ async def one_run(
             redis_calls={name: n for name, n in redis_per_command.items() if n > 0},
             bot_api_calls={name: bot_api.count(name) for name in sorted(set(bot_api))},
             instructions=instructions,
+            refused=refused[0],
         )
         if samplers:
             figures.profile = Breakdown()
@@ -287,6 +308,7 @@ async def one_run(
         await llm.stop()
         redis.stop()
         gc.unfreeze()  # this run's stubs and figures can go once they are garbage
+        os.sched_setaffinity(0, all_cores)
 
 
 def plot(rows: list[dict[str, Any]], path: str, args: argparse.Namespace) -> None:
@@ -340,6 +362,9 @@ def summarize(fig: RunFigures, label: str, args: argparse.Namespace) -> dict[str
         f"{row['forced_compaction_turns']:>6} {fig.harness_busy:>7.0%} {label}",
         flush=True,
     )
+    row["refused"] = fig.refused
+    if fig.refused:
+        print(f"        webhook posts refused (503) and sent again: {fig.refused}", flush=True)
     if fig.instructions:
         print(
             f"        worker instructions per turn (callgrind): {fig.instructions / fig.turns / 1e6:.2f} M", flush=True
@@ -373,16 +398,26 @@ def main(argv: list[str] | None = None) -> int:
         "whatever else the machine does; the workers run ~50x slower, so use few chats)",
     )
     parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="a core of its own for each worker (taskset); this process and redis-server on the other cores",
+    )
+    parser.add_argument(
         "--variant", action="append", default=[], help="LABEL:KEY=VALUE,... extra worker environment (repeatable)"
     )
     parser.add_argument("--repeat", type=int, default=1, help="alternate the variants this many times")
     args = parser.parse_args(argv)
+    if args.pin and args.callgrind:
+        parser.error("--pin and --callgrind do not go together (callgrind counts instructions, not time)")
+    if args.pin and max(args.workers) >= len(os.sched_getaffinity(0)):
+        parser.error(f"--pin needs more cores than workers: {len(os.sched_getaffinity(0))} cores available")
     if args.profile_dir:
         Path(args.profile_dir).mkdir(parents=True, exist_ok=True)
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     print(
         f"machine: {machine()}; chats={args.chats} messages={args.messages} "
         f"llm_latency={args.llm_latency * 1000:.0f}ms think={args.think}s budget={args.budget}"
+        + (" pinned: a core per worker" if args.pin else "")
     )
     print(
         f"{'workers':>7} {'turns/s':>8} {'p50_ms':>7} {'p95_ms':>7} {'p99_ms':>7} {'overhead_p50':>12} "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -61,9 +62,12 @@ def test_tokens_benchmark_smoke(tmp_path: Path) -> None:
 
 
 def test_load_benchmark_smoke() -> None:
-    """Both the bot and the minimal reference bot (benchmarks/naive_bot.py) serve the load, side by side."""
+    """Both the bot and the minimal reference bot (benchmarks/naive_bot.py) serve the load, side by side,
+    each worker on a core of its own where there are two."""
+    pin = ["--pin"] if len(os.sched_getaffinity(0)) >= 2 else []
     out = run_script(
         "benchmarks.load",
+        *pin,
         "--workers",
         "1",
         "--chats",
@@ -91,6 +95,7 @@ def test_load_benchmark_smoke() -> None:
         elif label and (m := re.search(r"(redis commands|bot api requests) per turn: ([\d.]+)", line)):
             rows[label][1].setdefault(m.group(1), float(m.group(2)))
     assert set(rows) == {"naive", "this"}, out
+    assert not pin or "pinned: a core per worker" in out, out
     for label, (figures, per_turn) in rows.items():
         assert float(figures["turns/s"]) > 0 and float(figures["cpu_ms/turn"]) > 0, (label, figures)
         assert per_turn["redis commands"] > 1 and per_turn["bot api requests"] >= 2, (label, per_turn)
