@@ -17,7 +17,7 @@ from pathlib import Path
 import redis
 from redis.crc import key_slot
 
-from tests.conftest import free_port
+from tests.conftest import answers_as, free_port
 
 NODE_TIMEOUT_MS = 2000
 
@@ -67,33 +67,13 @@ class ClusterNode:
         the node by its address)."""
         for _ in range(5):
             self.process = subprocess.Popen(self._args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            if self._answers(self.process):
+            if answers_as(self.process, self.port):
                 self._started = True
                 return
             if self._started:
                 raise RuntimeError(f"redis-server on port {self.port} exited with {self.process.returncode}")
             self._use_port(free_port())
         raise RuntimeError("a cluster node found no free port in 5 tries")
-
-    def _answers(self, process: subprocess.Popen[bytes]) -> bool:
-        """True once ``process`` itself answers on the port; False if it exits first."""
-
-        def ours() -> bool:
-            if process.poll() is not None:
-                return True
-            try:
-                with redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2) as client:
-                    return int(client.info("server")["process_id"]) == process.pid
-            except redis.RedisError:  # not up yet, or another kind of server on the port
-                return False
-
-        try:
-            _wait(ours, what=f"node {self.port} answering")
-        except TimeoutError:
-            process.kill()
-            process.wait()
-            raise
-        return process.poll() is None
 
     def kill(self) -> None:
         """SIGKILL: no shutdown, no final write (the append-only file has every acknowledged write)."""

@@ -58,6 +58,25 @@ class RedisExitedError(RuntimeError):
     """redis-server exited while starting (e.g. its port was taken)."""
 
 
+def answers_as(process: subprocess.Popen[bytes], port: int, within: float = 10) -> bool:
+    """Wait until the redis-server ``process`` itself answers on ``port`` (not another process there):
+    True; False if it exits first (e.g. its port was taken). One that never answers is killed."""
+    deadline = time.monotonic() + within
+    with redis.Redis(host="127.0.0.1", port=port, socket_timeout=2) as client:
+        while process.poll() is None:
+            try:
+                if int(client.info("server")["process_id"]) == process.pid:
+                    return True
+            except redis.RedisError:  # not up yet, or another kind of server on the port
+                pass
+            if time.monotonic() > deadline:
+                process.kill()
+                process.wait()
+                raise RuntimeError(f"redis-server on port {port} did not answer within {within:g} s")
+            time.sleep(0.02)
+    return False
+
+
 class RedisServer:
     """A real redis-server process on loopback, for the tests that must talk to the real thing."""
 
@@ -97,38 +116,14 @@ class RedisServer:
         process before redis-server binds it: the first start then moves to another free port (a
         restart keeps its port: clients and data are bound to it)."""
         for _ in range(5):
-            try:
-                self._start()
-            except RedisExitedError:
-                if self._started or not self._port_chosen_here:
-                    raise
-                self._use_port(free_port())
-                continue
-            self._started = True
-            return
+            self.process = subprocess.Popen(self._args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if answers_as(self.process, self.port):
+                self._started = True
+                return
+            if self._started or not self._port_chosen_here:
+                raise RedisExitedError(f"redis-server on port {self.port} exited with {self.process.returncode}")
+            self._use_port(free_port())
         raise RuntimeError("redis-server found no free port in 5 tries")
-
-    def _start(self) -> None:
-        self.process = subprocess.Popen(self._args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port, socket_timeout=2)
-        deadline = time.monotonic() + 10
-        try:
-            while True:
-                if self.process.poll() is not None:  # e.g. the port was taken meanwhile
-                    raise RedisExitedError(f"redis-server on port {self.port} exited with {self.process.returncode}")
-                try:
-                    # the server answering is the one just started, not another process on the port
-                    if int(client.info("server")["process_id"]) == self.process.pid:
-                        break
-                except redis.RedisError:  # not up yet, or another kind of server on the port
-                    pass
-                if time.monotonic() > deadline:
-                    self.process.kill()
-                    self.process.wait()
-                    raise RuntimeError(f"redis-server on port {self.port} did not answer within 10 s")
-                time.sleep(0.02)
-        finally:
-            client.close()
 
     def stop(self) -> None:
         if self.process is not None:
