@@ -97,15 +97,14 @@ FENCE_LOST = -2
 """What a fenced script returns when the caller no longer holds the chat's lease."""
 
 
-_TRANSIENT_REPLIES = frozenset(
-    {"BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "READONLY", "MOVED", "ASK", "NOREPLICAS", "OOM"}
-)
-"""Error replies after which the same command succeeds later (failover, loading, memory freed)."""
-
 _TRANSIENT_REPLY_ERRORS = (ClusterDownError, TryAgainError, ReadOnlyError, OutOfMemoryError, AskError)
-"""The same replies as redis-py raises them when it knows their code: its parser strips the code from
-the message ("CLUSTERDOWN The cluster is down" → ClusterDownError("The cluster is down"); MASTERDOWN
-and MOVED are subclasses), so these are told by their class."""
+"""Error replies after which the same command succeeds later (failover, memory freed), as redis-py
+raises them: its parser strips the code of the replies it knows from the message ("CLUSTERDOWN The
+cluster is down" → ClusterDownError("The cluster is down"); MASTERDOWN and MOVED are subclasses,
+LOADING is a connection error), so these are told by their class."""
+
+_TRANSIENT_CODES = frozenset({"BUSY", "NOREPLICAS"})
+"""The transient replies redis-py does not know: their code stays at the start of the message."""
 
 
 @contextmanager
@@ -121,9 +120,9 @@ def redis_errors(action: str) -> Iterator[None]:
         yield
     except ResponseError as exc:
         code = str(exc).split(" ", 1)[0].upper()
-        if isinstance(exc, _TRANSIENT_REPLY_ERRORS) or code in _TRANSIENT_REPLIES:
+        if isinstance(exc, _TRANSIENT_REPLY_ERRORS) or code in _TRANSIENT_CODES:
             raise StoreUnavailableError(f"{action}: {type(exc).__name__}: {exc}") from exc
-        if isinstance(exc, ClusterCrossSlotError) or code == "CROSSSLOT":
+        if isinstance(exc, ClusterCrossSlotError):
             raise CrossSlotError(f"{action}: {exc}") from exc
         if code == "WRONGTYPE" or "WRONGTYPE" in str(exc):
             raise CorruptSessionError(f"{action}: a key holds the wrong type: {exc}") from exc
