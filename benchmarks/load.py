@@ -216,10 +216,11 @@ async def one_run(
         watcher = ReplyWatcher(telegram)
         watching = asyncio.create_task(watcher.run())
         sent_at: dict[tuple[int, int], float] = {}
-        refused = [0]
+        refused = 0
         chats = list(range(1, args.chats + 1))
 
         async def customer(http: aiohttp.ClientSession, chat: int) -> None:
+            nonlocal refused
             await asyncio.sleep(args.think * chat / len(chats))  # spread the first messages
             for n in range(args.messages):
                 update = telegram.message_update(chat, f"c{chat} m{n} {FILLER}")
@@ -231,7 +232,7 @@ async def one_run(
                         if response.status != 503:
                             assert response.status == 200, response.status
                             break
-                    refused[0] += 1
+                    refused += 1
                     await asyncio.sleep(0.1)
                 await watcher.wait((chat, n), within=120)
                 await asyncio.sleep(args.think)
@@ -267,7 +268,7 @@ async def one_run(
             redis_calls={name: n for name, n in redis_per_command.items() if n > 0},
             bot_api_calls={name: bot_api.count(name) for name in sorted(set(bot_api))},
             instructions=instructions,
-            refused=refused[0],
+            refused=refused,
         )
         if samplers:
             figures.profile = Breakdown()
