@@ -25,6 +25,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.maint_notifications import MaintNotificationsConfig
 from redis.utils import HIREDIS_AVAILABLE
 
+from services.backends.redis.inline_write import inline_write_class
 from services.backends.redis.scripts import AnyRedis, redis_errors
 
 log = logging.getLogger(__name__)
@@ -34,38 +35,61 @@ ClusterMode = Literal["auto", "on", "off"]
 _COMMON: dict[str, Any] = {
     # calls fail (and are retried by their callers) instead of hanging on a dead link
     "health_check_interval": 30,
-    "socket_timeout": 15,
     "socket_connect_timeout": 5,
     "socket_keepalive": True,
 }
 
 
+COMMAND_TIMEOUT_SECONDS = 15.0
+"""How long one command's write, or the wait for its reply, may take before the call fails."""
+
 POOL_WAIT_SECONDS = 10
 """How long a command waits for a free connection when all ``max_connections`` are busy."""
 
 
-def redis_client(url: str, *, cluster: bool = False, max_connections: int = 512) -> AnyRedis:
+def redis_client(
+    url: str,
+    *,
+    cluster: bool = False,
+    max_connections: int = 512,
+    command_timeout: float = COMMAND_TIMEOUT_SECONDS,
+) -> AnyRedis:
     """A client for ``url``: any node of a cluster when ``cluster`` (the others are discovered).
 
     At most ``max_connections`` per server. On one server a command waits for a free connection
     (a blocking pool) rather than failing at once: redis-py's default pool refuses the 101st
-    concurrent command, which under a burst of webhook requests turned into 503s."""
+    concurrent command, which under a burst of webhook requests turned into 503s. Its connections
+    bound each write without a task per command (``inline_write``)."""
     if cluster:
-        return RedisCluster.from_url(
+        client = RedisCluster.from_url(
             url,
             retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=5),
             max_connections=max_connections,
+            socket_timeout=command_timeout,
             **_COMMON,
         )
+        _write_inline_on_every_node(client)
+        return client
     pool = BlockingConnectionPool.from_url(
         url,
         max_connections=max_connections,
         timeout=POOL_WAIT_SECONDS,
         # with them on, the pool hands out connections the server has closed (see the module docstring)
         maint_notifications_config=MaintNotificationsConfig(enabled=False),
+        socket_timeout=command_timeout,
         **_COMMON,
     )
+    pool.connection_class = inline_write_class(pool.connection_class)
     return Redis(connection_pool=pool)
+
+
+def _write_inline_on_every_node(client: RedisCluster) -> None:
+    # RedisCluster has no connection_class option: every node it discovers is built from its
+    # connection_kwargs (one dict, shared with its nodes manager), the start-up node already was
+    kwargs = client.connection_kwargs
+    kwargs["connection_class"] = inline_write_class(kwargs["connection_class"])
+    for node in client.nodes_manager.startup_nodes.values():
+        node.connection_class = kwargs["connection_class"]
 
 
 def reply_parser() -> str:
