@@ -199,6 +199,8 @@ async def one_run(
             "SUMMARY_MAX_TOKENS": "300",
             "DRAFTS_ENABLED": "true" if args.drafts else "false",
         }
+        # under valgrind a uvloop worker never acted on SIGTERM (it sat in epoll_wait): asyncio's loop
+        | ({"EVENT_LOOP": "asyncio"} if args.callgrind else {})
         | (extra_env or {})
     )
     module = env.pop("WORKER_MODULE", "bot")
@@ -396,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
         "--callgrind",
         action="store_true",
         help="run the workers under valgrind's callgrind and count their instructions per turn (repeatable "
-        "whatever else the machine does; the workers run ~50x slower, so use few chats)",
+        "whatever else the machine does; the workers run ~50x slower, so use few chats; with asyncio's event "
+        "loop, as a worker under valgrind does not stop on SIGTERM with uvloop)",
     )
     parser.add_argument(
         "--pin",
