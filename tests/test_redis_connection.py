@@ -5,6 +5,8 @@ node of a cluster, and the bound still holds against a server that stops reading
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import inspect
 import os
 import shutil
 import signal
@@ -14,13 +16,17 @@ from typing import Any
 
 import pytest
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from services.backends.redis.connection import redis_client
-from services.backends.redis.inline_write import inline_write_class
+from services.backends.redis.inline_write import TASK_PER_WRITE, inline_write_class
 from services.backends.redis.scripts import AnyRedis
 from tests.cluster import RedisClusterServers
 from tests.conftest import RedisServer, flushed_cluster_client
+
+CONNECTION = "InlineWriteConnection" if TASK_PER_WRITE else "Connection"
+"""The class of the connections in use (redis-py's own where ``wait_for`` makes no task)."""
 
 
 async def tasks_created_by(work: Coroutine[Any, Any, None]) -> int:
@@ -55,7 +61,7 @@ async def test_a_command_on_one_server_makes_no_task(redis_server: RedisServer) 
         assert await tasks_created_by(twenty_round_trips(client)) == 0
         connections = client.connection_pool._available_connections  # type: ignore[union-attr]
         assert connections
-        assert all(type(c).__name__ == "InlineWriteConnection" for c in connections)
+        assert all(type(c).__name__ == CONNECTION for c in connections)
     finally:
         await client.aclose()
 
@@ -69,7 +75,10 @@ async def test_a_command_on_a_cluster_makes_no_task(redis_cluster: RedisClusterS
         assert len(nodes) >= 3
         used = [c for node in nodes for c in node._connections]
         assert used
-        assert all(type(c).__name__ == "InlineWriteConnection" for c in used)
+        assert all(type(c).__name__ == CONNECTION for c in used)
+        # the start-up node too: it asks for the slot map at every re-discovery
+        known = [*client.nodes_manager.startup_nodes.values(), *client.nodes_manager.nodes_cache.values()]
+        assert {node.connection_class.__name__ for node in known} == {CONNECTION}
     finally:
         await client.aclose()
 
@@ -102,8 +111,24 @@ async def test_a_write_to_a_server_that_stopped_reading_times_out(own_server: Re
         assert time.monotonic() - started < 5
         os.kill(own_server.process.pid, signal.SIGCONT)
         assert await client.ping()  # the cut connection was dropped; a new one works
+        # redis-py closes a timed-out connection after flushing what it had buffered, so the server
+        # still gets that SET (a write that timed out may have happened, like any command that did);
+        # waiting for it lets the old socket close before the test ends
+        for _ in range(200):
+            if await client.exists("big"):
+                break
+            await asyncio.sleep(0.05)
     finally:
         await client.aclose()
+
+
+def test_the_replaced_method_is_still_the_one_it_mirrors() -> None:
+    """``inline_write`` copies redis-py 8.1's ``send_packed_command`` around the write; a redis-py
+    release that changes it must be compared with the copy again (then this hash is updated)."""
+    source = inspect.getsource(AbstractConnection.send_packed_command)
+    assert hashlib.sha256(source.encode()).hexdigest() == (
+        "baaeabd916209157db40455f034a0bac6fb3e2db902271313e0702bcbc678321"
+    ), "redis-py's send_packed_command changed: re-check services/backends/redis/inline_write.py"
 
 
 def test_each_connection_class_keeps_its_transport() -> None:
@@ -113,6 +138,7 @@ def test_each_connection_class_keeps_its_transport() -> None:
     for cls in (Connection, SSLConnection, UnixDomainSocketConnection):
         inline = inline_write_class(cls)
         assert issubclass(inline, cls)
+        assert (inline is not cls) == TASK_PER_WRITE
         assert inline_write_class(cls) is inline
         assert inline_write_class(inline) is inline
     tls = redis_client("rediss://127.0.0.1:1/0")

@@ -80,7 +80,7 @@ def redis_client(
         **_COMMON,
     )
     pool.connection_class = inline_write_class(pool.connection_class)
-    return Redis(connection_pool=pool)
+    return Redis.from_pool(pool)  # the client owns the pool: closing it closes every connection
 
 
 def _write_inline_on_every_node(client: RedisCluster) -> None:

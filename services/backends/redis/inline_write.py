@@ -2,31 +2,38 @@
 
 redis-py bounds every write to the server with ``asyncio.wait_for(write, socket_timeout)``. On
 Python 3.11 ``wait_for`` wraps the write in a new task: one task, and an event-loop turn to start it,
-for every command sent. In a saturated worker that task was 15 % of its CPU samples (py-spy) and
-removing it saved ~5 % of the CPU per turn (``benchmarks/RESULTS.md`` §3). ``asyncio.timeout`` gives
-the same bound (the write is cancelled, the connection dropped and redis-py's ``TimeoutError``
-raised) without a task. From Python 3.12 ``wait_for`` is built on ``asyncio.timeout`` itself, so
-there the two are the same.
+for every command sent (−3.0 % instructions per turn without it, ``benchmarks/RESULTS.md`` §3.00).
+``asyncio.timeout`` gives the same bound without a task: the write is cancelled, the connection
+dropped and redis-py's ``TimeoutError`` raised. From Python 3.12 ``wait_for`` is built on
+``asyncio.timeout`` itself, and before 3.11.3 ``asyncio.timeout`` could turn a timeout into a
+cancellation (redis-py avoids it there too), so on those versions the classes are left as they are.
 
 ``inline_write_class(cls)`` is redis-py's connection class ``cls`` (TCP, TLS or Unix socket, as the
 URL chose) with only ``send_packed_command`` replaced; ``services.backends.redis.connection`` gives it
-to the pool (one server) or to every node (a cluster).
+to the pool (one server) or to every node (a cluster). The replacement mirrors redis-py 8.1's method
+and delegates the write itself to redis-py's ``_send_packed_command``; a test fails when redis-py's
+method changes, so that the two are compared again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Any
 
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+TASK_PER_WRITE = (3, 11, 3) <= sys.version_info < (3, 12)
+"""Whether the classes change on this Python: ``wait_for`` makes a task per command and
+``asyncio.timeout`` is sound."""
+
 
 class _InlineWriteTimeout(AbstractConnection):
     async def send_packed_command(self, command: bytes | str | Iterable[bytes], check_health: bool = True) -> None:
-        # redis-py 8's AbstractConnection.send_packed_command, with asyncio.timeout for wait_for
+        # redis-py 8.1's AbstractConnection.send_packed_command, with asyncio.timeout for wait_for
         if not self.is_connected:
             await self.connect_check_health(check_health=False)
         if check_health:
@@ -36,10 +43,8 @@ class _InlineWriteTimeout(AbstractConnection):
                 command = command.encode()
             if isinstance(command, bytes):
                 command = [command]
-            writer = cast(asyncio.StreamWriter, self._writer)
             async with asyncio.timeout(self.socket_timeout or None):
-                writer.writelines(command)
-                await writer.drain()
+                await self._send_packed_command(command)
         except TimeoutError:  # asyncio.timeout's
             await self.disconnect(nowait=True)
             raise RedisTimeoutError("Timeout writing to socket") from None
@@ -57,9 +62,9 @@ _CLASSES: dict[type[Any], type[Any]] = {}
 
 
 def inline_write_class(cls: type[Any]) -> type[Any]:
-    """``cls`` (a redis-py asyncio connection class) writing with an inline timeout; one class per
-    ``cls``, so that pools and cluster nodes share it."""
-    if issubclass(cls, _InlineWriteTimeout):
+    """``cls`` (a redis-py asyncio connection class) writing with an inline timeout where that saves a
+    task per command (``cls`` itself elsewhere); one class per ``cls``, shared by pools and nodes."""
+    if not TASK_PER_WRITE or issubclass(cls, _InlineWriteTimeout):
         return cls
     if cls not in _CLASSES:
         _CLASSES[cls] = type(f"InlineWrite{cls.__name__}", (_InlineWriteTimeout, cls), {"__module__": __name__})
