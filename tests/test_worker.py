@@ -404,14 +404,27 @@ async def test_a_webhook_worker_serves_the_chats_it_receives_and_queues_the_rest
     seen: list[str] = []
     release = asyncio.Event()
     served = {text: asyncio.Event() for text in ("slow", "after slow", "other chat", "idle again")}
-    waiting = asyncio.Event()
+    idle = False
 
     class Counted(CountingQueue):
         async def wait_for_work(self, seconds: float) -> None:
-            waiting.set()
-            await super().wait_for_work(seconds)
+            nonlocal idle
+            idle = True
+            try:
+                await super().wait_for_work(seconds)
+            finally:
+                idle = False
 
     queue = Counted(redis=redis, keys=KEYS, lease_ms=5000)
+
+    async def until_idle() -> None:
+        # waiting for a wake-up with its slot free; with a short idle_wait the loop would claim (and
+        # hold the slot) every few milliseconds, and an update arriving then is rightly queued instead
+        for _ in range(500):
+            if idle and worker.has_room():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the worker never went idle")
 
     async def on_message(message: Message) -> None:
         seen.append(message.text or "")
@@ -421,11 +434,12 @@ async def test_a_webhook_worker_serves_the_chats_it_receives_and_queues_the_rest
 
     dispatcher = Dispatcher()
     dispatcher.message.register(on_message)
-    worker = make_worker(queue, dispatcher, bot, concurrency=1)
+    # it wakes only when a chat is marked due: idle, its slot stays free
+    worker = make_worker(queue, dispatcher, bot, concurrency=1, idle_wait=60)
     intake = Intake(queue=queue, dead_letters=DeadLetterStore(redis=redis, keys=KEYS), identity="w1", serve=worker)
     running = asyncio.create_task(worker.run())
     try:
-        await asyncio.wait_for(waiting.wait(), 5)  # running, found nothing
+        await until_idle()  # running, found nothing
         await intake.take(update(1, 9, "slow"))  # taken at intake: the one slot is busy now
         await intake.take(update(2, 9, "after slow"))  # its chat is held: queued behind it
         await intake.take(update(3, 8, "other chat"))  # no slot: queued, due
@@ -433,11 +447,12 @@ async def test_a_webhook_worker_serves_the_chats_it_receives_and_queues_the_rest
         release.set()
         for text in ("after slow", "other chat"):
             await asyncio.wait_for(served[text].wait(), 5)
-        await asyncio.sleep(0.1)  # the slot is free again
+        await until_idle()  # the slot is free again
         await intake.take(update(4, 7, "idle again"))
         await asyncio.wait_for(served["idle again"].wait(), 5)
     finally:
         worker.stop()
+        await redis.rpush(KEYS.wake, "stop")  # out of its wait for a wake-up
         await running
     assert seen.index("slow") < seen.index("after slow")
     assert set(seen) == {"slow", "after slow", "other chat", "idle again"}
