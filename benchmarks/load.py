@@ -5,7 +5,8 @@ message only after the reply, plus a think time).
     .venv/bin/python -m benchmarks.load --workers 1 2 4 --chats 200 --messages 8 --llm-latency 0.2
 
 Prints per worker count: throughput (turns/s), reply latency p50/p95/p99, the bot's own overhead
-(latency − LLM latency), the workers' CPU milliseconds per turn (process CPU time of the worker
+(latency − LLM latency; and net of the time the model stub actually spent on the turn's request,
+which is more than its nominal latency), the workers' CPU milliseconds per turn (process CPU time of the worker
 processes during the load / turns; stubs, Redis and the load generator run in other processes) and
 the latency of turns after which a compaction ran vs ordinary turns. ``--budget 6000`` keeps every
 turn ordinary (no compaction in 8 messages), for the CPU cost of an ordinary turn.
@@ -68,6 +69,11 @@ class RunFigures:
     forced_latencies: list[float] = field(default_factory=list)
     """Turns that waited for a compaction before their reply (the prompt could not fit otherwise)."""
     ordinary_latencies: list[float] = field(default_factory=list)
+    net_overheads: list[float] = field(default_factory=list)
+    """Each turn's latency minus the time the model stub spent on its chat request (from the request's
+    arrival to the end of the streamed answer: the sleep, which overshoots by ~0.4 ms, the stub's
+    tokenizing of the prompt for its cache figures and the stream's writes)."""
+    model_stub_seconds: list[float] = field(default_factory=list)
     summary_calls: int = 0
     cpu_seconds: float = 0.0
     """CPU time (user + system) of all worker processes while the load ran."""
@@ -179,6 +185,17 @@ async def one_run(
         return original(body)
 
     llm.summary_reply = summary_reply
+    model_seconds: dict[tuple[int, int], float] = {}
+
+    def handled(body: dict[str, Any], seconds: float) -> None:
+        if "response_format" in body:
+            return  # a summary call: no customer waits for it unless it is forced (counted apart)
+        texts = customer_texts(body)
+        if texts and (m := re.match(r"c(\d+) m(\d+)", texts[-1])):
+            key = (int(m.group(1)), int(m.group(2)))
+            model_seconds[key] = model_seconds.get(key, 0.0) + seconds
+
+    llm.on_handled = handled
     await llm.start()
     await telegram.start()
     # the stubs and the load generator share this process: its own full collections would stall
@@ -295,6 +312,9 @@ async def one_run(
         for key, sent in sent_at.items():
             latency = watcher.replied_at[key] - sent
             figures.latencies.append(latency)
+            if key in model_seconds:
+                figures.net_overheads.append(latency - model_seconds[key])
+                figures.model_stub_seconds.append(model_seconds[key])
             if key in waited:
                 figures.forced_latencies.append(latency)
             elif key in compacted_after:
@@ -366,6 +386,15 @@ def summarize(fig: RunFigures, label: str, args: argparse.Namespace) -> dict[str
         flush=True,
     )
     row["refused"] = fig.refused
+    if fig.net_overheads:
+        row["net_overhead_p50_ms"] = percentile(fig.net_overheads, 50) * 1000
+        row["net_overhead_p99_ms"] = percentile(fig.net_overheads, 99) * 1000
+        print(
+            f"        overhead net of the model stub's own time: p50 {row['net_overhead_p50_ms']:.1f}ms, "
+            f"p99 {row['net_overhead_p99_ms']:.1f}ms (the stub took p50 "
+            f"{percentile(fig.model_stub_seconds, 50) * 1000:.1f}ms per chat request)",
+            flush=True,
+        )
     if fig.refused:
         print(f"        webhook posts refused (503) and sent again: {fig.refused}", flush=True)
     if fig.instructions:
@@ -449,6 +478,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"{statistics.median(r['turns_per_s'] for r in mine):.1f} overhead_p50="
                     f"{statistics.median(r['overhead_p50_ms'] for r in mine):.1f}ms overhead_p99="
                     f"{statistics.median(r['overhead_p99_ms'] for r in mine):.1f}ms"
+                    + (
+                        f" net_overhead_p50={statistics.median(r['net_overhead_p50_ms'] for r in mine):.1f}ms"
+                        f" net_overhead_p99={statistics.median(r['net_overhead_p99_ms'] for r in mine):.1f}ms"
+                        if all("net_overhead_p50_ms" in r for r in mine)
+                        else ""
+                    )
                     + (
                         f" instructions/turn={statistics.median(r['instructions_per_turn'] for r in mine) / 1e6:.2f}M"
                         if args.callgrind

@@ -107,6 +107,9 @@ class StubOpenAI:
     api_key: str | None = None
     """When set, requests with another bearer token get 401 (as a provider rejects a wrong key)."""
     model_list_requests: int = 0
+    on_handled: Callable[[dict[str, Any], float], None] | None = None
+    """Called with each completion request's body and the seconds the stub spent on it, from its
+    arrival to the end of its response (the model's share of a turn, for the load benchmark)."""
     _runner: web.AppRunner | None = None
     base_url: str = ""
 
@@ -147,11 +150,18 @@ class StubOpenAI:
         return rejected if rejected is not None else web.json_response({"object": "list", "data": models})
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
+        started = time.monotonic()
         rejected = self._rejected(request)
         if rejected is not None:
             return rejected
         body = await request.json()
         self.requests.append(body)
+        response = await self._answer(request, body)
+        if self.on_handled is not None:
+            self.on_handled(body, time.monotonic() - started)
+        return response
+
+    async def _answer(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
         prompt = self._tokens.prompt((m["role"], m.get("content") or "") for m in body["messages"])
         cached = self._cache.lookup_and_store(str(body.get("model")), prompt)
         self.cached_tokens.append(cached)
