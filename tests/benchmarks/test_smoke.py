@@ -94,11 +94,15 @@ def test_load_benchmark_smoke() -> None:
             rows[label] = figures, {}
         elif label and (m := re.search(r"(redis commands|bot api requests) per turn: ([\d.]+)", line)):
             rows[label][1].setdefault(m.group(1), float(m.group(2)))
+        elif label and (m := re.search(r"own time: p50 (-?[\d.]+)ms.*the stub took p50 ([\d.]+)ms", line)):
+            rows[label][1]["net overhead p50"], rows[label][1]["stub p50"] = float(m.group(1)), float(m.group(2))
     assert set(rows) == {"naive", "this"}, out
     assert not pin or "pinned: a core per worker" in out, out
     for label, (figures, per_turn) in rows.items():
         assert float(figures["turns/s"]) > 0 and float(figures["cpu_ms/turn"]) > 0, (label, figures)
         assert per_turn["redis commands"] > 1 and per_turn["bot api requests"] >= 2, (label, per_turn)
+        # each turn's model time as the stub measured it: at least its 50 ms sleep
+        assert per_turn["stub p50"] >= 50 and per_turn["net overhead p50"] > 0, (label, per_turn)
     assert int(rows["this"][0]["compaction_turns"]) > 0, "compaction turns were measured"
     assert int(rows["naive"][0]["compaction_turns"]) == 0, "the naive bot keeps no summary"
 
