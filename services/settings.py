@@ -30,7 +30,7 @@ class LLMSettings(BaseSettings):
     openai_temperature: float | None = None
     summary_response_format: Literal["json_schema", "json_object"] = "json_schema"
     max_output_tokens: PositiveInt = 1024
-    llm_max_concurrency: PositiveInt = Field(default=32, description="LLM calls at once per process")
+    llm_max_concurrency: PositiveInt = Field(default=64, description="LLM calls at once per process")
 
     @property
     def effective_summary_model(self) -> str:

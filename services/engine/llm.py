@@ -51,7 +51,7 @@ class LLMClient:
         token_limit_param: TokenLimitParam = "max_completion_tokens",
         summary_response_format: Literal["json_schema", "json_object"] = "json_schema",
         temperature: float | None = None,
-        max_concurrency: int = 32,
+        max_concurrency: int = 64,
     ) -> None:
         self._client = client
         self.chat_model = chat_model
