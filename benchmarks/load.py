@@ -71,8 +71,9 @@ class RunFigures:
     ordinary_latencies: list[float] = field(default_factory=list)
     net_overheads: list[float] = field(default_factory=list)
     """Each turn's latency minus the time the model stub spent on its chat request (from the request's
-    arrival to the end of the streamed answer: the sleep, which overshoots by ~0.4 ms, the stub's
-    tokenizing of the prompt for its cache figures and the stream's writes)."""
+    arrival until its answer is complete: the sleep, which overshoots by ~0.4 ms, the stub's tokenizing
+    of the prompt for its cache figures, a stream's writes). Turns that waited for a forced compaction
+    are left out: their summary call is model time too."""
     model_stub_seconds: list[float] = field(default_factory=list)
     summary_calls: int = 0
     cpu_seconds: float = 0.0
@@ -189,7 +190,7 @@ async def one_run(
 
     def handled(body: dict[str, Any], seconds: float) -> None:
         if "response_format" in body:
-            return  # a summary call: no customer waits for it unless it is forced (counted apart)
+            return  # a summary call (the turns that wait for one are left out of the net figure)
         texts = customer_texts(body)
         if texts and (m := re.match(r"c(\d+) m(\d+)", texts[-1])):
             key = (int(m.group(1)), int(m.group(2)))
@@ -312,7 +313,7 @@ async def one_run(
         for key, sent in sent_at.items():
             latency = watcher.replied_at[key] - sent
             figures.latencies.append(latency)
-            if key in model_seconds:
+            if key in model_seconds and key not in waited:
                 figures.net_overheads.append(latency - model_seconds[key])
                 figures.model_stub_seconds.append(model_seconds[key])
             if key in waited:

@@ -451,6 +451,7 @@ async def test_a_webhook_worker_serves_the_chats_it_receives_and_queues_the_rest
         await intake.take(update(4, 7, "idle again"))
         await asyncio.wait_for(served["idle again"].wait(), 5)
     finally:
+        release.set()  # a failed assertion must not leave the slow turn holding the only slot
         worker.stop()
         await redis.rpush(KEYS.wake, "stop")  # out of its wait for a wake-up
         await running
