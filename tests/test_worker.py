@@ -405,11 +405,12 @@ async def test_a_webhook_worker_serves_the_chats_it_receives_and_queues_the_rest
     release = asyncio.Event()
     served = {text: asyncio.Event() for text in ("slow", "after slow", "other chat", "idle again")}
     idle = False
+    waits = 0
 
     class Counted(CountingQueue):
         async def wait_for_work(self, seconds: float) -> None:
-            nonlocal idle
-            idle = True
+            nonlocal idle, waits
+            idle, waits = True, waits + 1
             try:
                 await super().wait_for_work(seconds)
             finally:
@@ -418,11 +419,18 @@ async def test_a_webhook_worker_serves_the_chats_it_receives_and_queues_the_rest
     queue = Counted(redis=redis, keys=KEYS, lease_ms=5000)
 
     async def until_idle() -> None:
-        # waiting for a wake-up with its slot free; with a short idle_wait the loop would claim (and
-        # hold the slot) every few milliseconds, and an update arriving then is rightly queued instead
+        # waiting for a wake-up with its slot free, and still in the same wait 10 ms later: a wake-up
+        # left over from earlier updates ends a wait at once and the loop claims (holding the slot),
+        # and with a short idle_wait it would claim every few ms; an update arriving then is rightly
+        # queued instead of taken
+        seen_wait = -1
         for _ in range(500):
             if idle and worker.has_room():
-                return
+                if seen_wait == waits:
+                    return
+                seen_wait = waits
+            else:
+                seen_wait = -1
             await asyncio.sleep(0.01)
         raise AssertionError("the worker never went idle")
 
