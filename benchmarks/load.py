@@ -56,6 +56,8 @@ FILLER = (
     "The courier did not call me either, and I am at home all day, so I do not understand what happened."
 )
 _REPLY = re.compile(r"^Support answer to: c(\d+) m(\d+)\b")
+_TURN = re.compile(r"c(\d+) m(\d+)")
+"""A customer's message text, ``c<chat> m<n> …``: the turn it belongs to."""
 
 
 @dataclass
@@ -192,7 +194,7 @@ async def one_run(
         if "response_format" in body:
             return  # a summary call (the turns that wait for one are left out of the net figure)
         texts = customer_texts(body)
-        if texts and (m := re.match(r"c(\d+) m(\d+)", texts[-1])):
+        if texts and (m := _TURN.match(texts[-1])):
             key = (int(m.group(1)), int(m.group(2)))
             model_seconds[key] = model_seconds.get(key, 0.0) + seconds
 
@@ -300,7 +302,7 @@ async def one_run(
         compacted_after: set[tuple[int, int]] = set()
         waited: set[tuple[int, int]] = set()
         for at, texts in summary_times:
-            chat_ids = {int(m.group(1)) for t in texts if (m := re.match(r"c(\d+) m", t))}
+            chat_ids = {int(m.group(1)) for t in texts if (m := _TURN.match(t))}
             for chat in chat_ids:
                 turns = [k for k in sent_at if k[0] == chat]
                 in_flight = [k for k in turns if sent_at[k] <= at < watcher.replied_at[k]]

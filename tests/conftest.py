@@ -131,14 +131,18 @@ class RedisServer:
             self.process.wait(timeout=10)
             self.process = None
 
+    def remove(self) -> None:
+        """Stop it (if running) and delete its directory: a server a test started for itself."""
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     server = RedisServer()
     server.start()
     yield server
-    server.stop()
-    shutil.rmtree(server.dir, ignore_errors=True)
+    server.remove()
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ import asyncio
 import importlib.util
 import io
 import logging
-import shutil
 from pathlib import Path
 
 import fakeredis
@@ -262,8 +261,7 @@ async def test_commands_after_a_redis_restart_reconnect_instead_of_failing() -> 
         assert await client.set("after", "1")
     finally:
         await client.aclose()
-        server.stop()
-        shutil.rmtree(server.dir, ignore_errors=True)
+        server.remove()
 
 
 async def test_the_client_reads_replies_with_hiredis_when_installed(redis_server: RedisServer) -> None:

@@ -8,7 +8,6 @@ import asyncio
 import hashlib
 import inspect
 import os
-import shutil
 import signal
 import time
 from collections.abc import Coroutine, Generator
@@ -92,8 +91,7 @@ def own_server() -> Generator[RedisServer, None, None]:
     finally:
         assert server.process is not None
         os.kill(server.process.pid, signal.SIGCONT)
-        server.stop()
-        shutil.rmtree(server.dir, ignore_errors=True)
+        server.remove()
 
 
 async def test_a_write_to_a_server_that_stopped_reading_times_out(own_server: RedisServer) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import socket
 from pathlib import Path
 
@@ -22,8 +21,7 @@ def test_a_port_taken_before_the_first_start_moves_the_server_to_another() -> No
         try:
             assert server.port != port and str(server.port) in server.url
         finally:
-            server.stop()
-            shutil.rmtree(server.dir, ignore_errors=True)
+            server.remove()
 
 
 def test_a_port_given_by_the_caller_is_kept() -> None:
@@ -35,7 +33,7 @@ def test_a_port_given_by_the_caller_is_kept() -> None:
             with pytest.raises(RedisExitedError):
                 server.start()
         finally:
-            shutil.rmtree(server.dir, ignore_errors=True)
+            server.remove()
 
 
 def test_a_cluster_node_whose_port_was_taken_starts_on_another(tmp_path: Path) -> None:

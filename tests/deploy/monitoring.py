@@ -186,6 +186,5 @@ async def monitored_worker(llm_latency: float = 0.05) -> AsyncIterator[Monitored
                 await worker.stop()
         await telegram.stop()
         await llm.stop()
-        redis.stop()
-        shutil.rmtree(redis.dir, ignore_errors=True)
+        redis.remove()
         shutil.rmtree(workdir, ignore_errors=True)
