@@ -48,6 +48,13 @@ def test_window_benchmark_smoke() -> None:
     assert "ratio" in out and out.strip().splitlines()[-1].split()[0] == "200"
 
 
+def test_redis_pool_benchmark_smoke() -> None:
+    out = run_script("benchmarks.redis_pool", "--count", "640", "--repeat", "1")
+    assert re.search(r"blocking +CPU µs per command: median +\d", out)
+    assert re.search(r"waiting +CPU µs per command: median +\d", out)
+    assert re.search(r"waiting-wait-for +CPU µs per command: median +\d", out)
+
+
 def test_tokens_benchmark_smoke(tmp_path: Path) -> None:
     # plots need the optional `bench` extra (matplotlib); the figures do not
     plot = tmp_path / "tokens.png"

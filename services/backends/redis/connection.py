@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Literal
 
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
@@ -26,6 +26,7 @@ from redis.maint_notifications import MaintNotificationsConfig
 from redis.utils import HIREDIS_AVAILABLE
 
 from services.backends.redis.inline_write import inline_write_class
+from services.backends.redis.pool import WaitingConnectionPool
 from services.backends.redis.scripts import AnyRedis, redis_errors
 
 log = logging.getLogger(__name__)
@@ -57,9 +58,9 @@ def redis_client(
     """A client for ``url``: any node of a cluster when ``cluster`` (the others are discovered).
 
     At most ``max_connections`` per server. On one server a command waits for a free connection
-    (a blocking pool) rather than failing at once: redis-py's default pool refuses the 101st
-    concurrent command, which under a burst of webhook requests turned into 503s. Its connections
-    bound each write without a task per command (``inline_write``)."""
+    (``WaitingConnectionPool``) rather than failing at once: redis-py's default pool refuses the
+    101st concurrent command, which under a burst of webhook requests turned into 503s. Its
+    connections bound each write without a task per command (``inline_write``)."""
     if cluster:
         client = RedisCluster.from_url(
             url,
@@ -70,7 +71,7 @@ def redis_client(
         )
         _write_inline_on_every_node(client)
         return client
-    pool = BlockingConnectionPool.from_url(
+    pool = WaitingConnectionPool.from_url(
         url,
         max_connections=max_connections,
         timeout=POOL_WAIT_SECONDS,

@@ -1,0 +1,195 @@
+"""``WaitingConnectionPool`` on a real redis-server: never more than ``max_connections``, commands
+beyond them wait first come first served and fail after the pool's timeout, and a place is never
+lost when a waiter is cancelled or a connection cannot be made."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.connection import Connection
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from services.backends.redis.connection import redis_client
+from services.backends.redis.pool import WaitingConnectionPool
+from tests.conftest import RedisServer
+
+
+def pool_of(client: Redis) -> WaitingConnectionPool:
+    pool = client.connection_pool
+    assert isinstance(pool, WaitingConnectionPool)
+    return pool
+
+
+def settled(pool: WaitingConnectionPool) -> bool:
+    """Nobody waits, nothing is promised, no connection is in use."""
+    return not pool._waiters and pool._granted == 0 and len(pool._in_use_connections) == 0
+
+
+async def until_waiting(pool: WaitingConnectionPool, count: int) -> None:
+    for _ in range(100):  # each waiter queues on its task's first step
+        if len(pool._waiters) >= count:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"{len(pool._waiters)} waiters, expected {count}")
+
+
+@pytest.fixture
+async def small_pool(redis_server: RedisServer) -> AsyncIterator[WaitingConnectionPool]:
+    pool = WaitingConnectionPool.from_url(redis_server.url, max_connections=1, timeout=2.0)
+    yield pool
+    await pool.aclose()
+
+
+async def test_the_client_bounds_its_connections_and_every_command_beyond_waits(redis_server: RedisServer) -> None:
+    client = redis_client(redis_server.url, max_connections=2)
+    pool = pool_of(client)
+    try:
+        started = time.perf_counter()
+        replies = await asyncio.gather(*(client.blpop([f"pool:empty:{n}"], timeout=0.05) for n in range(12)))
+        elapsed = time.perf_counter() - started
+        assert replies == [None] * 12
+        assert len(pool._available_connections) + len(pool._in_use_connections) == 2
+        assert elapsed >= 6 * 0.05  # two at a time
+        assert settled(pool)
+    finally:
+        await client.aclose()
+
+
+async def test_waiters_are_served_in_the_order_they_came(redis_server: RedisServer) -> None:
+    client = redis_client(redis_server.url, max_connections=1)
+    pool = pool_of(client)
+    served: list[str] = []
+
+    async def command(name: str) -> None:
+        await client.ping()
+        served.append(name)
+
+    try:
+        held = await pool.get_connection()
+        waiters = []
+        for n in range(5):
+            waiters.append(asyncio.create_task(command(f"w{n}")))
+            await until_waiting(pool, n + 1)
+        await pool.release(held)
+        await asyncio.gather(*waiters)
+        assert served == ["w0", "w1", "w2", "w3", "w4"]
+        assert settled(pool)
+    finally:
+        await client.aclose()
+
+
+class SlowConnect(Connection):
+    """Opening a connection takes 0.5 s (a TLS handshake to a distant server, say)."""
+
+    async def connect(self) -> None:
+        if not self.is_connected:
+            await asyncio.sleep(0.5)
+        await super().connect()
+
+
+async def test_a_connection_being_opened_does_not_hold_a_second_place(redis_server: RedisServer) -> None:
+    pool = WaitingConnectionPool(
+        host="127.0.0.1", port=redis_server.port, max_connections=2, timeout=5.0, connection_class=SlowConnect
+    )
+    try:
+        first = await pool.get_connection()
+        opening = asyncio.create_task(pool.get_connection())  # makes the second connection: 0.5 s
+        await asyncio.sleep(0.05)
+        await pool.release(first)
+        started = time.perf_counter()
+        again = await pool.get_connection()  # the idle first connection, at once
+        assert time.perf_counter() - started < 0.2
+        assert again is first
+        await pool.release(again)
+        await pool.release(await opening)
+        assert settled(pool)
+    finally:
+        await pool.aclose()
+
+
+class RefusedConnect(Connection):
+    async def connect(self) -> None:
+        await asyncio.sleep(0.1)
+        raise RedisConnectionError("connect failed (test)")
+
+
+async def test_a_failed_connect_hands_its_place_to_the_next_waiter_at_once() -> None:
+    pool = WaitingConnectionPool(
+        host="127.0.0.1", port=1, max_connections=1, timeout=3.0, connection_class=RefusedConnect
+    )
+    try:
+        started = time.perf_counter()
+        outcomes = await asyncio.gather(pool.get_connection(), pool.get_connection(), return_exceptions=True)
+        assert [str(o) for o in outcomes] == ["connect failed (test)"] * 2  # not "No connection available."
+        assert time.perf_counter() - started < 1.5
+        assert settled(pool)
+    finally:
+        await pool.aclose()
+
+
+async def test_a_command_that_waits_past_the_timeout_fails_as_redis_py_s_blocking_pool_does(
+    redis_server: RedisServer,
+) -> None:
+    pool = WaitingConnectionPool.from_url(redis_server.url, max_connections=1, timeout=0.2)
+    client = Redis.from_pool(pool)
+    try:
+        holder = asyncio.create_task(client.blpop(["pool:empty:long"], timeout=1))
+        await asyncio.sleep(0.02)
+        started = time.perf_counter()
+        with pytest.raises(RedisConnectionError, match="No connection available"):
+            await client.ping()
+        assert 0.2 <= time.perf_counter() - started < 0.9
+        assert not pool._waiters and pool._granted == 0
+        await holder
+        assert await client.ping() is True
+        assert settled(pool)
+    finally:
+        await client.aclose()
+
+
+async def test_a_woken_waiter_that_is_cancelled_passes_its_connection_on(small_pool: WaitingConnectionPool) -> None:
+    held = await small_pool.get_connection()
+    first = asyncio.create_task(small_pool.get_connection())
+    second = asyncio.create_task(small_pool.get_connection())
+    await until_waiting(small_pool, 2)
+    await small_pool.release(held)  # wakes ``first``, which has not run yet
+    first.cancel()
+    connection = await asyncio.wait_for(second, 1.0)  # without the hand-over: the pool's 2 s timeout
+    assert first.cancelled()
+    await small_pool.release(connection)
+    assert settled(small_pool)
+
+
+async def test_a_waiter_cancelled_before_its_turn_leaves_the_queue(small_pool: WaitingConnectionPool) -> None:
+    held = await small_pool.get_connection()
+    first = asyncio.create_task(small_pool.get_connection())
+    second = asyncio.create_task(small_pool.get_connection())
+    await until_waiting(small_pool, 2)
+    first.cancel()
+    await asyncio.sleep(0)
+    await small_pool.release(held)
+    connection = await asyncio.wait_for(second, 1.0)
+    assert first.cancelled()
+    await small_pool.release(connection)
+    assert settled(small_pool)
+
+
+async def test_a_connection_that_cannot_be_made_gives_its_place_back() -> None:
+    with socket.socket() as unheard:  # bound, never listening: connecting is refused
+        unheard.bind(("127.0.0.1", 0))
+        port = unheard.getsockname()[1]
+        pool = WaitingConnectionPool.from_url(f"redis://127.0.0.1:{port}/0", max_connections=1, timeout=2.0)
+        try:
+            for _ in range(2):  # the second fails the same way at once: the first left no place taken
+                started = time.perf_counter()
+                with pytest.raises(RedisConnectionError, match="Error 111 connecting"):
+                    await pool.get_connection()
+                assert time.perf_counter() - started < 1.5
+                assert settled(pool)
+        finally:
+            await pool.aclose()
