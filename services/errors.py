@@ -35,11 +35,36 @@ class CorruptHistoryError(SupportBotError):
 
 
 class LLMError(SupportBotError):
-    """Base class for failures of a language-model call."""
+    """Base class for failures of a language-model call. ``status``: the provider's HTTP status (None
+    when no HTTP answer came); ``requests``: how many model requests the failed call made."""
+
+    def __init__(self, message: str, *, status: int | None = None, requests: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+        self.requests = requests
 
 
 class LLMUnavailableError(LLMError, TransientError):
-    """The provider could not be reached, timed out, or kept answering 429/5xx."""
+    """The provider could not be reached, timed out, or kept answering 429/5xx. ``retry_after``: the
+    seconds the provider asked to wait (Retry-After / retry-after-ms), None when it did not say."""
+
+    def __init__(
+        self, message: str, *, status: int | None = None, requests: int = 1, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, status=status, requests=requests)
+        self.retry_after = retry_after
+
+
+class LLMIncompleteReplyError(LLMUnavailableError):
+    """The provider's answer could not be read whole: a stream that ended without a finish reason, a
+    chunk or body that is not valid JSON, a connection cut mid-answer. Never sent as an answer and
+    never stored; retried like any provider failure."""
+
+
+class LLMConfigurationError(LLMUnavailableError):
+    """The provider refuses the bot, not the question: a rejected or revoked key (401), no access (403),
+    a model it does not know (404), no credit or quota (402, 429 ``insufficient_quota``). An operator
+    must act: logged as an error, counted, /readyz degraded; the customer's question waits."""
 
 
 class LLMReplyTruncatedError(LLMError):
@@ -48,6 +73,11 @@ class LLMReplyTruncatedError(LLMError):
 
 class LLMBadReplyError(LLMError):
     """The model answered with nothing usable (empty text, refusal, content filter)."""
+
+
+class LLMRequestRejectedError(LLMBadReplyError):
+    """The provider refused the request itself as invalid (400, 409, 413, 422): e.g. a parameter this
+    endpoint does not support, or a prompt over the model's context."""
 
 
 class SummaryError(SupportBotError):

@@ -17,7 +17,16 @@ import openai
 from openai import AsyncOpenAI, AsyncStream
 
 from services.engine.models import Completion, OnDelta, PromptPart, ToolCall, Usage
-from services.errors import LLMBadReplyError, LLMError, LLMReplyTruncatedError, LLMUnavailableError
+from services.engine.retry import retry_after_of
+from services.errors import (
+    LLMBadReplyError,
+    LLMConfigurationError,
+    LLMError,
+    LLMIncompleteReplyError,
+    LLMReplyTruncatedError,
+    LLMRequestRejectedError,
+    LLMUnavailableError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -25,15 +34,31 @@ CHAT_COMPLETIONS = "/chat/completions"
 TokenLimitParam = Literal["max_completion_tokens", "max_tokens"]
 
 
+_CONFIGURATION_STATUSES = frozenset({401, 402, 403, 404})
+_REJECTED_STATUSES = frozenset({400, 409, 413, 422})
+
+
 def translate_openai_error(exc: openai.OpenAIError) -> LLMError:
-    """Map an openai exception to the engine's error kinds."""
-    if isinstance(exc, openai.RateLimitError | openai.InternalServerError | openai.APIConnectionError):
-        return LLMUnavailableError(f"LLM provider unavailable: {type(exc).__name__}")
-    if isinstance(exc, openai.APIStatusError) and exc.status_code >= 500:
-        return LLMUnavailableError(f"LLM provider error {exc.status_code}")
+    """Map an openai exception to the engine's error kinds (the provider's Retry-After kept)."""
     if isinstance(exc, openai.APIStatusError):
-        return LLMBadReplyError(f"LLM request refused with HTTP {exc.status_code}: {type(exc).__name__}")
-    return LLMBadReplyError(f"LLM call failed: {type(exc).__name__}")
+        status = exc.status_code
+        what = f"LLM provider answered HTTP {status} ({type(exc).__name__}{_code_of(exc)})"
+        if status in _CONFIGURATION_STATUSES or (status == 429 and exc.code == "insufficient_quota"):
+            return LLMConfigurationError(what, status=status)
+        if status == 429 or status >= 500 or status == 408:
+            return LLMUnavailableError(what, status=status, retry_after=retry_after_of(exc.response.headers))
+        if status in _REJECTED_STATUSES:
+            return LLMRequestRejectedError(what, status=status)
+        return LLMBadReplyError(what, status=status)
+    if isinstance(exc, openai.APIConnectionError):  # timeouts included
+        return LLMUnavailableError(f"LLM provider unreachable: {type(exc).__name__}")
+    if isinstance(exc, openai.APIResponseValidationError):
+        return LLMIncompleteReplyError(f"LLM provider sent an unreadable answer: {type(exc).__name__}")
+    return LLMUnavailableError(f"LLM call failed: {type(exc).__name__}")
+
+
+def _code_of(exc: openai.APIStatusError) -> str:
+    return f", code {exc.code}" if isinstance(exc.code, str) and exc.code else ""
 
 
 class LLMClient:
