@@ -22,37 +22,90 @@ def _id_set(raw: str) -> frozenset[int]:
 
 
 class BotSettings(BaseSettings):
+    """The Telegram side: the bot, how updates arrive, drafts, flood control, access, logs, the ops server
+    and handoff to human operators."""
+
     model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore", env_ignore_empty=True)
 
-    bot_token: SecretStr = SecretStr("")
-    bot_mode: Literal["polling", "webhook"] = "polling"
-    telegram_api_url: str | None = Field(default=None, description="another Bot API server, e.g. self-hosted")
-    webhook_host: str = "0.0.0.0"
-    webhook_port: int = Field(default=8080, ge=1, le=65535)
-    webhook_path: str = "/telegram/webhook"
-    webhook_secret: SecretStr | None = None
-    webhook_url: str | None = Field(default=None, description="public URL Telegram posts to (set-webhook)")
-    default_language: str = "en"
-    draft_interval_seconds: float = Field(default=0.7, ge=0.1)
-    drafts_enabled: bool = True
+    bot_token: SecretStr = Field(
+        default=SecretStr(""),
+        description="the token @BotFather gave you (not needed by the console); its number, before the colon, "
+        "namespaces the Redis keys",
+    )
+    bot_mode: Literal["polling", "webhook"] = Field(
+        default="polling",
+        description="polling (getUpdates) or webhook (an aiohttp server Telegram posts to; needs WEBHOOK_SECRET)",
+    )
+    telegram_api_url: str | None = Field(
+        default=None,
+        description="another Bot API server, e.g. a self-hosted telegram-bot-api (http://telegram-bot-api:8081); "
+        "unset: Telegram's",
+    )
+    webhook_host: str = Field(default="0.0.0.0", description="address the webhook server listens on")
+    webhook_port: int = Field(
+        default=8080, ge=1, le=65535, description="port of the webhook server (it serves /healthz and /readyz too)"
+    )
+    webhook_path: str = Field(
+        default="/telegram/webhook", description="path Telegram posts updates to; must start with /"
+    )
+    webhook_secret: SecretStr | None = Field(
+        default=None,
+        description="required in webhook mode: Telegram sends it in X-Telegram-Bot-Api-Secret-Token, requests "
+        "without it get 401; 1-256 characters of A-Z a-z 0-9 _ -",
+    )
+    webhook_url: str | None = Field(
+        default=None,
+        description="public URL Telegram posts to, registered by `python -m bot set-webhook`: https:// on port "
+        "443, 80, 88 or 8443",
+    )
+    default_language: str = Field(
+        default="en", description="bot texts when the user's Telegram language is not one the bot speaks (en, ru)"
+    )
+    draft_interval_seconds: float = Field(
+        default=0.7, ge=0.1, description="at most one draft per this many seconds while a reply streams"
+    )
+    drafts_enabled: bool = Field(default=True, description="stream replies into private chats with sendMessageDraft")
     draft_settle_seconds: float = Field(
         default=2.0, ge=0, le=30, description="how long a failed turn's error text waits for the draft in flight"
     )
-    flood_retries: int = Field(default=3, ge=0)
-    flood_max_wait_seconds: float = Field(default=30.0, ge=0, description="total flood-control wait per message")
+    flood_retries: int = Field(
+        default=3,
+        ge=0,
+        description="a real message refused with Telegram's 429 waits its retry_after and is sent again at most "
+        "this often (drafts and chat actions are never retried)",
+    )
+    flood_max_wait_seconds: float = Field(
+        default=30.0, ge=0, description="total flood-control wait per message, seconds"
+    )
     rate_limit_per_minute: int = Field(default=20, ge=0, description="per chat, shared by all workers; 0 = off")
-    allowed_user_ids: str = Field(default="", description="comma-separated; empty = everyone")
-    allowed_chat_ids: str = Field(default="", description="comma-separated; empty = every chat")
-    group_require_mention: bool = True
-    log_level: str = "INFO"
-    log_format: Literal["text", "json"] = "text"
-    metrics_host: str = "0.0.0.0"
-    metrics_port: int = Field(default=9100, ge=0, le=65535, description="0 turns the ops server off")
-    token_drift_warn_ratio: float = Field(default=0.15, gt=0)
+    allowed_user_ids: str = Field(
+        default="",
+        description="comma-separated user ids; empty = everyone. Others get one polite refusal, nothing is stored",
+    )
+    allowed_chat_ids: str = Field(default="", description="comma-separated chat ids; empty = every chat")
+    group_require_mention: bool = Field(
+        default=True, description="in groups, answer only messages that mention the bot, reply to it or are commands"
+    )
+    log_level: str = Field(default="INFO", description="DEBUG, INFO, WARNING or ERROR")
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="text (for a terminal) or json (one object per line, for log shippers)"
+    )
+    metrics_host: str = Field(default="0.0.0.0", description="address of the ops server (/metrics, /healthz, /readyz)")
+    metrics_port: int = Field(default=9100, ge=0, le=65535, description="port of the ops server; 0 turns it off")
+    token_drift_warn_ratio: float = Field(
+        default=0.15,
+        gt=0,
+        description="warn when the provider's prompt tokens differ from the estimate by more than this fraction",
+    )
     operator_chat_id: int | None = Field(
         default=None, description="supergroup with Topics where operators answer; unset: no handoff"
     )
-    handoff_reply_timeout_seconds: float = Field(default=900.0, gt=0)
+    handoff_reply_timeout_seconds: float = Field(
+        default=900.0,
+        gt=0,
+        description="no operator message this long after a handoff starts: the customer is told it takes longer, "
+        "the topic is flagged",
+    )
     handoff_resume_on_timeout: bool = Field(
         default=False, description="after the reply timeout the assistant answers again (the handoff ends)"
     )
@@ -101,10 +154,24 @@ class WorkerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore", env_ignore_empty=True)
 
     worker_concurrency: int = Field(default=64, ge=1, description="chats served at once per process")
-    worker_lease_seconds: float = Field(default=30.0, gt=0, le=30, description="takeover time after a crash")
-    worker_idle_wait_seconds: float = Field(default=1.0, gt=0)
-    shutdown_grace_seconds: float = Field(default=25.0, ge=0)
-    polling_timeout_seconds: int = Field(default=10, ge=1, le=50)
+    worker_lease_seconds: float = Field(
+        default=30.0, gt=0, le=30, description="a dead worker's chats are taken over within this (seconds)"
+    )
+    worker_idle_wait_seconds: float = Field(
+        default=1.0, gt=0, description="how long an idle worker waits for a wake-up before looking for due work again"
+    )
+    shutdown_grace_seconds: float = Field(
+        default=25.0,
+        ge=0,
+        description="on SIGTERM, time to finish the updates in progress before handing the rest back",
+    )
+    polling_timeout_seconds: int = Field(
+        default=10,
+        ge=1,
+        le=50,
+        description="getUpdates long-poll timeout (polling mode); lowered to a third of WORKER_LEASE_SECONDS "
+        "when not below it",
+    )
     worker_max_attempts: int = Field(default=3, ge=1, description="failed attempts before an update is dead-lettered")
     worker_give_up_seconds: float = Field(
         default=600.0, gt=0, description="how long transient failures (Telegram/Redis down) are retried"

@@ -12,25 +12,61 @@ _CONFIG = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="
 
 
 class LLMSettings(BaseSettings):
+    """The language model: any OpenAI-compatible endpoint, its models, and how calls are made."""
+
     model_config = _CONFIG
 
-    openai_api_key: SecretStr = SecretStr("")
-    openai_base_url: str | None = None
-    openai_model: str = "gpt-4o-mini"
-    summary_model: str | None = Field(default=None, description="defaults to OPENAI_MODEL")
-    openai_instruction_role: Literal["developer", "system"] = "developer"
-    openai_timeout_seconds: float = Field(default=60.0, gt=0)
-    openai_max_retries: int = Field(default=2, ge=0)
+    openai_api_key: SecretStr = Field(
+        default=SecretStr(""),
+        description="the provider's API key, checked once at start (GET /models): a key refused with 401 stops the "
+        "start. For a local server that needs none, any non-empty value",
+    )
+    openai_base_url: str | None = Field(
+        default=None,
+        description="the OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 (vLLM, Ollama, LiteLLM); "
+        "unset: api.openai.com",
+    )
+    openai_model: str = Field(default="gpt-4o-mini", description="the chat model")
+    summary_model: str | None = Field(
+        default=None,
+        description="the model that folds old turns into the summary; unset: OPENAI_MODEL (a cheaper one is "
+        "usually fine)",
+    )
+    openai_instruction_role: Literal["developer", "system"] = Field(
+        default="developer",
+        description="role of the instruction message: developer (OpenAI) or system (servers that do not know "
+        "developer)",
+    )
+    openai_timeout_seconds: float = Field(default=60.0, gt=0, description="timeout of one model request, seconds")
+    openai_max_retries: int = Field(
+        default=2, ge=0, description="retries of 429, 5xx and timeouts by the openai client, with backoff and jitter"
+    )
     openai_http_client: Literal["aiohttp", "httpx"] = Field(
         default="aiohttp",
         description="the openai client's HTTP transport: aiohttp (less CPU per call; benchmarks/RESULTS.md) "
         "or httpx (the SDK's default). aiohttp falls back to httpx on openai versions without it",
     )
-    openai_token_limit_param: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
-    openai_temperature: float | None = None
-    summary_response_format: Literal["json_schema", "json_object"] = "json_schema"
-    max_output_tokens: PositiveInt = 1024
-    llm_max_concurrency: PositiveInt = Field(default=64, description="LLM calls at once per process")
+    openai_token_limit_param: Literal["max_completion_tokens", "max_tokens"] = Field(
+        default="max_completion_tokens",
+        description="how the reply cap is sent: max_completion_tokens (OpenAI) or max_tokens (older "
+        "OpenAI-compatible servers)",
+    )
+    openai_temperature: float | None = Field(
+        default=None, description="sampling temperature; unset: the provider's default"
+    )
+    summary_response_format: Literal["json_schema", "json_object"] = Field(
+        default="json_schema",
+        description="summary calls: json_schema (strict structured output) or json_object (servers without "
+        "JSON-schema support)",
+    )
+    max_output_tokens: PositiveInt = Field(
+        default=1024, description="most tokens of one reply; a reply cut by it is not stored, the customer is told"
+    )
+    llm_max_concurrency: PositiveInt = Field(
+        default=64,
+        description="LLM calls at once per process (the rest wait); with REDIS_URL keep it at least "
+        "WORKER_CONCURRENCY: each chat a worker serves makes one call at a time",
+    )
 
     @property
     def effective_summary_model(self) -> str:
@@ -38,19 +74,56 @@ class LLMSettings(BaseSettings):
 
 
 class MemorySettings(BaseSettings):
+    """Conversation memory: the token budget of every prompt, compaction into the summary, retention."""
+
     model_config = _CONFIG
 
-    chat_input_token_budget: PositiveInt = 6000
-    summary_max_tokens: PositiveInt = 800
-    history_high_water: float = Field(default=0.3, gt=0, le=1)
-    history_low_water: float = Field(default=0.15, gt=0, lt=1)
-    history_min_verbatim_turns: int = Field(default=4, ge=0)
-    session_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=0, description="0 keeps sessions forever")
-    tokenizer_encoding: str = "o200k_base"
-    support_company_name: str = "our company"
-    max_message_chars: PositiveInt = Field(default=4096, description="longer messages are refused untokenized")
-    chat_prompt_version: str | None = None
-    summary_prompt_version: str | None = None
+    chat_input_token_budget: PositiveInt = Field(
+        default=6000,
+        description="input tokens of every chat prompt: instruction + summary + recent turns + the new message",
+    )
+    summary_max_tokens: PositiveInt = Field(
+        default=800,
+        description="cap of the running summary (tokens as sent): a bigger one is re-compressed, never cut; "
+        "below CHAT_INPUT_TOKEN_BUDGET",
+    )
+    history_high_water: float = Field(
+        default=0.3,
+        gt=0,
+        le=1,
+        description="after a reply, compact once the stored history passes this fraction of the history room "
+        "(budget - instruction - summary cap)",
+    )
+    history_low_water: float = Field(
+        default=0.15,
+        gt=0,
+        lt=1,
+        description="compaction folds the oldest turns until the history is under this fraction of the history "
+        "room; below HISTORY_HIGH_WATER",
+    )
+    history_min_verbatim_turns: int = Field(
+        default=4, ge=0, description="newest turns compaction keeps verbatim (as long as they fit)"
+    )
+    session_ttl_seconds: int = Field(
+        default=30 * 24 * 3600,
+        ge=0,
+        description="every key of a chat expires this long after its last activity (default 30 days); 0 = never",
+    )
+    tokenizer_encoding: str = Field(
+        default="o200k_base",
+        description="the tokenizer prompts are counted with; its file ships with the bot (no download). Bundled: "
+        "o200k_base",
+    )
+    support_company_name: str = Field(default="our company", description="company name in the support instruction")
+    max_message_chars: PositiveInt = Field(
+        default=4096, description="longer customer messages are refused with the limit before any tokenization"
+    )
+    chat_prompt_version: str | None = Field(
+        default=None, description="pin the chat prompt's version (e.g. v1); unset: the active version in prompts/"
+    )
+    summary_prompt_version: str | None = Field(
+        default=None, description="pin the summary prompt's version; unset: the active version in prompts/"
+    )
 
     @model_validator(mode="after")
     def _water_marks(self) -> MemorySettings:
@@ -62,16 +135,26 @@ class MemorySettings(BaseSettings):
 
 
 class RedisSettings(BaseSettings):
+    """Storage: Redis (one server or a Cluster) or, without REDIS_URL, the in-process store."""
+
     model_config = _CONFIG
 
-    redis_url: SecretStr | None = Field(default=None, description="unset: in-process store, one process only")
+    redis_url: SecretStr | None = Field(
+        default=None,
+        description="unset: the in-process store (one process only, lost on restart); set for production and for "
+        "more than one worker (redis://host:6379/0; on a cluster, any one node)",
+    )
     redis_key_prefix: str = Field(
         default="sb",
         pattern=r"^[^{}]+$",
-        description="namespace of every key (no braces: they would change the keys' hash slots)",
+        description="namespace of every key, followed by the bot id (no braces: they would change the keys' "
+        "hash slots)",
     )
     redis_max_connections: int = Field(
-        default=512, ge=8, description="connections per Redis server and process; beyond it a command waits"
+        default=512,
+        ge=8,
+        description="connections per Redis server and process; when all are busy a command waits for one "
+        "(up to 10 s) instead of failing",
     )
     redis_cluster: Literal["auto", "on", "off"] = Field(
         default="auto",
