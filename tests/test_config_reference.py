@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+import pytest
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings
 
@@ -41,32 +42,37 @@ SHOP_UNDOCUMENTED=3
 """
 
 
-def test_the_settings_classes_are_found_in_the_source() -> None:
-    names = [cls.__name__ for cls in ref.settings_classes()]
+@pytest.fixture(scope="module")
+def classes() -> list[type[BaseSettings]]:
+    return ref.settings_classes()
+
+
+def test_the_settings_classes_are_found_in_the_source(classes: list[type[BaseSettings]]) -> None:
+    names = [cls.__name__ for cls in classes]
     for expected in ("BotSettings", "WorkerSettings", "LLMSettings", "MemorySettings", "RedisSettings"):
         assert expected in names
     assert len(names) == len(set(names))
 
 
-def test_the_reference_is_what_the_generator_writes() -> None:
+def test_the_reference_is_what_the_generator_writes(classes: list[type[BaseSettings]]) -> None:
     written = (ROOT / ref.OUTPUT).read_text(encoding="utf-8")
-    assert written == ref.render(ref.settings_classes(), ref.compose_variables()), (
+    assert written == ref.render(classes, ref.compose_variables()), (
         f"{ref.OUTPUT} is out of date: run `.venv/bin/python -m tools.config_reference`"
     )
 
 
-def test_every_setting_has_a_description() -> None:
-    assert ref.missing_descriptions(ref.settings_classes()) == []
+def test_every_setting_has_a_description(classes: list[type[BaseSettings]]) -> None:
+    assert ref.missing_descriptions(classes) == []
 
 
-def test_env_example_has_every_setting_with_its_default() -> None:
+def test_env_example_has_every_setting_with_its_default(classes: list[type[BaseSettings]]) -> None:
     example = (ROOT / ".env.example").read_text(encoding="utf-8")
-    assert ref.env_example_problems(example, ref.settings_classes(), ref.compose_variables()) == []
+    assert ref.env_example_problems(example, classes, ref.compose_variables()) == []
 
 
-def test_every_setting_is_in_the_reference() -> None:
+def test_every_setting_is_in_the_reference(classes: list[type[BaseSettings]]) -> None:
     written = (ROOT / ref.OUTPUT).read_text(encoding="utf-8")
-    for cls in ref.settings_classes():
+    for cls in classes:
         for setting in ref.settings_of(cls):
             assert f"| `{setting.env}` |" in written
 
