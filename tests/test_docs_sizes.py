@@ -1,9 +1,9 @@
 """benchmarks/RESULTS.md stays a record a user reads in minutes, and the code points to it.
 
 The page is at most 15 KB; every raw output it cites is in benchmarks/results/ and every file there is
-cited (older runs live in git, not in the tree). Docstrings and comments of bot/, services/ and
-benchmarks/ name the benchmark instead of a section of the page, whose numbering changes with every
-rewrite.
+cited (older runs live in git, not in the tree). Module docstrings of bot/, services/ and benchmarks/
+say what and why in a few lines and name the benchmark instead of a section of the page, whose
+numbering changes with every rewrite.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ RAW = ROOT / "benchmarks" / "results"
 CITATION = re.compile(r"(?<![\w/.-])(?:benchmarks/)?results/([\w.-]+)")
 SECTION = re.compile(r"RESULTS(?:\.md)?\W{0,6}(?:§|sections?\s+\d)|§\s*\d")
 MAX_PAGE_BYTES = 15 * 1024
+MAX_MODULE_DOCSTRING = 700
 
 
 def cited() -> set[str]:
@@ -64,3 +65,12 @@ def test_no_docstring_or_comment_cites_a_section_of_the_results_page() -> None:
         ]
         found += [f"{path.relative_to(ROOT)}:{line}" for line, text in texts if SECTION.search(text)]
     assert not found, found
+
+
+def test_module_docstrings_say_what_and_why_in_a_few_lines() -> None:
+    long = {}
+    for path in sources():
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        if len(doc) > MAX_MODULE_DOCSTRING:
+            long[str(path.relative_to(ROOT))] = len(doc)
+    assert not long, long
