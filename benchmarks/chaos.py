@@ -1,18 +1,13 @@
-"""Chaos/load check of the scale-out guarantees: many chats sending in waves; after every other wave,
-while it is in flight, one fault in turn — a webhook worker killed with SIGKILL (and replaced), a worker
-frozen with SIGSTOP for two leases and resumed, Redis paused (CLIENT PAUSE) for longer than a lease —
-and Redis restarted once mid-run. A few chats also send a secret and then /forget while the faults go
-on. Then every invariant is checked and the figures printed:
-
-* lost / doubled / out of order turns, chats stuck with work and no progress, forgotten secrets still
-  in Redis (all must be 0);
-* duplicate replies split by cause: "crash window" (a worker sent, then died or stalled before marking
-  the reply as sent, and the chat's next worker re-sent the stored reply: inherent, counted) and "lease
-  lost" (a worker sent after another took the chat over: must be 0).
+"""Chaos/load check of the scale-out guarantees: chats send in waves while, after every other wave, a
+worker is SIGKILLed (and replaced), frozen with SIGSTOP for two leases, or Redis is paused past a
+lease; Redis restarts once, and a few chats send a secret and then /forget.
 
     .venv/bin/python -m benchmarks.chaos --chats 1000 --messages 10 --workers 3
-    .venv/bin/python -m benchmarks.chaos --cluster ...   (on a 3-master Redis Cluster; the Redis
-        restart becomes a restart of the master serving the ready set)
+    .venv/bin/python -m benchmarks.chaos --cluster ...   (3-master Redis Cluster)
+
+Must be 0: lost, doubled or reordered turns, stuck chats, forgotten secrets left in Redis, "lease
+lost" duplicate replies (sent after another worker took the chat). "Crash window" duplicates (sent,
+then died before marking it) are inherent and counted.
 """
 
 from __future__ import annotations

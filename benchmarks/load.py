@@ -1,28 +1,12 @@
 """Throughput and reply latency of N webhook workers on one real redis-server, against the stub Bot API
-and a stub OpenAI server with a fixed latency; chats behave like customers (closed loop: the next
-message only after the reply, plus a think time).
+and a stub OpenAI server with a fixed latency; chats behave like customers (closed loop, think time).
 
     .venv/bin/python -m benchmarks.load --workers 1 2 4 --chats 200 --messages 8 --llm-latency 0.2
 
-Prints per worker count: throughput (turns/s), reply latency p50/p95/p99, the bot's own overhead
-(latency − LLM latency; and net of the time the model stub actually spent on the turn's request,
-which is more than its nominal latency), the workers' CPU milliseconds per turn (process CPU time of the worker
-processes during the load / turns; stubs, Redis and the load generator run in other processes) and
-the latency of turns after which a compaction ran vs ordinary turns. ``--budget 6000`` keeps every
-turn ordinary (no compaction in 8 messages), for the CPU cost of an ordinary turn.
-
-``--profile`` samples every worker with py-spy and prints where their CPU went, by component.
-``--variant LABEL:KEY=VALUE,...`` (repeatable) runs the same load once per variant with extra
-environment for the workers, e.g. ``--variant main:PYTHONPATH=/tmp/main-src`` to run another
-checkout's code side by side, ``--variant asyncio:EVENT_LOOP=asyncio``, or
-``--variant naive:WORKER_MODULE=benchmarks.naive_bot`` to run the minimal reference bot instead of
-``python -m bot`` (see benchmarks/naive_bot.py); ``--repeat`` alternates
-the variants that many times (A B A B...), so that a busy machine hurts them alike.
-
-``--pin`` gives every worker a core of its own (``taskset``, the last cores) and keeps this process
-(the load generator and both stubs) and redis-server on the others: with enough chats and a short
-think time, what one worker serves with a core to itself. The ``harness`` column says whether the
-other side kept up (near 100 % of its core: the figure is the harness's limit, not the worker's)."""
+Prints turns/s, latency percentiles, the overhead (latency − the model's; net: minus the stub's
+time), the workers' CPU ms per turn, compaction vs ordinary turns. ``--variant LABEL:KEY=VALUE,...``
+adds worker environment (``PYTHONPATH=`` another checkout, ``WORKER_MODULE=benchmarks.naive_bot``),
+``--repeat`` alternates them, ``--pin`` gives each worker a core. Figures: benchmarks/RESULTS.md."""
 
 from __future__ import annotations
 

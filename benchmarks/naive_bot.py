@@ -1,19 +1,13 @@
 """The reference the load benchmark measures the product against: a minimal aiogram + openai + redis
 webhook bot doing the same visible work per turn ("typing…", drafts while the reply streams, the
-reply, the history kept in Redis) and nothing else.
+reply, the history in Redis) and nothing else.
 
-    .venv/bin/python -m benchmarks.load --workers 1 --chats 100 --messages 6 --llm-latency 0.2 \\
+    .venv/bin/python -m benchmarks.load --workers 1 --chats 100 --messages 6 --llm-latency 0.2 \
         --budget 6000 --drafts --variant naive:WORKER_MODULE=benchmarks.naive_bot --variant this:
 
-It reads the subset of ``python -m bot``'s webhook environment it needs. It is not a product and
-shows what the product's guarantees replace: no token budget or summary (it sends the last
-``HISTORY`` messages, however long), no queue or leases (a crash loses the turn; two workers may
-answer one chat out of order), no rate limit, redelivery check, metrics or Markdown rendering; a
-draft is awaited inline, the way the aiogram examples send them.
-
-``NAIVE_FASTPATHS=on`` gives it the product's three process-level speed-ups (bot/runtime/fastpath.py:
-uvloop, orjson as aiogram's codec, the start-up heap frozen), so that a comparison can tell them
-apart from the design; hiredis is used by both whenever it is installed.
+No budget, summary, queue, lease, rate limit, redelivery check, metrics or rendering; drafts
+are awaited inline. ``NAIVE_FASTPATHS=on`` adds the product's process-level
+speed-ups (bot/runtime/fastpath.py), to tell them apart from the design.
 """
 
 from __future__ import annotations

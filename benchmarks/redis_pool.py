@@ -1,15 +1,11 @@
-"""What one Redis command costs the client, by connection pool: the bot's ``WaitingConnectionPool``
-(``redis_client()``) against redis-py's ``BlockingConnectionPool`` configured as ``redis_client()``
-configured it before (same options, same connection class), on one real redis-server; and the bot's
-pool with redis-py's own connection class (writes bounded by ``asyncio.wait_for``).
+"""What one Redis command costs the client, by connection pool, on one real redis-server: the bot's
+``WaitingConnectionPool`` against redis-py's ``BlockingConnectionPool`` configured as the bot had it,
+and the bot's pool with redis-py's own connection class (writes bounded by ``asyncio.wait_for``).
 
     .venv/bin/python -m benchmarks.redis_pool                 # CPU µs per command, variants alternating
     .venv/bin/python -m benchmarks.redis_pool --callgrind     # instructions per command (valgrind)
 
-32 tasks send GETs concurrently, as a loaded worker's chats do. ``--callgrind`` runs each variant
-under valgrind twice, with and without the commands, and prints the difference per command: exact
-and repeatable whatever else the machine does. ``--loop asyncio`` uses asyncio's own event loop (the
-bot uses uvloop when it is installed).
+32 tasks send GETs concurrently, as a loaded worker's chats do. ``--loop asyncio``: asyncio's loop.
 """
 
 from __future__ import annotations

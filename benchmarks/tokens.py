@@ -1,17 +1,12 @@
 """Tokens spent by four memory policies on the same 300-turn support conversation and budget.
 
-    .venv/bin/python -m benchmarks.tokens [--turns 300] [--budget 6000] [--plot benchmarks/tokens.png]
+    .venv/bin/python -m benchmarks.tokens [--turns 300] [--budget 6000] [--sweep] [--plot tokens.png]
 
-(a) full history; (b) sliding window only; (c) the textbook hybrid: on overflow summarize everything
-and restart from the current turn; (d) this project: the real ChatService (budgeted window, proactive
-and forced incremental compaction, identifier guarantee) against the stub OpenAI server, with the
-default settings (MemorySettings) unless --sweep. The summarizer is a stub with a fixed-size output
-that keeps no identifiers, the same for (c) and (d).
-
-With provider prompt caching (benchmarks.prompt_cost): per policy the share of prompt tokens that are a
-cacheable prefix of the previous prompt (>= 1024 tokens, OpenAI's 128-token granularity) and the
-effective input cost = uncached + cached × price ratio, for ratios 0.5 and 0.1; "+summ" adds the
-summarizer calls' input tokens (metered the same way) to the chat prompts."""
+(a) full history; (b) sliding window; (c) on overflow summarize everything and restart; (d) this
+project: the real ChatService against the stub OpenAI server, default settings (``--sweep``: water
+marks). The summarizer is a stub that keeps no identifiers, the same for (c) and (d). With prompt
+caching (benchmarks.prompt_cost): the cached share and the effective input cost at price ratios 0.5
+and 0.1; "+summ" adds the summarizer's input."""
 
 from __future__ import annotations
 

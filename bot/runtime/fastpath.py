@@ -2,7 +2,7 @@
 uvloop as the event loop, orjson as aiogram's JSON codec, and hiredis, the C reply parser redis-py
 uses by itself whenever it is installed. uvloop and orjson are used when installed;
 ``EVENT_LOOP=asyncio`` and ``JSON_CODEC=json`` (environment variables) turn them off, e.g. to measure
-what they bring (benchmarks/RESULTS.md). Besides, the start-up heap is frozen out of the cyclic
+what they bring (``benchmarks/load.py --variant``). Besides, the start-up heap is frozen out of the cyclic
 garbage collector's way (``GC_FREEZE=off`` turns that off)."""
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ def freeze_startup_heap() -> int:
     """Collect once, then move every object alive now (imported modules, pydantic models and their
     validators, the wired services) into the collector's permanent generation; returns how many.
     Call it once, when the process is wired and about to serve. A full collection walks every tracked
-    object: under load that was ~270 000 start-up objects, ~190 ms with the event loop stopped, several
-    times a minute (every turn in flight waited; benchmarks/RESULTS.md, section 3). Frozen objects are
+    object, the start-up ones included, with the event loop stopped, and every turn in flight waits
+    (``benchmarks/load.py --variant no-freeze:GC_FREEZE=off`` shows it in p99). Frozen objects are
     still freed by reference counting; only cycles among them stay. Logs the count."""
     if os.environ.get("GC_FREEZE", "on").lower() in ("off", "0", "false", "no"):
         return 0

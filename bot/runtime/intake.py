@@ -1,16 +1,11 @@
 """Durable intake: updates reach Redis before Telegram is told they arrived.
 
-Webhook: the request is answered 200 only after the update is queued (503 if Redis is down, so
-Telegram retries). With ``WEBHOOK_SERVE_RECEIVED`` a webhook worker with a free slot also takes the
-lease of the update's chat in the same script, when nobody holds it, and serves the chat itself: no
-trip through the ready set, no wake-up, no claim.
-
-Polling: one worker at a time holds the poller lease, queues what getUpdates returns and only then
-moves the offset on (stored in Redis, so the next leader continues from it).
-
-An update that cannot be queued for any reason other than Redis being unavailable (it cannot be
-encoded, it breaks a rule nobody foresaw) goes to the dead letters instead: intake never stops and never
-makes Telegram retry an update forever."""
+Webhook: a request is answered 200 only once its update is queued (503 if Redis is down, so Telegram
+retries); with ``WEBHOOK_SERVE_RECEIVED`` a worker with a free slot also takes the chat's lease in the
+same script and serves it itself. Polling: one worker at a time holds the poller lease, queues what
+getUpdates returns, then moves the offset on (kept in Redis). An update that cannot be queued for a
+reason other than Redis being down goes to the dead letters: intake never stops, and never makes
+Telegram retry an update forever."""
 
 from __future__ import annotations
 

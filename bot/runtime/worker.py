@@ -1,11 +1,10 @@
 """Queue worker: claims chats from Redis and feeds their updates, in order, to the aiogram Dispatcher.
 
 Every update is processed under the chat's lease with a fencing token (``services.fence``): the
-heartbeat renews the lease with a deadline inside what is left of it and cancels the update's handler
-the moment the lease cannot be kept, and every write the handler makes is refused by Redis once another
-worker owns the chat. Failures are classified: transient ones (Redis, the network, Telegram 5xx/429)
-are retried with backoff for up to ``give_up_seconds``; anything else is retried ``max_attempts`` times;
-then the update goes to the dead letters, so no update is retried forever and no chat waits forever.
+heartbeat renews the lease and cancels the handler the moment it cannot be kept, and Redis refuses
+every write once another worker owns the chat. Transient failures (Redis, the network, Telegram
+5xx/429) are retried with backoff for up to ``give_up_seconds``, others ``max_attempts`` times; then the
+update goes to the dead letters, so no update is retried forever and no chat waits forever.
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """Handoff to a human operator, Telegram side: the operator group's forum topics, the ticket, and
 relaying messages both ways exactly once.
 
-One forum topic per customer chat in ``OPERATOR_CHAT_ID`` (reopened by the chat's next handoff).
-Every step that writes is fenced by the customer chat's lease in queued mode: the intake queues an
-operator's message into the inbox of the customer chat its topic belongs to, so both directions of a
-handoff are served one at a time, in order, by whichever worker holds that chat.
-
-Exactly once: a message is copied only if its update id is not yet marked relayed, and the mark is
-written (with the transcript entry, one fenced script) right after the copy. A worker killed between
-the copy and the mark copies that one message again on redelivery (the same window as a reply sent
-before ``mark_replied``; such copies are counted in ``sb_handoff_possible_duplicates_total``: a
-"started" mark is written before each copy); a worker that lost the lease copies nothing more (the
-fence is checked before every copy).
-
-In-process mode has no leases, and aiogram serves the operator group and the customer chat
-concurrently: every step on a chat's handoff (both directions, /new, /forget, the deadline) runs under
-the chat's ``lock`` and reads the record again under it.
-
-A notice (the "started", "closed" and "overdue" lines) is sent once per step, under a relay mark of
-its own written after it went out: a step retried after a failure sends what is not marked yet.
-Telegram's permanent refusals (a deleted topic, a customer who blocked the bot) are logged and do not
-stop the step."""
+One forum topic per customer chat in ``OPERATOR_CHAT_ID``. In queued mode an operator's message is
+queued into its customer chat's inbox, so both directions are served in order, fenced by that chat's
+lease; in-process mode runs every step under the chat's ``lock``. A message or notice goes out only if
+not yet marked relayed, and the mark is written right after it (a crash in between sends it again,
+counted in ``sb_handoff_possible_duplicates_total``). Telegram's permanent refusals are logged and do
+not stop the step."""
 
 from __future__ import annotations
 

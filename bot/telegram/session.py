@@ -1,12 +1,10 @@
 """The Bot API session: aiogram's aiohttp session that re-checks the chat's lease at the last moment.
 
-A worker checks its fence before it sends (``Fence.ensure_valid``), but a request can then wait: for
-a free connection (the pool is bounded), for a new one (TCP and TLS to Telegram), for its body to be
-written (aiohttp writes it from a task of its own, a loop iteration later), or in a process frozen
-past its lease (SIGSTOP, a VM pause). Sent after that, a reply could reach the customer after the
-chat's next worker answered too. So ``CURRENT_FENCE`` is checked once the connection is in hand and
-again right before the request's bytes are written; a request whose lease may be gone fails with
-LeaseLostError (the worker abandons the turn; the chat's next worker answers it) and sends nothing."""
+After the worker checked its fence a request can still wait: for a pooled or new connection, for
+aiohttp's write task, or in a process frozen past its lease (SIGSTOP, a VM pause). Sent then, a reply
+could reach the customer after the chat's next worker answered. So ``CURRENT_FENCE`` is checked once
+the connection is in hand and again right before the bytes are written; a request whose lease may be
+gone sends nothing and fails with LeaseLostError."""
 
 from __future__ import annotations
 

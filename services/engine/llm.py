@@ -96,8 +96,8 @@ class LLMClient:
         call an endpoint with a body we build ourselves): auth, retries with backoff, timeouts, error
         classes and SSE decoding stay the client's. Unlike the typed ``chat.completions.create`` it
         neither re-walks the request through its TypedDict transform nor builds pydantic models of
-        the reply and of every stream chunk (``cast_to=object`` hands back the decoded JSON); those two
-        were about an eighth of a worker's CPU per turn (benchmarks/RESULTS.md)."""
+        the reply and of every stream chunk (``cast_to=object`` hands back the decoded JSON), which cost
+        a worker a large share of its CPU per turn (``benchmarks/load.py --profile``)."""
         body: dict[str, Any] = {"model": model, "messages": [m.as_openai() for m in messages], **extra}
         if not stream:
             return await self._client.post(CHAT_COMPLETIONS, body=body, cast_to=object)

@@ -120,7 +120,7 @@ async def on_text(
 
 async def has_text(message: Message) -> bool:
     """``F.text`` as a coroutine: aiogram runs plain callables (magic filters too) in a worker thread,
-    a thread hop per update (benchmarks/RESULTS.md, section 3)."""
+    a thread hop per update (``benchmarks/load.py --profile`` shows it)."""
     return bool(message.text)
 
 

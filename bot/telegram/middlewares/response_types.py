@@ -3,9 +3,8 @@
 aiogram validates every response as ``Response[<the method's return type>]``, a pydantic generic it
 parametrizes on each request. pydantic caches parametrized generics only weakly, and nothing else
 holds them, so the cyclic garbage collector drops them every few hundred requests and the next request
-builds the class and its validator again: about 5 ms of CPU each time, 5 % of a turn's CPU in the
-load benchmark's profile (``benchmarks/RESULTS.md``, section 3). One reference per return type makes
-every request a cache hit."""
+builds the class and its validator again, milliseconds of CPU each time (``benchmarks/load.py
+--profile``). One reference per return type makes every request a cache hit."""
 
 from __future__ import annotations
 

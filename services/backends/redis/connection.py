@@ -1,16 +1,11 @@
 """Which Redis client to build for ``REDIS_URL``: one server or a Redis Cluster (``REDIS_CLUSTER``).
 
-``auto`` asks the server once at start-up (``INFO cluster``: ``cluster_enabled:1``); ``on``/``off``
-skip the question. In cluster mode every component gets redis-py's asyncio ``RedisCluster``, which
-follows MOVED/ASK redirections, waits out TRYAGAIN, and on a connection error or CLUSTERDOWN
-re-discovers the slot map and tries again (``retry`` below); what is still failing after that is
-translated to the transient ``StoreUnavailableError`` (``services.backends.redis.scripts.redis_errors``) and retried
-with backoff by the caller.
-
-On one server nothing is sent twice. After a Redis restart every pooled connection is dead; the pool
-sees that when it hands one out (the server's close has been read) and reconnects before sending.
-redis-py 8 skips that check when its maintenance notifications (a Redis Enterprise feature, on
-"auto" under RESP3) are on, and the first command on each old connection failed; they are off here.
+``auto`` asks the server once at start-up (``INFO cluster``); ``on``/``off`` skip the question. A cluster
+gets redis-py's ``RedisCluster``, which follows redirections and re-discovers the slot map after a
+connection error or CLUSTERDOWN; what still fails becomes the transient ``StoreUnavailableError``,
+retried by the caller. redis-py 8's maintenance notifications are off: with them its pool skipped the
+check for a connection the server had closed, so after a Redis restart the first command on each
+pooled connection failed.
 """
 
 from __future__ import annotations

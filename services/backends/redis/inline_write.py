@@ -1,18 +1,11 @@
 """redis-py's connections, with the write timeout taken inline instead of in a task of its own.
 
-redis-py bounds every write to the server with ``asyncio.wait_for(write, socket_timeout)``. On
-Python 3.11 ``wait_for`` wraps the write in a new task: one task, and an event-loop turn to start it,
-for every command sent (−3.0 % instructions per turn without it, ``benchmarks/RESULTS.md`` §3.00).
-``asyncio.timeout`` gives the same bound without a task: the write is cancelled, the connection
-dropped and redis-py's ``TimeoutError`` raised. From Python 3.12 ``wait_for`` is built on
-``asyncio.timeout`` itself, and before 3.11.3 ``asyncio.timeout`` could turn a timeout into a
-cancellation (redis-py avoids it there too), so on those versions the classes are left as they are.
-
-``inline_write_class(cls)`` is redis-py's connection class ``cls`` (TCP, TLS or Unix socket, as the
-URL chose) with only ``send_packed_command`` replaced; ``services.backends.redis.connection`` gives it
-to the pool (one server) or to every node (a cluster). The replacement mirrors redis-py 8.1's method
-and delegates the write itself to redis-py's ``_send_packed_command``; a test fails when redis-py's
-method changes, so that the two are compared again.
+redis-py bounds every write with ``asyncio.wait_for``, which on Python 3.11 starts a task per command;
+``asyncio.timeout`` gives the same bound (the write cancelled, the connection dropped, redis-py's
+``TimeoutError``) without one. Other versions keep redis-py's classes: from 3.12 ``wait_for`` is built on
+``asyncio.timeout``, and before 3.11.3 ``asyncio.timeout`` could turn a timeout into a cancellation.
+``inline_write_class(cls)`` replaces only ``send_packed_command``, mirroring redis-py 8.1's; a test fails
+when redis-py's changes. What it saves: ``benchmarks/load.py --callgrind``.
 """
 
 from __future__ import annotations

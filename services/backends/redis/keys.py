@@ -1,19 +1,11 @@
 """The one owner of every Redis key the bot uses.
 
-Every key lives in the namespace ``<prefix>:<bot id>`` so that two bots (two tokens) on one Redis never
-read each other's sessions or queues: a private chat's id is the user's id in every bot.
-
-Keys are grouped by Redis Cluster hash slot, because every Lua script and transaction touches the keys
-of one slot only:
-
-* a chat's keys share the hash tag ``{chat:<id>}`` (one slot per chat, so chats spread over the
-  cluster);
-* the polling leader's lease and offset share the tag ``{<prefix>:<bot id>:poller}``;
-* the dead-letter records and their index share ``{<prefix>:<bot id>:dead}``;
-* the handoff topics (topic → chat), the open handoffs and their reply deadlines share
-  ``{<prefix>:<bot id>:handoff}``;
-* the ready set ``<ns>:ready`` has no tag; the wake-up list's tag is that whole name,
-  ``{<ns>:ready}:wake``, so both hash to the same slot and one script marks a chat due and wakes a worker.
+Every key lives in the namespace ``<prefix>:<bot id>``, so two bots on one Redis never read each other's
+sessions or queues (a private chat's id is the user's id in every bot). Keys are grouped by Redis
+Cluster hash slot, as every script touches one slot: a chat's keys share ``{chat:<id>}``; the poller's
+lease and offset, the dead letters, and the handoff topics and deadlines each share a tag of their own;
+the ready set and its wake-up list ``{<ns>:ready}:wake`` hash to one slot, so that one script marks a
+chat due and wakes a worker.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """A bounded connection pool that waits for a connection only when every one is busy.
 
-redis-py's ``BlockingConnectionPool`` takes an ``asyncio.Condition``, starts a timer and enters two
-async context managers for every command it hands a connection to, free connections or not: one GET
-costs 287.0 k instructions with it and 211.8 k with this pool on uvloop (callgrind,
-``benchmarks/redis_pool.py``, ``benchmarks/RESULTS.md`` §3.000). ``WaitingConnectionPool`` hands a
-free connection out the way redis-py's ``ConnectionPool`` does (no wait, no timer). Only when all
-``max_connections`` are in use does a command queue, first come first served, for at most
-``timeout`` seconds, then fail with the error ``BlockingConnectionPool`` raises
-(``ConnectionError("No connection available.")``).
-
-A release wakes the first waiter and keeps the freed place for it (``_granted``), so that a command
-arriving meanwhile does not take it; a waiter that is woken and cancelled before it runs passes its
-grant on to the next. redis-py's optional OpenTelemetry connection counts (off unless configured) are
-not kept by this pool's ``get_connection``.
+redis-py's ``BlockingConnectionPool`` takes a condition, starts a timer and enters two context managers
+for every command, free connections or not. This pool hands a free connection out as ``ConnectionPool``
+does; only when all ``max_connections`` are busy does a command queue, first come first served, for at
+most ``timeout`` seconds (then ``ConnectionError("No connection available.")``, as before). A release
+keeps the freed place for the first waiter. redis-py's optional OpenTelemetry connection counts are not
+kept. What it saves per command: ``benchmarks/redis_pool.py``.
 """
 
 from __future__ import annotations

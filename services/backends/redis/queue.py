@@ -1,21 +1,11 @@
 """Durable per-chat work queue on Redis: any worker serves any chat, one chat at a time, in order.
 
-Design (documented in the README, "Scaling" and "Failure model"):
-
-* each chat has an inbox (a sorted set ordered by the item's order key, the Telegram update id, so
-  items taken in by different workers still come out in the sender's order) and a set of item ids
-  already taken in (``seen``), so a redelivered item is stored once. The inbox has no TTL: an update
-  Telegram was told we have is kept until it is processed or dead-lettered;
-* a global sorted set ``ready`` holds the chats that may have work, scored by when they are due
-  (Redis server time, ms);
-* a worker ``claim``s the first due chat (the script pushes its score one lease into the future: a
-  watchdog entry) and takes the chat's lease (``SET NX PX`` with a token unique to this claim);
-* ``next`` (one script) acknowledges the item just processed, then either returns the inbox head —
-  counting the attempt, so an update that keeps killing workers is noticed — or, when the inbox is
-  empty, releases the lease. Every per-chat step is fenced: it does nothing once the lease is lost;
-* a heartbeat ``renew``s the lease and the watchdog; if the worker dies, the lease expires and the
-  watchdog makes the chat due again, so another worker takes over within one lease;
-* every script touches the keys of one chat only or one global key only (Redis Cluster).
+A chat's inbox is ordered by Telegram update id (items taken in by different workers come out in the
+sender's order) and kept until processed or dead-lettered; a ``seen`` set stores a redelivery once. The
+``ready`` set holds the chats that may have work, by when they are due. ``claim`` takes a due chat's
+lease and pushes its score one lease ahead (a watchdog, for a worker that dies); ``next`` acks an item
+and returns the next or releases the lease. Every per-chat step is fenced by the lease; every script
+touches one chat's keys or one global key (Redis Cluster).
 """
 
 from __future__ import annotations
