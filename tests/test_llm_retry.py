@@ -5,6 +5,7 @@ SDK's own retries off. Against the stub model server through a real AsyncOpenAI.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
 from email.utils import formatdate
@@ -36,7 +37,7 @@ def client_for(url: str, retry: RetryPolicy = FAST) -> LLMClient:
 
 
 def gaps(times: list[float]) -> list[float]:
-    return [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+    return [later - earlier for earlier, later in itertools.pairwise(times)]
 
 
 async def ignore(_text: str) -> None:

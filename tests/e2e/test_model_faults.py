@@ -56,7 +56,9 @@ async def test_a_malformed_chunk_is_a_provider_failure_not_a_bot_bug(
         stub_llm.chat_replies.append(StubBroken("Your order", "malformed"))
         telegram.send_text(802, "order status?")
         assert await telegram.wait_messages(802, 1) == [UNAVAILABLE]
-        assert "unexpected error" not in caplog.text and "JSONDecodeError" not in caplog.text
+        assert "unexpected error" not in caplog.text
+        assert [r.getMessage() for r in caplog.records if r.exc_info] == [], "no traceback: a provider failure"
+        assert "LLMIncompleteReplyError" in caplog.text
         assert (await bot.store.load(802)).messages == ()
     finally:
         await bot.stop()
