@@ -68,14 +68,10 @@ async def test_unreachable_server_is_unavailable() -> None:
 
 
 async def test_retries_with_backoff_then_succeeds(stub_llm: StubOpenAI) -> None:
+    from services.engine.retry import RetryPolicy
+
     stub_llm.chat_replies.extend([503, 503])
-    llm = LLMClient(
-        client=AsyncOpenAI(api_key="k", base_url=stub_llm.base_url, max_retries=2, timeout=5),
-        chat_model="m",
-        summary_model="m",
-        max_output_tokens=10,
-        summary_max_tokens=10,
-    )
+    llm = client_for(stub_llm.base_url, retry=RetryPolicy(max_retries=2, base_seconds=0.01, max_seconds=0.02))
     completion = await llm.chat(PROMPT)
     assert completion.text and len(stub_llm.requests) == 3
 
