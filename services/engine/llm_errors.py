@@ -62,7 +62,10 @@ def _http_errors(*names: str) -> list[type[BaseException]]:
     return errors
 
 
-_CUT_ANSWER = (aiohttp.ClientPayloadError, *_http_errors("ReadError", "RemoteProtocolError"))
+_CUT_ANSWER: tuple[type[BaseException], ...] = (
+    aiohttp.ClientPayloadError,
+    *_http_errors("ReadError", "RemoteProtocolError"),
+)
 """Under an openai.APIConnectionError: the connection broke while the answer was being read."""
 
 
