@@ -39,7 +39,23 @@ class LLMSettings(BaseSettings):
     )
     openai_timeout_seconds: float = Field(default=60.0, gt=0, description="timeout of one model request, seconds")
     openai_max_retries: int = Field(
-        default=2, ge=0, description="retries of 429, 5xx and timeouts by the openai client, with backoff and jitter"
+        default=2,
+        ge=0,
+        description="retries within one model call of 429, 5xx, timeouts and incomplete answers, by the bot's "
+        "policy (the openai client's own retries are off): backoff with jitter, never sooner than the "
+        "provider's Retry-After",
+    )
+    llm_retry_base_seconds: float = Field(
+        default=1.0, gt=0, description="first backoff step of a model retry, seconds (doubles per retry, equal jitter)"
+    )
+    llm_retry_max_seconds: float = Field(
+        default=120.0, gt=0, description="largest backoff step of a model retry, seconds"
+    )
+    llm_retry_in_call_max_wait_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="longest wait slept inside one model call (a longer Retry-After or backoff ends the call: the "
+        "customer is told, or the queue worker retries the question later)",
     )
     openai_http_client: Literal["aiohttp", "httpx"] = Field(
         default="aiohttp",

@@ -68,14 +68,10 @@ async def test_unreachable_server_is_unavailable() -> None:
 
 
 async def test_retries_with_backoff_then_succeeds(stub_llm: StubOpenAI) -> None:
+    from services.engine.retry import RetryPolicy
+
     stub_llm.chat_replies.extend([503, 503])
-    llm = LLMClient(
-        client=AsyncOpenAI(api_key="k", base_url=stub_llm.base_url, max_retries=2, timeout=5),
-        chat_model="m",
-        summary_model="m",
-        max_output_tokens=10,
-        summary_max_tokens=10,
-    )
+    llm = client_for(stub_llm.base_url, retry=RetryPolicy(max_retries=2, base_seconds=0.01, max_seconds=0.02))
     completion = await llm.chat(PROMPT)
     assert completion.text and len(stub_llm.requests) == 3
 
@@ -121,3 +117,111 @@ async def test_both_http_transports_stream_a_reply(stub_llm: StubOpenAI, transpo
     completion = await llm.chat([PromptPart("user", "hello there", 3)], on_delta=on_delta)
     assert completion.text and deltas
     await llm.close()
+
+
+# --- provider faults at the edge of the client (issue 26) ---------------------------------------------
+
+from services.errors import LLMConfigurationError, LLMIncompleteReplyError  # noqa: E402
+from tests.stubs.openai_server import (  # noqa: E402
+    INVALID_API_KEY,
+    MODEL_NOT_FOUND,
+    SERVER_ERROR,
+    StubBroken,
+    StubError,
+    rate_limited,
+)
+
+
+def transport_client(url: str, transport: str, **kwargs: object) -> LLMClient:
+    http_client = openai.DefaultAioHttpClient(timeout=5) if transport == "aiohttp" else None
+    return LLMClient(
+        client=AsyncOpenAI(api_key="k", base_url=url, max_retries=0, timeout=5, http_client=http_client),
+        chat_model="chat-m",
+        summary_model="sum-m",
+        max_output_tokens=100,
+        summary_max_tokens=50,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+async def ignore(_text: str) -> None:
+    pass
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+@pytest.mark.parametrize("streamed", [True, False])
+@pytest.mark.parametrize("fault", ["no_finish", "cut", "malformed", "bad_utf8"])
+async def test_a_reply_broken_on_the_wire_is_one_kind_of_error(
+    stub_llm: StubOpenAI, transport: str, streamed: bool, fault: str
+) -> None:
+    """A stream (or body) without a finish reason, cut before its end, with a chunk that is not JSON or
+    not UTF-8: never an answer, always LLMIncompleteReplyError (not JSONDecodeError, not a plain
+    "unreachable"); and the next call works."""
+    stub_llm.chat_replies.append(StubBroken("Your order 7718 has been ship", fault))  # type: ignore[arg-type]
+    llm = transport_client(stub_llm.base_url, transport)
+    with pytest.raises(LLMIncompleteReplyError) as caught:
+        await llm.chat(PROMPT, on_delta=ignore if streamed else None)
+    assert caught.value.requests == 1
+    completion = await llm.chat(PROMPT, on_delta=ignore if streamed else None)
+    assert completion.text.startswith("Support answer to:")
+    await llm.close()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": "x"}},
+        {"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": [1]}},
+        {"choices": [{"message": {"content": "hi", "tool_calls": [{"function": "x"}]}, "finish_reason": "stop"}]},
+        {"choices": [{"message": {"content": "hi", "tool_calls": "x"}, "finish_reason": "stop"}], "usage": 3},
+    ],
+)
+async def test_odd_fields_of_an_answer_are_read_without_raising(stub_llm: StubOpenAI, body: dict) -> None:
+    stub_llm.chat_replies.append(StubError(200, body=body))
+    completion = await client_for(stub_llm.base_url).chat(PROMPT)
+    assert completion.text == "hi" and completion.finish_reason == "stop"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        [1, 2],
+        {"choices": "x"},
+        {"choices": [{"message": "hi", "finish_reason": "stop"}]},
+        {"choices": [{"message": {"content": "hi"}, "finish_reason": 7}]},
+        "<html>502 Bad Gateway</html>",
+    ],
+)
+async def test_an_unreadable_answer_is_incomplete(stub_llm: StubOpenAI, body: object) -> None:
+    """A body without a readable choice and finish reason (a proxy's HTML page, an odd shape)."""
+    stub_llm.chat_replies.append(StubError(200, body=body))  # type: ignore[arg-type]
+    with pytest.raises(LLMIncompleteReplyError):
+        await client_for(stub_llm.base_url).chat(PROMPT)
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"),
+    [(INVALID_API_KEY, LLMConfigurationError), (MODEL_NOT_FOUND, LLMConfigurationError)],
+)
+async def test_configuration_errors_keep_their_kind(stub_llm: StubOpenAI, error: StubError, kind: type) -> None:
+    stub_llm.chat_replies.append(error)
+    with pytest.raises(kind, match=str(error.status)) as caught:
+        await client_for(stub_llm.base_url).chat(PROMPT, on_delta=ignore)
+    assert caught.value.status == error.status and caught.value.requests == 1
+
+
+@pytest.mark.parametrize(
+    ("error", "wait"),
+    [
+        (rate_limited(retry_after="7"), 7.0),
+        (rate_limited(retry_after_ms="2500"), 2.5),
+        (rate_limited(retry_after="7", retry_after_ms="2500"), 2.5),
+        (SERVER_ERROR, None),
+    ],
+)
+async def test_the_providers_wait_is_kept(stub_llm: StubOpenAI, error: StubError, wait: float | None) -> None:
+    stub_llm.chat_replies.append(error)
+    with pytest.raises(LLMUnavailableError) as caught:
+        await client_for(stub_llm.base_url).chat(PROMPT)
+    assert caught.value.status == error.status
+    assert caught.value.retry_after == (pytest.approx(wait) if wait is not None else None)

@@ -14,6 +14,7 @@ from prompts.support_chat import HANDOFF
 from services.engine.chat import ChatService
 from services.engine.llm import LLMClient
 from services.engine.policy import WaterMarkPolicy
+from services.engine.retry import RetryPolicy
 from services.engine.summarizer import Summarizer
 from services.engine.tokens import TokenCounter
 from services.errors import ConfigurationError
@@ -21,6 +22,9 @@ from services.ports import SessionStore, TurnObserver
 from services.settings import LLMSettings, MemorySettings
 
 log = logging.getLogger(__name__)
+
+CALL_DEADLINE_TIMEOUTS = 3
+"""A model call retries no longer than this many OPENAI_TIMEOUT_SECONDS from its start."""
 
 
 def _http_client(settings: LLMSettings) -> Any:
@@ -48,7 +52,7 @@ def build_llm_client(settings: LLMSettings, memory: MemorySettings) -> LLMClient
         api_key=api_key,
         base_url=settings.openai_base_url,
         timeout=settings.openai_timeout_seconds,
-        max_retries=settings.openai_max_retries,
+        max_retries=0,  # one retry policy owns a call's requests (RetryPolicy), not the SDK's on top
         http_client=_http_client(settings),
     )
     return LLMClient(
@@ -61,6 +65,13 @@ def build_llm_client(settings: LLMSettings, memory: MemorySettings) -> LLMClient
         summary_response_format=settings.summary_response_format,
         temperature=settings.openai_temperature,
         max_concurrency=settings.llm_max_concurrency,
+        retry=RetryPolicy(
+            max_retries=settings.openai_max_retries,
+            base_seconds=settings.llm_retry_base_seconds,
+            max_seconds=settings.llm_retry_max_seconds,
+            in_call_max_wait_seconds=settings.llm_retry_in_call_max_wait_seconds,
+            deadline_seconds=CALL_DEADLINE_TIMEOUTS * settings.openai_timeout_seconds,
+        ),
     )
 
 

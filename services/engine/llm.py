@@ -1,32 +1,39 @@
 """The language-model client: chat replies (plain or streamed) and structured summary calls.
 
-Built on ``openai.AsyncOpenAI`` so any OpenAI-compatible endpoint works. openai's errors are
-translated here into the engine's LLMError family.
+Built on ``openai.AsyncOpenAI`` (its own retries off) so any OpenAI-compatible endpoint works. Every
+failure is classified here into the engine's LLMError family (services.engine.llm_errors), only an
+answer with a finish reason counts (services.engine.llm_reply), and one policy retries a call
+(services.engine.retry.RetryPolicy) behind a process-wide gate that keeps the provider's Retry-After.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
+import random
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NoReturn
 
 import openai
 from openai import AsyncOpenAI, AsyncStream
 
-from services.engine.models import Completion, OnDelta, PromptPart, ToolCall, Usage
-from services.engine.retry import retry_after_of
+from services.engine.llm_errors import READ_FAILURES, incomplete_reply, translate_openai_error
+from services.engine.llm_reply import Reply, StreamReader, read_completion
+from services.engine.models import Completion, OnDelta, PromptPart
+from services.engine.retry import RetryPolicy
 from services.errors import (
     LLMBadReplyError,
     LLMConfigurationError,
     LLMError,
-    LLMIncompleteReplyError,
     LLMReplyTruncatedError,
-    LLMRequestRejectedError,
     LLMUnavailableError,
 )
+
+__all__ = ["LLMClient", "NotBefore", "translate_openai_error"]
 
 log = logging.getLogger(__name__)
 
@@ -34,36 +41,31 @@ CHAT_COMPLETIONS = "/chat/completions"
 TokenLimitParam = Literal["max_completion_tokens", "max_tokens"]
 
 
-_CONFIGURATION_STATUSES = frozenset({401, 402, 403, 404})
-_REJECTED_STATUSES = frozenset({400, 409, 413, 422})
+class NotBefore:
+    """The moment before which no call of this process asks the provider again: the latest
+    Retry-After it gave (a 429 for one chat is a 429 for all of them)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._until = 0.0
+
+    def push(self, seconds: float) -> None:
+        self._until = max(self._until, self._clock() + seconds)
+
+    def remaining(self) -> float:
+        return max(0.0, self._until - self._clock())
 
 
-def translate_openai_error(exc: openai.OpenAIError) -> LLMError:
-    """Map an openai exception to the engine's error kinds (the provider's Retry-After kept)."""
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        what = f"LLM provider answered HTTP {status} ({type(exc).__name__}{_code_of(exc)})"
-        if status in _CONFIGURATION_STATUSES or (status == 429 and exc.code == "insufficient_quota"):
-            return LLMConfigurationError(what, status=status)
-        if status == 429 or status >= 500 or status == 408:
-            return LLMUnavailableError(what, status=status, retry_after=retry_after_of(exc.response.headers))
-        if status in _REJECTED_STATUSES:
-            return LLMRequestRejectedError(what, status=status)
-        return LLMBadReplyError(what, status=status)
-    if isinstance(exc, openai.APIConnectionError):  # timeouts included
-        return LLMUnavailableError(f"LLM provider unreachable: {type(exc).__name__}")
-    if isinstance(exc, openai.APIResponseValidationError):
-        return LLMIncompleteReplyError(f"LLM provider sent an unreadable answer: {type(exc).__name__}")
-    return LLMUnavailableError(f"LLM call failed: {type(exc).__name__}")
-
-
-def _code_of(exc: openai.APIStatusError) -> str:
-    return f", code {exc.code}" if isinstance(exc.code, str) and exc.code else ""
+@dataclass
+class _Progress:
+    shown: bool = False
+    """Text of this attempt was passed on (a draft): asking again would show a second text."""
 
 
 class LLMClient:
-    """Chat and summary calls. Transport retries (429/5xx/timeouts, with backoff and jitter) are done
-    by the injected AsyncOpenAI client (its ``max_retries``)."""
+    """Chat and summary calls. A failed call (429, 5xx, timeouts, an incomplete answer) is asked again
+    by ``retry`` (none by default); give the AsyncOpenAI client ``max_retries=0`` so that its own
+    retries do not multiply these. ``gate``: shared by every call of the process."""
 
     def __init__(
         self,
@@ -77,8 +79,14 @@ class LLMClient:
         summary_response_format: Literal["json_schema", "json_object"] = "json_schema",
         temperature: float | None = None,
         max_concurrency: int = 64,
+        retry: RetryPolicy | None = None,
+        gate: NotBefore | None = None,
+        rand: Callable[[], float] = random.random,
     ) -> None:
         self._client = client
+        self._retry = retry or RetryPolicy()
+        self._gate = gate or NotBefore()
+        self._rand = rand
         self.chat_model = chat_model
         self.summary_model = summary_model
         self._max_output_tokens = max_output_tokens
@@ -135,10 +143,12 @@ class LLMClient:
             extra["temperature"] = self._temperature
         if tools:
             extra["tools"] = list(tools)
-        async with self._slot():
-            if on_delta is None:
-                return await self._complete(self.chat_model, messages, extra)
-            return await self._stream(self.chat_model, messages, extra, on_delta)
+        if on_delta is None:
+            return await self._with_retries(lambda _progress: self._complete(self.chat_model, messages, extra))
+        stream = on_delta
+        return await self._with_retries(
+            lambda progress: self._stream(self.chat_model, messages, extra, stream, progress)
+        )
 
     async def summarize(self, messages: Sequence[PromptPart], *, schema: dict[str, Any]) -> Completion:
         """A structured-output call; the text is the model's JSON (not yet validated)."""
@@ -154,87 +164,98 @@ class LLMClient:
             self._token_limit_param: self._summary_max_tokens * 2,
             "response_format": response_format,
         }
-        async with self._slot():
-            return await self._complete(self.summary_model, messages, extra)
+        return await self._with_retries(lambda _progress: self._complete(self.summary_model, messages, extra))
+
+    async def _with_retries(self, attempt: Callable[[_Progress], Awaitable[Completion]]) -> Completion:
+        """Run ``attempt`` until it answers or the policy gives up; the error raised says how many
+        requests the call made and, when a wait was too long to sleep here, how long to wait."""
+        policy, started = self._retry, time.monotonic()
+        for number in itertools.count():
+            await self._wait_for_gate(started, requests=number)
+            progress = _Progress()
+            try:
+                async with self._slot():
+                    return await attempt(progress)
+            except LLMError as exc:
+                exc.requests = number + 1
+                if not isinstance(exc, LLMUnavailableError) or isinstance(exc, LLMConfigurationError):
+                    raise
+                if exc.retry_after:
+                    self._gate.push(exc.retry_after)
+                if progress.shown or number >= policy.max_retries:
+                    raise
+                wait = policy.wait(number, retry_after=exc.retry_after, rand=self._rand)
+                if not policy.sleeps(wait, elapsed=time.monotonic() - started):
+                    exc.retry_after = wait
+                    raise
+                log.info("LLM request failed (%s); retry %d of %d in %.2f s", exc, number + 1, policy.max_retries, wait)
+                await asyncio.sleep(wait)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _wait_for_gate(self, started: float, *, requests: int) -> None:
+        """Sleep out the provider's Retry-After (given to any call of this process), or raise when it
+        is too long to wait in the call."""
+        while (remaining := self._gate.remaining()) > 0:
+            if not self._retry.sleeps(remaining, elapsed=time.monotonic() - started):
+                raise LLMUnavailableError(
+                    f"the LLM provider asked to wait {remaining:.1f} s", retry_after=remaining, requests=requests
+                )
+            await asyncio.sleep(remaining)
 
     async def _complete(self, model: str, messages: Sequence[PromptPart], extra: dict[str, Any]) -> Completion:
         started = time.perf_counter()
         try:
-            response = await self._post(model, messages, extra, stream=False)
-        except openai.OpenAIError as exc:
-            raise translate_openai_error(exc) from exc
-        choice = _first_choice(response)
-        if choice is None:
-            raise LLMBadReplyError("LLM answered with no choices")
-        message = choice.get("message")
-        text = message.get("content") if isinstance(message, dict) else None
-        usage = Usage.from_json(response.get("usage"))
-        call = _tool_call(message.get("tool_calls") if isinstance(message, dict) else None)
-        return self._checked(text if isinstance(text, str) else "", _finish(choice), usage, model, started, call)
+            body = await self._post(model, messages, extra, stream=False)
+        except Exception as exc:
+            _raise_classified(exc, mid_answer=False)
+        return self._checked(read_completion(body), model, started)
 
     async def _stream(
-        self, model: str, messages: Sequence[PromptPart], extra: dict[str, Any], on_delta: OnDelta
+        self,
+        model: str,
+        messages: Sequence[PromptPart],
+        extra: dict[str, Any],
+        on_delta: OnDelta,
+        progress: _Progress,
     ) -> Completion:
         started = time.perf_counter()
-        parts: list[str] = []
-        finish_reason = ""
-        usage: Usage | None = None
-        tool_name, tool_arguments = "", []
+        reader = StreamReader()
         try:
             stream = await self._post(model, messages, extra, stream=True)
-            async for chunk in stream:
-                choice = _first_choice(chunk)
-                if isinstance(chunk, dict) and chunk.get("usage") is not None:
-                    usage = Usage.from_json(chunk["usage"])
-                if choice is None:
-                    continue
-                finish_reason = _finish(choice) or finish_reason
-                delta = choice.get("delta")
-                text = delta.get("content") if isinstance(delta, dict) else None
-                if text and isinstance(text, str):
-                    parts.append(text)
+        except Exception as exc:
+            _raise_classified(exc, mid_answer=False)
+        try:
+            chunks = aiter(stream)
+            while True:
+                try:
+                    chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:
+                    _raise_classified(exc, mid_answer=True)
+                if text := reader.feed(chunk):
+                    progress.shown = True
                     await on_delta(text)
-                for call in (delta.get("tool_calls") if isinstance(delta, dict) else None) or []:
-                    # the first call only (index 0): its name comes once, its arguments in pieces
-                    function = call.get("function") if isinstance(call, dict) else None
-                    if not isinstance(function, dict) or call.get("index", 0) != 0:
-                        continue
-                    tool_name = tool_name or str(function.get("name") or "")
-                    tool_arguments.append(str(function.get("arguments") or ""))
-        except openai.OpenAIError as exc:
-            raise translate_openai_error(exc) from exc
-        call = ToolCall(tool_name, "".join(tool_arguments)) if tool_name else None
-        return self._checked("".join(parts), finish_reason, usage, model, started, call)
+        finally:
+            with contextlib.suppress(*READ_FAILURES, openai.OpenAIError):
+                await stream.close()
+        return self._checked(reader.reply(), model, started)
 
     @staticmethod
-    def _checked(
-        text: str, finish_reason: str, usage: Usage | None, model: str, started: float, call: ToolCall | None = None
-    ) -> Completion:
-        if finish_reason == "length":
+    def _checked(reply: Reply, model: str, started: float) -> Completion:
+        if reply.finish_reason == "length":
             raise LLMReplyTruncatedError("the reply hit the output-token limit")
-        if finish_reason == "content_filter":
+        if reply.finish_reason == "content_filter":
             raise LLMBadReplyError("the reply was blocked by the provider's content filter")
-        if not text.strip() and call is None:
+        if not reply.text.strip() and reply.tool_call is None:
             raise LLMBadReplyError("the model returned an empty reply")
-        return Completion(text, finish_reason, usage, model, time.perf_counter() - started, call)
+        elapsed = time.perf_counter() - started
+        return Completion(reply.text, reply.finish_reason, reply.usage, model, elapsed, reply.tool_call)
 
 
-def _tool_call(calls: object) -> ToolCall | None:
-    if not isinstance(calls, list) or not calls or not isinstance(calls[0], dict):
-        return None
-    function = calls[0].get("function")
-    if not isinstance(function, dict) or not function.get("name"):
-        return None
-    return ToolCall(str(function["name"]), str(function.get("arguments") or ""))
-
-
-def _first_choice(data: object) -> dict[str, Any] | None:
-    choices = data.get("choices") if isinstance(data, dict) else None
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return None
-    return choices[0]
-
-
-def _finish(choice: dict[str, Any]) -> str:
-    reason = choice.get("finish_reason")
-    return reason if isinstance(reason, str) else ""
+def _raise_classified(exc: Exception, *, mid_answer: bool) -> NoReturn:
+    """Raise the engine's error for a provider failure, or ``exc`` itself when it is not one (a bug)."""
+    error = incomplete_reply(exc, mid_answer=mid_answer)
+    if error is None:
+        raise exc
+    raise error from exc

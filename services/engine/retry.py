@@ -7,10 +7,38 @@ from __future__ import annotations
 
 import email.utils
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 MAX_PROVIDER_WAIT = 600.0
 """A Retry-After beyond this is taken as this (a provider asking for hours is asking us to give up)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How one model call is retried (OPENAI_MAX_RETRIES, LLM_RETRY_*): equal-jitter exponential backoff
+    from ``base_seconds`` up to ``max_seconds``, never sooner than the provider's Retry-After; a wait
+    over ``in_call_max_wait_seconds`` or past ``deadline_seconds`` from the call's start is not slept
+    (the caller is told how long to wait). The default retries nothing."""
+
+    max_retries: int = 0
+    base_seconds: float = 1.0
+    max_seconds: float = 120.0
+    in_call_max_wait_seconds: float = 10.0
+    deadline_seconds: float = 180.0
+
+    def backoff(self, attempt: int, rand: Callable[[], float]) -> float:
+        """The wait after failed attempt ``attempt`` (0-based): half of the capped exponential step,
+        plus a random share of the other half (equal jitter: spread out, never near zero)."""
+        step = min(self.max_seconds, self.base_seconds * 2.0 ** min(attempt, 64))
+        return step / 2 + rand() * step / 2
+
+    def wait(self, attempt: int, *, retry_after: float | None, rand: Callable[[], float]) -> float:
+        return max(self.backoff(attempt, rand), retry_after or 0.0)
+
+    def sleeps(self, wait: float, *, elapsed: float) -> bool:
+        """Whether ``wait`` is slept within a call that has run ``elapsed`` seconds."""
+        return wait <= self.in_call_max_wait_seconds and elapsed + wait <= self.deadline_seconds
 
 
 def retry_after_of(headers: Mapping[str, str], *, now: float | None = None) -> float | None:

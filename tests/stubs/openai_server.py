@@ -20,13 +20,64 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 
 from tests.stubs.prompt_cache import PrefixCache, PromptTokens
 
-Reply = str | int  # an int is an HTTP error status to answer with
+# --- provider faults (issue 26): HTTP errors with headers, replies broken on the wire -----------------
+
+
+@dataclass(frozen=True)
+class StubError:
+    """An HTTP error reply as the OpenAI API sends one: the status, its headers (``retry-after``,
+    ``retry-after-ms``) and the body (None: ``{"error": {...}}`` with ``message``/``type``/``code``)."""
+
+    status: int
+    headers: dict[str, str] = field(default_factory=dict)
+    body: dict[str, Any] | str | None = None
+    code: str | None = None
+    type: str = "server_error"
+
+    def payload(self) -> dict[str, Any] | str:
+        if self.body is not None:
+            return self.body
+        return {"error": {"message": f"stub error {self.status}", "type": self.type, "param": None, "code": self.code}}
+
+
+def rate_limited(*, retry_after: str | None = None, retry_after_ms: str | None = None) -> StubError:
+    """429 ``rate_limit_exceeded`` (OpenAI's shape), with ``retry-after`` / ``retry-after-ms`` when given."""
+    headers = {"x-ratelimit-limit-requests": "3", "x-ratelimit-remaining-requests": "0"}
+    if retry_after is not None:
+        headers["retry-after"] = retry_after
+    if retry_after_ms is not None:
+        headers["retry-after-ms"] = retry_after_ms
+    return StubError(429, headers, code="rate_limit_exceeded", type="requests")
+
+
+INVALID_API_KEY = StubError(401, code="invalid_api_key", type="invalid_request_error")
+MODEL_NOT_FOUND = StubError(404, code="model_not_found", type="invalid_request_error")
+SERVER_ERROR = StubError(500)
+
+Fault = Literal["no_finish", "cut", "malformed", "bad_utf8"]
+
+
+@dataclass(frozen=True)
+class StubBroken:
+    """A reply that goes wrong on the wire after ``text``. Streamed: ``no_finish`` ends cleanly with
+    ``[DONE]`` but no chunk carries a finish_reason; ``cut`` closes the connection before ``[DONE]``;
+    ``malformed`` sends a chunk that is not JSON; ``bad_utf8`` a chunk whose bytes are not UTF-8.
+    Not streamed: ``no_finish`` answers ``finish_reason: null``, ``cut`` closes the connection with the
+    body half sent, ``malformed`` and ``bad_utf8`` send a JSON content type over a body that is not JSON."""
+
+    text: str
+    fault: Fault
+
+
+# ------------------------------------------------------------------------------------------------------
+
+Reply = str | int | StubError | StubBroken  # an int is an HTTP error status to answer with
 TOOL_PREFIX = "<<tool:"
 """A reply ``<<tool:NAME>>ARGUMENTS`` is answered as a call of the tool NAME (finish_reason
 ``tool_calls``), plain or streamed as OpenAI does: the name in the first chunk, the arguments in pieces."""
@@ -112,6 +163,11 @@ class StubOpenAI:
     arrival to the end of its response (the model's share of a turn, for the load benchmark)."""
     _runner: web.AppRunner | None = None
     base_url: str = ""
+    # --- provider faults (issue 26) ---
+    always: StubError | None = None
+    """When set, every completion request is answered with this error (a persistent 429, a revoked key)."""
+    request_times: list[float] = field(default_factory=list)
+    """``time.monotonic()`` at the arrival of each completion request, in the order of ``requests``."""
 
     @property
     def chat_requests(self) -> list[dict[str, Any]]:
@@ -156,6 +212,7 @@ class StubOpenAI:
             return rejected
         body = await request.json()
         self.requests.append(body)
+        self.request_times.append(started)
         response = await self._answer(request, body)
         if self.on_handled is not None:
             self.on_handled(body, time.monotonic() - started)
@@ -170,11 +227,17 @@ class StubOpenAI:
             await asyncio.sleep(delay)
         if self.down:
             return web.json_response({"error": {"message": "down", "type": "server_error"}}, status=503)
+        if self.always is not None:
+            return _error_response(self.always)
         is_summary = "response_format" in body
         queue = self.summary_replies if is_summary else self.chat_replies
         reply: Reply = queue.popleft() if queue else (self.summary_reply if is_summary else self.chat_reply)(body)
         if isinstance(reply, int):
             return web.json_response({"error": {"message": "stub error", "type": "server_error"}}, status=reply)
+        if isinstance(reply, StubError):
+            return _error_response(reply)
+        if isinstance(reply, StubBroken):
+            return await self._broken(request, body, reply)
         finish = "stop"
         tool: tuple[str, str] | None = None
         if reply.startswith("<<length>>"):
@@ -246,3 +309,56 @@ class StubOpenAI:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+    # --- provider faults (issue 26) ---
+
+    async def _broken(self, request: web.Request, body: dict[str, Any], reply: StubBroken) -> web.StreamResponse:
+        base = {"id": "chatcmpl-stub", "created": int(time.time()), "model": body["model"]}
+        if not body.get("stream"):
+            message = {"role": "assistant", "content": reply.text}
+            whole = {**base, "object": "chat.completion", "choices": [{"index": 0, "message": message}]}
+            if reply.fault == "no_finish":
+                whole["choices"][0]["finish_reason"] = None
+                return web.json_response(whole)
+            raw = json.dumps(whole).encode()
+            if reply.fault == "cut":
+                response = web.StreamResponse(
+                    headers={"Content-Type": "application/json", "Content-Length": str(len(raw))}
+                )
+                await response.prepare(request)
+                await response.write(raw[: len(raw) // 2])
+                _drop_connection(request)
+                return response
+            broken = raw[:-3] if reply.fault == "malformed" else raw.replace(b'"content"', b'"cont\xff\xfeent"')
+            return web.Response(body=broken, content_type="application/json")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        chunk = {**base, "object": "chat.completion.chunk"}
+        for start in range(0, len(reply.text), self.stream_chunk_chars):
+            delta = {"content": reply.text[start : start + self.stream_chunk_chars]}
+            payload = {**chunk, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+            await response.write(f"data: {json.dumps(payload)}\n\n".encode())
+        if reply.fault == "malformed":
+            await response.write(b'data: {"id": "chatcmpl-stub", "choices": [{"index": 0, "delta": {"cont\n\n')
+        elif reply.fault == "bad_utf8":
+            await response.write(b'data: {"choices": [{"index": 0, "delta": {"content": "\xff\xfe"}}]}\n\n')
+        elif reply.fault == "cut":
+            await asyncio.sleep(0.05)  # the chunks so far reach the client, then the connection drops
+            _drop_connection(request)
+            return response
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+def _error_response(error: StubError) -> web.Response:
+    payload = error.payload()
+    if isinstance(payload, str):
+        return web.Response(text=payload, status=error.status, headers=error.headers)
+    return web.json_response(payload, status=error.status, headers=error.headers)
+
+
+def _drop_connection(request: web.Request) -> None:
+    """Close the socket under a response in progress (a proxy or a crashing server cutting it)."""
+    if request.transport is not None:
+        request.transport.close()

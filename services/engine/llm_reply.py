@@ -1,0 +1,120 @@
+"""Reading a chat-completion answer, whole or streamed, without trusting its shape.
+
+Every field is read totally (a missing or odd field never raises KeyError/TypeError/ValueError), and
+only an answer with a finish reason is complete: anything else is LLMIncompleteReplyError (a stream
+cut by a proxy ends cleanly, just without one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.engine.models import ToolCall, Usage
+from services.errors import LLMIncompleteReplyError
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    text: str
+    finish_reason: str
+    usage: Usage | None
+    tool_call: ToolCall | None
+
+
+def read_completion(body: object) -> Reply:
+    """A non-streamed answer (``chat.completion``)."""
+    choice = _first_choice(body)
+    message = choice.get("message") if choice is not None else None
+    if choice is None or not isinstance(message, dict):
+        raise LLMIncompleteReplyError(f"the LLM answer has no readable choice ({type(body).__name__})")
+    finish = _finish(choice)
+    if not finish:
+        raise LLMIncompleteReplyError("the LLM answer has no finish reason")
+    usage = usage_of(body.get("usage") if isinstance(body, dict) else None)
+    return Reply(_text(message.get("content")), finish, usage, _tool_call(message.get("tool_calls")))
+
+
+@dataclass
+class StreamReader:
+    """Folds ``chat.completion.chunk`` objects into a Reply; ``feed`` returns the chunk's text."""
+
+    parts: list[str] = field(default_factory=list)
+    finish_reason: str = ""
+    usage: Usage | None = None
+    tool_name: str = ""
+    tool_arguments: list[str] = field(default_factory=list)
+
+    def feed(self, chunk: object) -> str:
+        if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
+            self.usage = usage_of(chunk["usage"])
+        choice = _first_choice(chunk)
+        if choice is None:
+            return ""
+        self.finish_reason = _finish(choice) or self.finish_reason
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            return ""
+        calls = delta.get("tool_calls")
+        for call in calls if isinstance(calls, list) else []:
+            # the first call only (index 0): its name comes once, its arguments in pieces
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict) or call.get("index", 0) != 0:
+                continue
+            self.tool_name = self.tool_name or _str(function.get("name"))
+            self.tool_arguments.append(_str(function.get("arguments")))
+        text = _text(delta.get("content"))
+        if text:
+            self.parts.append(text)
+        return text
+
+    def reply(self) -> Reply:
+        if not self.finish_reason:
+            raise LLMIncompleteReplyError("the LLM stream ended without a finish reason")
+        call = ToolCall(self.tool_name, "".join(self.tool_arguments)) if self.tool_name else None
+        return Reply("".join(self.parts), self.finish_reason, self.usage, call)
+
+
+def usage_of(usage: object) -> Usage | None:
+    """The ``usage`` object; counts that are not numbers read as 0."""
+    if not isinstance(usage, dict):
+        return None
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return Usage(_count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")), _count(cached))
+
+
+def _count(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        return 0
+    return max(0, int(min(value, 2**62)))
+
+
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _text(content: object) -> str:
+    """``content`` as a string, or as a list of content parts (``{"type": "text", "text": ...}``)."""
+    if isinstance(content, list):
+        return "".join(_str(part.get("text")) for part in content if isinstance(part, dict))
+    return _str(content)
+
+
+def _tool_call(calls: object) -> ToolCall | None:
+    if not isinstance(calls, list) or not calls or not isinstance(calls[0], dict):
+        return None
+    function = calls[0].get("function")
+    if not isinstance(function, dict) or not _str(function.get("name")):
+        return None
+    return ToolCall(_str(function.get("name")), _str(function.get("arguments")))
+
+
+def _first_choice(data: object) -> dict[str, Any] | None:
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return None
+    return choices[0]
+
+
+def _finish(choice: dict[str, Any]) -> str:
+    return _str(choice.get("finish_reason"))
