@@ -2,13 +2,16 @@
 the real bot in-process, real AsyncOpenAI, the stub Bot API with a real aiogram Bot, real redis-server.
 A guarantee proven only against our own stub is not proven: each fault here is LLMock's, not ours
 (issue 26): a stream cut short without a finish reason, a corrupted chunk, a dropped connection, 429
-with Retry-After, 500, 401. Each checks what the customer sees, what is stored, and what LLMock saw."""
+with Retry-After, 500, 401. Each checks what the customer sees, what is stored, and what LLMock saw;
+the last test does it in queued mode (one worker process: retries across attempts, the promise kept)."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,10 +19,13 @@ from redis.asyncio import Redis
 
 from bot.settings import Settings
 from bot.telegram.texts import TEXTS
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.store import RedisSessionStore
 from services.settings import LLMSettings
 from tests.conftest import RedisServer
-from tests.e2e.harness import RunningBot, make_settings, start_bot
+from tests.e2e.harness import TOKEN, RunningBot, make_settings, start_bot
 from tests.e2e.model_emulator import ModelEmulator
+from tests.e2e.processes import BotProcess
 from tests.stubs.telegram_server import StubTelegram
 
 CHAT = 26001
@@ -227,3 +233,78 @@ async def test_a_401_is_an_outage_not_the_customers_fault_and_is_not_retried(
     assert len(await emulator.chat_requests()) == 1
     assert "retried_non_retryable" not in findings(await emulator.verdict())
     assert await stored_turns(running) == []
+
+
+# --- queued mode: a real worker process (python -m bot, polling) on redis-server --------------------
+
+
+def worker_env(telegram: StubTelegram, emulator: ModelEmulator, redis_url: str, **extra: str) -> dict[str, str]:
+    return {
+        "BOT_TOKEN": TOKEN,
+        "TELEGRAM_API_URL": telegram.base_url,
+        "OPENAI_BASE_URL": emulator.base_url,
+        "OPENAI_API_KEY": "sk-emulated",
+        "OPENAI_MODEL": "emulated-chat",
+        "OPENAI_INSTRUCTION_ROLE": "system",
+        "OPENAI_TIMEOUT_SECONDS": "5",
+        "OPENAI_MAX_RETRIES": str(RETRIES),
+        "LLM_RETRY_BASE_SECONDS": "0.05",
+        "LLM_RETRY_MAX_SECONDS": "0.2",
+        "LLM_RETRY_IN_CALL_MAX_WAIT_SECONDS": str(IN_CALL_MAX_WAIT),
+        "LLM_MAX_REQUESTS_PER_QUESTION": str(MAX_REQUESTS),
+        "BOT_MODE": "polling",
+        "REDIS_URL": redis_url,
+        "POLLING_TIMEOUT_SECONDS": "1",
+        "WORKER_LEASE_SECONDS": "2",
+        "WORKER_IDLE_WAIT_SECONDS": "0.2",
+        "DRAFT_INTERVAL_SECONDS": "0.1",
+        "LOG_LEVEL": "INFO",
+        "METRICS_PORT": "0",
+    } | extra
+
+
+MAX_REQUESTS = 5
+"""LLM_MAX_REQUESTS_PER_QUESTION: model requests for one question across the worker's attempts."""
+
+
+async def test_queued_a_cut_stream_is_retried_and_a_429_storm_is_capped_and_told(
+    telegram: StubTelegram,
+    emulator: ModelEmulator,
+    redis_server: RedisServer,
+    real_redis: Redis,
+    tmp_path: Path,
+    processes: list[BotProcess],
+) -> None:
+    """One worker process. First question: every request of its first attempt is cut short (LLMock
+    truncates RETRIES + 1 streams): the customer is promised an answer, never shown a part of it as
+    final, and gets the whole answer later, stored once. Second question: 429 with Retry-After 0.3 s on
+    every request: at most LLM_MAX_REQUESTS_PER_QUESTION requests, none sooner than Retry-After, and the
+    customer, promised an answer, is finally told it could not be given (no chat ends in silence)."""
+    worker = BotProcess(worker_env(telegram, emulator, redis_server.url), tmp_path)
+    processes.append(worker)
+    await worker.start()
+    await worker.wait_log("poller: took leadership", within=90)  # a slow start is not what is tested
+    await emulator.script(reply(times=RETRIES + 2), stream_fault("truncate", times=RETRIES + 1))
+    telegram.send_text(CHAT, "Where is my refund?")
+
+    def answered_or_cut() -> bool:
+        return any(t == ANSWER or is_partial(t) for t in telegram.texts_to(CHAT))
+
+    await telegram.wait_for(answered_or_cut, within=10)
+    texts = telegram.texts_to(CHAT)
+    assert not any(is_partial(t) for t in texts), f"a cut stream was sent as the answer: {texts}"
+    assert texts.count(ANSWER) == 1 and texts[0] != ANSWER, "promised first, then answered"
+    store = RedisSessionStore(redis=real_redis, keys=KeySpace("sb", TOKEN.split(":")[0]))
+    assert [m.content for m in (await store.load(CHAT)).messages if m.role == "assistant"] == [ANSWER]
+
+    await emulator.reset()
+    await emulator.script(fail(429, retry_after=0.3))
+    telegram.send_text(CHAT, "And my second order?")
+    told = await telegram.wait_messages(CHAT, len(texts) + 2, within=10)
+    promise, final = told[-2:]
+    assert UNAVAILABLE in promise and final not in (promise, ANSWER), told
+    requests = await emulator.chat_requests()
+    assert 1 < len(requests) <= MAX_REQUESTS, f"{len(requests)} model requests for one question"
+    gaps = [b["started_at"] - a["ended_at"] for a, b in itertools.pairwise(requests)]
+    assert min(gaps) >= 0.3, f"retried sooner than Retry-After: {gaps}"
+    assert "retry_storm" not in findings(await emulator.verdict())
