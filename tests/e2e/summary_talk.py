@@ -34,8 +34,9 @@ class Talk:
 
 
 def summary_in_prompt(request: dict[str, Any]) -> str:
-    """The summary block of a chat prompt ("" when it has none)."""
-    text = "\n".join(str(m.get("content") or "") for m in request["messages"])
+    """The summary block of a chat prompt ("" when it has none; the instruction, which names the tag,
+    is not searched)."""
+    text = "\n".join(str(m.get("content") or "") for m in request["messages"] if m["role"] == "user")
     match = _SUMMARY.search(text)
     return match.group(1) if match else ""
 
@@ -47,11 +48,11 @@ async def talk(telegram: StubTelegram, stub_llm: StubOpenAI, chat_id: int, *, wi
         telegram.send_text(chat_id, FIRST if n == 0 else customer_line(n))
         await telegram.wait_messages(chat_id, n + 1, within=within)
     last = stub_llm.chat_requests[-1]
-    verbatim = "\n".join(str(m.get("content") or "") for m in last["messages"])
+    verbatim = any(f"<customer_message>\n{FIRST}" in str(m.get("content") or "") for m in last["messages"])
     summary = summary_in_prompt(last)
     return Talk(
         summary_requests=len(stub_llm.summary_requests) - summaries_before,
         chat_requests=len(stub_llm.chat_requests) - chats_before,
         order_in_summary=ORDER in summary,
-        order_verbatim=FIRST in verbatim,
+        order_verbatim=verbatim,
     )
