@@ -96,6 +96,7 @@ async def test_queued_summaries_without_structured_output(
     worker = BotProcess(env, tmp_path)
     processes.append(worker)
     await worker.start()
+    await worker.wait_http_ok(f"http://127.0.0.1:{port}/healthz", within=60)
     result = await talk(telegram, stub_llm, 4201, within=30)
 
     async def all_counted() -> bool:
