@@ -30,7 +30,7 @@ from services.engine.builders import build_chat_service, build_llm_client
 from services.engine.chat import ChatService
 from services.errors import ConfigurationError
 from services.handoff import HandoffMemory
-from services.metrics import LLM_IN_FLIGHT, PrometheusObserver
+from services.metrics import LLM_IN_FLIGHT, PrometheusObserver, watch_summarizer
 from services.ports import Backend, QueuedBackend, SessionStore
 
 log = logging.getLogger(__name__)
@@ -87,14 +87,17 @@ def build_engine(settings: Settings, store: SessionStore) -> ChatService:
     lands in the metrics. With ``OPERATOR_CHAT_ID`` the model is offered the handoff tool."""
     llm = build_llm_client(settings.llm, settings.memory)
     llm.on_in_flight = LLM_IN_FLIGHT.set
-    return build_chat_service(
+    chat = build_chat_service(
         llm=llm,
         store=store,
         memory=settings.memory,
         instruction_role=settings.llm.openai_instruction_role,
         observer=PrometheusObserver(drift_warn_ratio=settings.bot.token_drift_warn_ratio),
         handoff=settings.bot.handoff_enabled,
+        summary_response_format=settings.llm.summary_response_format,
     )
+    watch_summarizer(chat.summarizer)
+    return chat
 
 
 def build_bot(settings: BotSettings) -> Bot:

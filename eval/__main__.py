@@ -33,7 +33,6 @@ async def run(args: argparse.Namespace) -> list[DialogueOutcome]:
         max_output_tokens=args.max_output_tokens,
         summary_max_tokens=args.summary_max_tokens,
         token_limit_param=args.token_limit_param,
-        summary_response_format=args.summary_response_format,
     )
     memory = MemorySettings(
         _env_file=None,
@@ -41,7 +40,13 @@ async def run(args: argparse.Namespace) -> list[DialogueOutcome]:
         summary_max_tokens=args.summary_max_tokens,
     )
     store = InMemorySessionStore()
-    chat = build_chat_service(llm=llm, store=store, memory=memory, instruction_role=args.instruction_role)
+    chat = build_chat_service(
+        llm=llm,
+        store=store,
+        memory=memory,
+        instruction_role=args.instruction_role,
+        summary_response_format=args.summary_response_format,
+    )
     try:
         return [
             await run_dialogue(chat, store, dialogue, chat_id=index)
@@ -67,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--token-limit-param", choices=["max_completion_tokens", "max_tokens"], default="max_completion_tokens"
     )
-    parser.add_argument("--summary-response-format", choices=["json_schema", "json_object"], default="json_schema")
+    parser.add_argument(
+        "--summary-response-format", choices=["auto", "json_schema", "json_object", "plain"], default="auto"
+    )
     parser.add_argument("--timeout", type=float, default=120)
     parser.add_argument("--retries", type=int, default=2)
     parser.add_argument("--only", nargs="*", default=[], help="dialogue names to run")

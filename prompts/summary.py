@@ -27,3 +27,7 @@ $max_tokens tokens.""",
 
 VERSIONS = (V1,)
 ACTIVE = "v1"
+
+PLAIN_JSON = """Answer with that JSON object only: the six fields, "topic" and "next_step" strings, the \
+others arrays of strings. No text before or after it, no code fences."""
+"""Added to the instruction when the endpoint has no structured output (summary calls in plain mode)."""

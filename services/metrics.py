@@ -6,6 +6,7 @@ import logging
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from services.engine.summarizer import Summarizer
 from services.engine.turns import CompactionReport, TurnResult
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,13 @@ TOKEN_DRIFT = Histogram(
     "(actual - estimated) / estimated prompt tokens of chat calls",
     buckets=(-0.5, -0.2, -0.1, -0.05, -0.02, 0, 0.02, 0.05, 0.1, 0.2, 0.5),
 )
-SUMMARY_CALLS = Counter("sb_summary_calls_total", "Summarizer LLM calls")
+SUMMARY_CALLS = Counter(
+    "sb_summary_calls_total", "Summary model requests, by outcome (ok, invalid, rejected, failed)", ["outcome"]
+)
+SUMMARY_BREAKER_OPEN = Gauge("sb_summary_breaker_open", "1 while summary calls are paused after repeated failures")
+SUMMARY_EXTRACTIVE_FOLDS = Counter(
+    "sb_summary_extractive_folds_total", "Turns forced out of the prompt without a summary, kept by their identifiers"
+)
 SUMMARY_FAILURES = Counter("sb_summary_failures_total", "Compactions that failed (summarizer error or invalid JSON)")
 COMPACTIONS = Counter("sb_compactions_total", "Compactions applied", ["kind"])
 RESTORED_IDENTIFIERS = Counter("sb_restored_identifiers_total", "Identifiers put back into a summary")
@@ -68,18 +75,25 @@ TASK_RESTARTS = Counter("sb_task_restarts_total", "Long-running tasks restarted 
 def record_compaction(kind: str, report: CompactionReport | None) -> None:
     if report is None:
         return
-    SUMMARY_CALLS.inc(len(report.usage))
     for usage in report.usage:
         PROMPT_TOKENS_ACTUAL.labels("summary").inc(usage.prompt_tokens)
         PROMPT_TOKENS_CACHED.labels("summary").inc(usage.cached_tokens)
         COMPLETION_TOKENS.labels("summary").inc(usage.completion_tokens)
     if report.usage:
         LLM_SECONDS.labels("summary").observe(report.seconds)
+    if report.extractive and report.folded_messages:
+        SUMMARY_EXTRACTIVE_FOLDS.inc()
     if report.failed:
         SUMMARY_FAILURES.inc()
     elif report.folded_messages:
         COMPACTIONS.labels(kind).inc()
         RESTORED_IDENTIFIERS.inc(report.restored_identifiers)
+
+
+def watch_summarizer(summarizer: Summarizer) -> None:
+    """Count every summary request by outcome and show the summary circuit breaker's state."""
+    summarizer.on_attempt = lambda outcome: SUMMARY_CALLS.labels(outcome).inc()
+    summarizer.breaker.on_change = lambda is_open: SUMMARY_BREAKER_OPEN.set(1 if is_open else 0)
 
 
 def record_turn(result: TurnResult, *, drift_warn_ratio: float = 0.15) -> float | None:

@@ -70,10 +70,11 @@ class LLMSettings(BaseSettings):
     openai_temperature: float | None = Field(
         default=None, description="sampling temperature; unset: the provider's default"
     )
-    summary_response_format: Literal["json_schema", "json_object"] = Field(
-        default="json_schema",
-        description="summary calls: json_schema (strict structured output) or json_object (servers without "
-        "JSON-schema support)",
+    summary_response_format: Literal["auto", "json_schema", "json_object", "plain"] = Field(
+        default="auto",
+        description="summary calls: auto (try json_schema, then json_object, then plain instructions, on a 400 "
+        "or a reply that is not JSON; remembered per process), or one of json_schema (strict structured "
+        "output), json_object, plain (no response_format: the JSON is asked for and read out of the reply)",
     )
     max_output_tokens: PositiveInt = Field(
         default=1024, description="most tokens of one reply; a reply cut by it is not stored, the customer is told"
@@ -139,6 +140,16 @@ class MemorySettings(BaseSettings):
     )
     summary_prompt_version: str | None = Field(
         default=None, description="pin the summary prompt's version; unset: the active version in prompts/"
+    )
+    summary_breaker_failures: PositiveInt = Field(
+        default=3,
+        description="summaries failed in a row that pause summary calls (a circuit breaker: not one try per "
+        "turn); meanwhile turns forced out of the prompt are folded by their identifiers",
+    )
+    summary_breaker_cooldown_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="how long summary calls pause before one trial call decides whether they resume",
     )
 
     @model_validator(mode="after")

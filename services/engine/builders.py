@@ -11,11 +11,13 @@ from openai import AsyncOpenAI
 
 from prompts import PromptRegistry, default_registry
 from prompts.support_chat import HANDOFF
+from services.engine.breaker import CircuitBreaker
 from services.engine.chat import ChatService
 from services.engine.llm import LLMClient
 from services.engine.policy import WaterMarkPolicy
 from services.engine.retry import RetryPolicy
 from services.engine.summarizer import Summarizer
+from services.engine.summary_format import FormatSetting
 from services.engine.tokens import TokenCounter
 from services.errors import ConfigurationError
 from services.ports import SessionStore, TurnObserver
@@ -62,7 +64,6 @@ def build_llm_client(settings: LLMSettings, memory: MemorySettings) -> LLMClient
         max_output_tokens=settings.max_output_tokens,
         summary_max_tokens=memory.summary_max_tokens,
         token_limit_param=settings.openai_token_limit_param,
-        summary_response_format=settings.summary_response_format,
         temperature=settings.openai_temperature,
         max_concurrency=settings.llm_max_concurrency,
         retry=RetryPolicy(
@@ -85,6 +86,7 @@ def build_chat_service(
     prompts: PromptRegistry | None = None,
     observer: TurnObserver | None = None,
     handoff: bool = False,
+    summary_response_format: FormatSetting = "auto",
 ) -> ChatService:
     """A ChatService wired from settings. Raises ConfigurationError for an unusable budget."""
     counter = counter or TokenCounter.for_encoding(memory.tokenizer_encoding)
@@ -97,6 +99,10 @@ def build_chat_service(
         prompt=summary_prompt,
         max_tokens=memory.summary_max_tokens,
         instruction_role=instruction_role,
+        response_format=summary_response_format,
+        breaker=CircuitBreaker(
+            failures=memory.summary_breaker_failures, cooldown=memory.summary_breaker_cooldown_seconds
+        ),
     )
     return ChatService(
         store=store,

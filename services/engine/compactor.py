@@ -1,6 +1,7 @@
 """Compaction as a component around the store: folds the oldest turns into the summary when the
 policy says so, either before a reply (forced: the prompt cannot hold the history) or after it
-(proactive: the stored history passed the policy's trigger)."""
+(proactive: the stored history passed the policy's trigger). While summaries fail (the summarizer's
+circuit breaker open) proactive compaction waits and forced compaction folds extractively."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ Rewindow = Callable[[PromptPart, tuple[StoredMessage, ...]], Window]
 
 
 class Compactor:
-    """Nothing is written unless the summarizer produced a valid summary; a failure keeps everything
-    stored (the next turn tries again)."""
+    """Proactive: nothing is written unless the summarizer produced a valid summary (a failure keeps
+    everything stored). Forced: the turns leave the prompt either way, so without a summary their
+    identifiers are folded into it (``Summarizer.extractive``) rather than lost."""
 
     def __init__(
         self, *, store: SessionStore, summarizer: Summarizer, policy: CompactionPolicy, history_room: int
@@ -40,15 +42,32 @@ class Compactor:
         """The policy's trigger, for the figures a turn already has (no store round trip)."""
         return self._policy.should_compact(history_tokens, stored_messages, self.history_room)
 
-    async def fold(self, session: Session, fold: int) -> tuple[Compaction | None, CompactionReport]:
-        """Summarize the ``fold`` oldest messages into a new summary (nothing is written here)."""
+    async def fold(
+        self, session: Session, fold: int, *, forced: bool = False
+    ) -> tuple[Compaction | None, CompactionReport]:
+        """Summarize the ``fold`` oldest messages into a new summary (nothing is written here); with
+        ``forced``, fold them extractively when no summary can be made."""
         started = time.perf_counter()
-        try:
-            outcome = await self._summarizer.fold(session.summary, session.messages[:fold])
-        except SummaryError as exc:
-            log.warning("chat %s: compaction failed, kept everything stored: %s", session.chat_id, exc)
-            return None, CompactionReport(failed=True, seconds=time.perf_counter() - started)
+        leaving = session.messages[:fold]
+        failed = False
+        if not self._summarizer.breaker.allow():
+            if not forced:
+                return None, CompactionReport()
+            outcome = self._summarizer.extractive(session.summary, leaving)
+        else:
+            try:
+                outcome = await self._summarizer.fold(session.summary, leaving)
+            except SummaryError as exc:
+                if not forced:
+                    log.warning("chat %s: compaction failed, kept everything stored: %s", session.chat_id, exc)
+                    return None, CompactionReport(failed=True, seconds=time.perf_counter() - started)
+                log.warning(
+                    "chat %s: no summary (%s); folding %d message(s) by identifiers", session.chat_id, exc, fold
+                )
+                outcome, failed = self._summarizer.extractive(session.summary, leaving), True
         report = CompactionReport(
+            failed=failed,
+            extractive=outcome.calls == 0,
             folded_messages=fold,
             restored_identifiers=len(outcome.restored),
             summary_tokens=outcome.block_tokens,
@@ -66,7 +85,7 @@ class Compactor:
         fold = self._policy.plan_fold(session.messages, room=self.history_room, must_fit=must_fit)
         if fold == 0:
             return None, window, CompactionReport()
-        compaction, report = await self.fold(session, fold)
+        compaction, report = await self.fold(session, fold, forced=True)
         if compaction is None:
             return None, window, report
         summary = self._summarizer.block_part(compaction.summary, tokens=compaction.summary_tokens)
@@ -74,7 +93,7 @@ class Compactor:
             compacted = rewindow(summary, session.messages[fold:])
         except MessageTooLongError:
             log.warning("chat %s: new summary leaves no room for the message; not applied", session.chat_id)
-            return None, window, replace(report, folded_messages=0, failed=True)
+            return None, window, replace(report, folded_messages=0, failed=True, extractive=False)
         return compaction, compacted, report
 
     async def compact_if_needed(self, chat_id: int, *, fence: Fence | None = None) -> CompactionReport | None:

@@ -25,11 +25,13 @@ from services.engine.llm_errors import READ_FAILURES, incomplete_reply, translat
 from services.engine.llm_reply import Reply, StreamReader, read_completion
 from services.engine.models import Completion, OnDelta, PromptPart
 from services.engine.retry import RetryPolicy
+from services.engine.summary_format import ResponseFormatRejectedError, SummaryFormat, rejects_response_format
 from services.errors import (
     LLMBadReplyError,
     LLMConfigurationError,
     LLMError,
     LLMReplyTruncatedError,
+    LLMRequestRejectedError,
     LLMUnavailableError,
 )
 
@@ -150,21 +152,27 @@ class LLMClient:
             lambda progress: self._stream(self.chat_model, messages, extra, stream, progress)
         )
 
-    async def summarize(self, messages: Sequence[PromptPart], *, schema: dict[str, Any]) -> Completion:
-        """A structured-output call; the text is the model's JSON (not yet validated)."""
-        response_format: dict[str, Any]
-        if self._summary_response_format == "json_schema":
-            response_format = {
+    async def summarize(
+        self, messages: Sequence[PromptPart], *, schema: dict[str, Any], response_format: SummaryFormat | None = None
+    ) -> Completion:
+        """A summary call; the text is the model's answer (not yet validated). ``response_format``:
+        json_schema (strict structured output), json_object, or plain (none sent: the instruction asks
+        for JSON); default: the client's. A 400 naming response_format is ResponseFormatRejectedError."""
+        kind = response_format or self._summary_response_format
+        extra: dict[str, Any] = {self._token_limit_param: self._summary_max_tokens * 2}
+        if kind == "json_schema":
+            extra["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {"name": "conversation_summary", "strict": True, "schema": schema},
             }
-        else:
-            response_format = {"type": "json_object"}
-        extra: dict[str, Any] = {
-            self._token_limit_param: self._summary_max_tokens * 2,
-            "response_format": response_format,
-        }
-        return await self._with_retries(lambda _progress: self._complete(self.summary_model, messages, extra))
+        elif kind == "json_object":
+            extra["response_format"] = {"type": "json_object"}
+        try:
+            return await self._with_retries(lambda _progress: self._complete(self.summary_model, messages, extra))
+        except LLMRequestRejectedError as exc:
+            if kind != "plain" and rejects_response_format(exc):
+                raise ResponseFormatRejectedError(str(exc), status=exc.status, requests=exc.requests) from exc
+            raise
 
     async def _with_retries(self, attempt: Callable[[_Progress], Awaitable[Completion]]) -> Completion:
         """Run ``attempt`` until it answers or the policy gives up; the error raised says how many

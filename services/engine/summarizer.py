@@ -1,22 +1,30 @@
-"""Folds old turns into the structured running summary with a separate LLM call."""
+"""Folds old turns into the structured running summary with a separate LLM call (its response format
+detected per endpoint: services.engine.summary_format), or, while no summary can be made,
+extractively: the identifiers of the folded turns kept as key facts."""
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-
-from pydantic import ValidationError
+from typing import Any, Protocol
 
 from prompts import PromptTemplate
-from services.engine.identifiers import Identifier, restore_identifiers
-from services.engine.models import PromptPart, StoredMessage, Usage
+from prompts.summary import PLAIN_JSON
+from services.engine.breaker import CircuitBreaker
+from services.engine.identifiers import Identifier, extract_identifiers, mentions, restore_identifiers, summary_text
+from services.engine.models import Completion, PromptPart, StoredMessage, Usage
 from services.engine.prompt_format import fence, summary_block, wrap
+from services.engine.summary_format import (
+    FormatChoice,
+    FormatSetting,
+    ResponseFormatRejectedError,
+    SummaryFormat,
+    read_summary,
+)
 from services.engine.summary_state import SummaryState, merge_summaries, render_summary
 from services.engine.tokens import TokenCounter
 from services.errors import LLMError, SummaryError
-from services.ports import ChatModel
 
 log = logging.getLogger(__name__)
 
@@ -31,24 +39,39 @@ class SummaryOutcome:
     calls: int = 0
 
 
+class SummaryModel(Protocol):
+    """The summary call of the language model (services.engine.llm.LLMClient)."""
+
+    async def summarize(
+        self, messages: Sequence[PromptPart], *, schema: dict[str, Any], response_format: SummaryFormat | None = None
+    ) -> Completion: ...
+
+
 class Summarizer:
     """Previous summary + the turns being folded → new structured summary (validated, merged, with
-    every identifier of the folded turns guaranteed present, and re-compressed if over its cap)."""
+    every identifier of the folded turns guaranteed present, and re-compressed if over its cap).
+    Every model request is reported to ``on_attempt`` with its outcome (ok, invalid, rejected,
+    failed); every fold's success or failure to ``breaker``."""
 
     def __init__(
         self,
         *,
-        llm: ChatModel,
+        llm: SummaryModel,
         counter: TokenCounter,
         prompt: PromptTemplate,
         max_tokens: int,
         instruction_role: str = "system",
+        response_format: FormatSetting = "auto",
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         self._llm = llm
         self._counter = counter
         self._prompt = prompt
         self._max_tokens = max_tokens
         self._instruction_role = instruction_role
+        self.formats = FormatChoice(response_format)
+        self.breaker = breaker or CircuitBreaker()
+        self.on_attempt: Callable[[str], None] = lambda _outcome: None
 
     def block_part(self, summary: SummaryState, *, tokens: int | None = None) -> PromptPart:
         """The summary as the user-role data block of the chat prompt (``tokens``: its known cost)."""
@@ -58,7 +81,40 @@ class Summarizer:
         return PromptPart("user", content, tokens)
 
     async def fold(self, previous: SummaryState | None, messages: Sequence[StoredMessage]) -> SummaryOutcome:
-        """Raises SummaryError if the model fails or answers with invalid JSON twice."""
+        """Raises SummaryError if the model fails or answers without a valid summary twice."""
+        try:
+            outcome = await self._fold(previous, messages)
+        except SummaryError:
+            self.breaker.failed()
+            raise
+        self.breaker.succeeded()
+        return outcome
+
+    def extractive(self, previous: SummaryState | None, messages: Sequence[StoredMessage]) -> SummaryOutcome:
+        """No model: the previous summary plus each identifier of ``messages`` (order numbers, e-mails...)
+        as a key fact with its phrase, bare if over the cap (then the oldest facts go first). A later
+        real summary starts from it."""
+        base = previous or SummaryState()
+        summary, restored = restore_identifiers(base, messages=messages)
+        block = self.block_part(summary)
+        if block.tokens > self._max_tokens:
+            facts, text = list(base.key_facts), summary_text(base)
+            for message in messages:
+                for identifier in extract_identifiers(message.content):
+                    if not mentions(text, identifier.value):
+                        who = "customer" if message.role == "user" else "support"
+                        facts.append(f"{identifier.value} ({who})")
+                        text += "\n" + identifier.value
+            summary = base.model_copy(update={"key_facts": facts})
+            block = self.block_part(summary)
+            while block.tokens > self._max_tokens and len(facts) > 1:
+                facts = facts[1:]
+                summary = base.model_copy(update={"key_facts": facts})
+                block = self.block_part(summary)
+            log.warning("extractive summary over its cap: kept the identifiers only, the newest that fit")
+        return SummaryOutcome(summary, block.tokens, [], restored, 0)
+
+    async def _fold(self, previous: SummaryState | None, messages: Sequence[StoredMessage]) -> SummaryOutcome:
         usage: list[Usage] = []
         fresh = await self._ask(previous, messages, usage)
         merged = merge_summaries(previous, fresh)
@@ -88,10 +144,13 @@ class Summarizer:
         return shorter, block, restored
 
     def request_messages(
-        self, previous: SummaryState | None, messages: Sequence[StoredMessage], compress: bool
+        self, previous: SummaryState | None, messages: Sequence[StoredMessage], compress: bool, plain: bool = False
     ) -> list[PromptPart]:
-        """The summarizer's prompt: its instruction, then previous summary and turns as data blocks."""
+        """The summarizer's prompt: its instruction, then previous summary and turns as data blocks
+        (``plain``: the instruction also spells out the JSON, for endpoints without structured output)."""
         instruction = self._prompt.render(max_tokens=str(self._max_tokens))
+        if plain:
+            instruction += "\n" + PLAIN_JSON
         if compress:
             instruction += (
                 "\nThere are no new turns: the previous summary is over its size limit. Rewrite it "
@@ -112,20 +171,35 @@ class Summarizer:
         *,
         compress: bool = False,
     ) -> SummaryState:
-        request = self.request_messages(previous, messages, compress)
-        problem = ""
-        for _attempt in range(2):
+        """One summary: a format the endpoint refuses (400) or ignores (no bare JSON back) is given up
+        for the next one (auto only); an invalid answer in the same format is asked again once."""
+        problem, invalid = "", 0
+        while True:
+            kind = self.formats.current
+            request = self.request_messages(previous, messages, compress, plain=kind == "plain")
             try:
-                completion = await self._llm.summarize(request, schema=SummaryState.json_schema_for_llm())
+                completion = await self._llm.summarize(
+                    request, schema=SummaryState.json_schema_for_llm(), response_format=kind
+                )
+            except ResponseFormatRejectedError as exc:
+                self.on_attempt("rejected")
+                if self.formats.downgrade(kind, "HTTP 400 naming response_format"):
+                    continue
+                raise SummaryError(f"summarizer call rejected: {exc}") from exc
             except LLMError as exc:
+                self.on_attempt("failed")
                 raise SummaryError(f"summarizer call failed: {exc}") from exc
-            if completion.usage is not None:
-                usage.append(completion.usage)
-            else:
-                usage.append(Usage())
-            try:
-                return SummaryState.model_validate(json.loads(completion.text))
-            except (json.JSONDecodeError, ValidationError, TypeError) as exc:
-                problem = f"{type(exc).__name__}: {str(exc)[:200]}"
-                log.warning("summarizer returned invalid JSON (%s)", problem)
-        raise SummaryError(f"summarizer returned invalid JSON twice ({problem})")
+            usage.append(completion.usage or Usage())
+            summary, bare, problem = read_summary(completion.text)
+            downgraded = not bare and self.formats.downgrade(kind, "the reply is not bare JSON")
+            self.on_attempt("ok" if summary is not None else "invalid")
+            if summary is not None:
+                if not downgraded:
+                    self.formats.confirm()
+                return summary
+            if downgraded:
+                continue
+            invalid += 1
+            log.warning("summarizer returned no valid summary (%s)", problem)
+            if invalid >= 2:
+                raise SummaryError(f"summarizer returned no valid summary twice ({problem})")

@@ -15,6 +15,8 @@ class CompactionReport:
     summary_tokens: int = 0
     usage: list[Usage] = field(default_factory=list)
     seconds: float = 0.0
+    extractive: bool = False
+    """Folded without a summary call (none could be made): the identifiers of the turns were kept."""
 
 
 @dataclass(frozen=True, slots=True)

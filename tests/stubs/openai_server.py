@@ -133,6 +133,15 @@ def faithful_summary(body: dict[str, Any]) -> str:
     )
 
 
+def is_summary_request(body: dict[str, Any]) -> bool:
+    """A summary call: it asks for a response format, or (plain instructions) its data carries the
+    previous summary block."""
+    if "response_format" in body:
+        return True
+    messages = body.get("messages") or []
+    return bool(messages) and "<previous_summary>" in str(messages[-1].get("content") or "")
+
+
 def digit_dropping_summary(body: dict[str, Any]) -> str:
     """An adversarial summarizer: a plausible summary with every digit removed."""
     return re.sub(r"\d", "", faithful_summary(body))
@@ -168,14 +177,20 @@ class StubOpenAI:
     """When set, every completion request is answered with this error (a persistent 429, a revoked key)."""
     request_times: list[float] = field(default_factory=list)
     """``time.monotonic()`` at the arrival of each completion request, in the order of ``requests``."""
+    # --- response_format support (OpenAI-compatible servers differ) ---
+    summary_format_support: str = "all"
+    """What the server does with ``response_format``: ``all`` (json_schema and json_object honoured);
+    ``json_object`` (json_schema answered 400, json_object honoured); ``reject`` (any response_format
+    answered 400; a summary asked for without one comes back in a ```json fence); ``ignore`` (it is
+    ignored: the JSON comes wrapped in prose); ``prose`` (ignored, and the model answers prose only)."""
 
     @property
     def chat_requests(self) -> list[dict[str, Any]]:
-        return [r for r in self.requests if "response_format" not in r]
+        return [r for r in self.requests if not is_summary_request(r)]
 
     @property
     def summary_requests(self) -> list[dict[str, Any]]:
-        return [r for r in self.requests if "response_format" in r]
+        return [r for r in self.requests if is_summary_request(r)]
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -229,7 +244,10 @@ class StubOpenAI:
             return web.json_response({"error": {"message": "down", "type": "server_error"}}, status=503)
         if self.always is not None:
             return _error_response(self.always)
-        is_summary = "response_format" in body
+        refusal = self._response_format_refusal(body)
+        if refusal is not None:
+            return refusal
+        is_summary = is_summary_request(body)
         queue = self.summary_replies if is_summary else self.chat_replies
         reply: Reply = queue.popleft() if queue else (self.summary_reply if is_summary else self.chat_reply)(body)
         if isinstance(reply, int):
@@ -238,6 +256,8 @@ class StubOpenAI:
             return _error_response(reply)
         if isinstance(reply, StubBroken):
             return await self._broken(request, body, reply)
+        if is_summary:
+            reply = self._summary_as_served(body, reply)
         finish = "stop"
         tool: tuple[str, str] | None = None
         if reply.startswith("<<length>>"):
@@ -349,6 +369,39 @@ class StubOpenAI:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+    def _response_format_refusal(self, body: dict[str, Any]) -> web.Response | None:
+        """OpenAI's 400 for a response_format the model does not support (invalid_request_error, param
+        ``response_format``); json_object also needs the word "json" in the messages, as OpenAI's does."""
+        kind = (body.get("response_format") or {}).get("type")
+        mode = self.summary_format_support
+        if kind is None or mode in ("all", "ignore", "prose"):
+            return None
+        if mode == "json_object" and kind == "json_object":
+            if "json" in json.dumps(body["messages"]).lower():
+                return None
+            message, param = (
+                "'messages' must contain the word 'json' in some form, to use 'response_format' of type 'json_object'.",
+                "messages",
+            )
+        else:
+            message = f"Invalid parameter: 'response_format' of type '{kind}' is not supported with this model."
+            param = "response_format"
+        error = {"message": message, "type": "invalid_request_error", "param": param, "code": None}
+        return web.json_response({"error": error}, status=400)
+
+    def _summary_as_served(self, body: dict[str, Any], reply: str) -> str:
+        """The summary as a server of this mode's model answers it (see ``summary_format_support``)."""
+        mode = self.summary_format_support
+        honoured = "response_format" in body and mode in ("all", "json_object")
+        if honoured or reply.startswith("<<") or (mode == "all" and "response_format" not in body):
+            return reply
+        if mode == "prose":
+            return "The customer needs help with an order and support answered the questions so far."
+        if mode == "reject":
+            return f"```json\n{reply}\n```"
+        prose = "Sure! Here is the updated summary of the conversation:"
+        return f"{prose}\n\n```json\n{reply}\n```\n\nLet me know if you need more."
 
 
 def _error_response(error: StubError) -> web.Response:
