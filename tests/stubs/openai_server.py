@@ -112,6 +112,11 @@ class StubOpenAI:
     arrival to the end of its response (the model's share of a turn, for the load benchmark)."""
     _runner: web.AppRunner | None = None
     base_url: str = ""
+    # --- provider outages (issue 26: promises kept, operator-visible outages) ---
+    fail_with: int | None = None
+    """When set, every completion is answered with this HTTP status (a persistent outage: 429, 503...)."""
+    error_headers: dict[str, str] = field(default_factory=dict)
+    """Headers sent with every error answer, e.g. ``{"retry-after": "2"}`` as providers send with 429/503."""
 
     @property
     def chat_requests(self) -> list[dict[str, Any]]:
@@ -173,8 +178,10 @@ class StubOpenAI:
         is_summary = "response_format" in body
         queue = self.summary_replies if is_summary else self.chat_replies
         reply: Reply = queue.popleft() if queue else (self.summary_reply if is_summary else self.chat_reply)(body)
+        if self.fail_with is not None:
+            reply = self.fail_with
         if isinstance(reply, int):
-            return web.json_response({"error": {"message": "stub error", "type": "server_error"}}, status=reply)
+            return self._error_answer(reply)
         finish = "stop"
         tool: tuple[str, str] | None = None
         if reply.startswith("<<length>>"):
@@ -207,6 +214,15 @@ class StubOpenAI:
                 "usage": usage,
             }
         )
+
+    def _error_answer(self, status: int) -> web.Response:
+        """An error as OpenAI shapes it: ``{"error": {message, type, param, code}}`` (429 as a rate limit)."""
+        if status == 429:
+            error = {"message": "Rate limit reached for requests", "type": "requests", "param": None,
+                     "code": "rate_limit_exceeded"}  # fmt: skip
+        else:
+            error = {"message": "stub error", "type": "server_error", "param": None, "code": None}
+        return web.json_response({"error": error}, status=status, headers=self.error_headers)
 
     async def _stream(
         self,
