@@ -159,7 +159,12 @@ async def test_a_key_revoked_mid_run_is_an_operator_visible_outage_then_answered
 
 
 async def test_retry_after_is_honoured_across_queued_attempts(
-    telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, tmp_path: Path, processes: list[BotProcess]
+    telegram: StubTelegram,
+    stub_llm: StubOpenAI,
+    redis_server: RedisServer,
+    real_redis: Redis,
+    tmp_path: Path,
+    processes: list[BotProcess],
 ) -> None:
     arrivals: list[float] = []
     stub_llm.on_handled = lambda _body, _seconds: arrivals.append(time.monotonic())
