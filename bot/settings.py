@@ -176,6 +176,12 @@ class WorkerSettings(BaseSettings):
     worker_give_up_seconds: float = Field(
         default=600.0, gt=0, description="how long transient failures (Telegram/Redis down) are retried"
     )
+    llm_max_requests_per_question: int = Field(
+        default=10,
+        ge=1,
+        description="model requests one question may make across all its attempts (a provider that keeps "
+        "failing); then it is given up and its customer told",
+    )
     webhook_serve_received: bool = Field(
         default=False,
         description="a webhook worker with a free slot serves the chat of an update it receives itself "

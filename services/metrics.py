@@ -52,6 +52,18 @@ DUPLICATE_REPLIES = Counter(
 )
 RATE_LIMITED = Counter("sb_rate_limited_total", "Messages refused by the per-chat rate limit")
 LLM_IN_FLIGHT = Gauge("sb_llm_calls_in_flight", "LLM calls running in this process")
+LLM_PROVIDER_REFUSING = Gauge(
+    "sb_llm_provider_refusing",
+    "1 while the model provider refuses the bot (key, access, model or quota: an operator must act), by call",
+    ["call"],
+)
+LLM_PROVIDER_REFUSALS = Counter(
+    "sb_llm_provider_refusals_total", "Model calls the provider refused the bot itself, by call and HTTP status",
+    ["call", "status"],
+)  # fmt: skip
+GIVEN_UP_TOLD = Counter(
+    "sb_given_up_told_total", "Customers told their message could not be answered (their update was given up)"
+)
 DEAD_LETTERS = Counter("sb_dead_letters_total", "Updates moved to the dead letters, by where it happened", ["stage"])
 DEAD_LETTERS_WAITING = Gauge("sb_dead_letters_waiting", "Dead letters waiting for an operator (whole bot)")
 LEASES_LOST = Counter("sb_leases_lost_total", "Chats whose lease this worker lost while serving them (turn abandoned)")
@@ -141,3 +153,6 @@ class PrometheusObserver:
 
     def turn_finished(self, result: TurnResult) -> None:
         record_turn(result, drift_warn_ratio=self._drift_warn_ratio)
+        from services.provider_health import PROVIDER  # it imports this module's gauges
+
+        PROVIDER.accepted("chat")

@@ -197,6 +197,12 @@ class QueueItem:
     """Earlier attempts that failed for a reason that will not pass by itself."""
     failing_for: float = 0.0
     """Seconds since its first transient failure (0: none)."""
+    model_requests: int = 0
+    """Model requests earlier attempts made and failed (capped per question)."""
+    retry_in: float = 0.0
+    """Seconds until it may be tried again (the provider's Retry-After or the backoff; 0: now)."""
+    given_up: int = 0
+    """How far giving it up got: 0 not given up, 1 dead-lettered, 2 and the customer told."""
 
     @property
     def vanished_attempts(self) -> int:
@@ -267,8 +273,19 @@ class WorkQueue(Protocol):
         outcome: Literal["transient", "failed", "set_aside"],
         *,
         replied: Sequence[str] = (),
+        model_requests: int = 0,
+        retry_in: float = 0.0,
     ) -> None:
-        """Record how an attempt on ``item`` ended (counted towards giving up on it), and mark ``replied``."""
+        """Record how an attempt on ``item`` ended (counted towards giving up on it), the model requests
+        it made, the wait before the next attempt, and mark ``replied``."""
+        ...
+
+    async def given_up(self, claim: Claim, item: QueueItem, stage: int) -> None:
+        """Record how far giving ``item`` up got (1 dead-lettered, 2 the customer told)."""
+        ...
+
+    async def defer(self, claim: Claim, seconds: float) -> None:
+        """Give the chat up, due again in ``seconds``."""
         ...
 
     async def wait_for_work(self, seconds: float) -> None: ...

@@ -19,6 +19,7 @@ from bot.settings import Settings
 from bot.telegram.handoff import HandoffDesk
 from services.errors import StoreError, SupportBotError
 from services.ports import Backend
+from services.provider_health import PROVIDER
 
 log = logging.getLogger("bot")
 
@@ -61,7 +62,7 @@ def readiness(backend: Backend, running: Callable[[], bool]) -> ReadyCheck:
             store_ok = True
         except StoreError:
             store_ok = False
-        return {"store": store_ok, "consuming": running()}
+        return {"store": store_ok, "consuming": running(), "model_provider": PROVIDER.healthy}
 
     return ready
 

@@ -15,6 +15,7 @@ from aiohttp import web
 from bot.factory import Settings, build_bot, build_dispatcher, build_engine, open_redis_backend, set_commands
 from bot.runtime.deadlines import OVERDUE_PREFIX, enqueue_overdue, watch_deadlines
 from bot.runtime.fastpath import freeze_startup_heap
+from bot.runtime.giving_up import tell_given_up
 from bot.runtime.intake import Intake, Poller, operator_route, webhook_handler
 from bot.runtime.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.runtime.startup import StartupError, with_startup_retries
@@ -25,6 +26,7 @@ from services.errors import TransientError
 from services.fence import Fence
 from services.metrics import DEAD_LETTERS_WAITING, HANDOFFS_OPEN, QUEUE_DUE, QUEUE_OLDEST_AGE
 from services.ports import DeadLetters, HandoffStore, QueuedBackend, WorkQueue
+from services.provider_health import PROVIDER
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,8 @@ async def _run(settings: Settings, backend: QueuedBackend, bot: Bot) -> None:
         max_attempts=workers.worker_max_attempts,
         give_up_seconds=workers.worker_give_up_seconds,
         internal=internal,
+        giving_up=tell_given_up(bot, desk, settings.bot),
+        max_model_requests=workers.llm_max_requests_per_question,
     )
     serve_received = settings.bot.bot_mode == "webhook" and workers.webhook_serve_received
     intake = Intake(
@@ -92,6 +96,7 @@ async def _run(settings: Settings, backend: QueuedBackend, bot: Bot) -> None:
             checks["redis"] = True
         except TransientError:
             checks["redis"] = False
+        checks["model_provider"] = PROVIDER.healthy
         return checks
 
     ops: web.AppRunner | None = None

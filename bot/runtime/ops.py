@@ -11,6 +11,10 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 log = logging.getLogger(__name__)
 
 ReadyCheck = Callable[[], Awaitable[dict[str, bool]]]
+DEGRADING = frozenset({"model_provider"})
+"""Checks whose failure leaves the process able to take work (it is kept, answered later): /readyz
+says "degraded" with 200, so an orchestrator does not restart or unroute every instance for an outage
+of the provider they all share; the check itself reads false."""
 
 
 def add_health_routes(app: web.Application, ready: ReadyCheck) -> None:
@@ -19,10 +23,9 @@ def add_health_routes(app: web.Application, ready: ReadyCheck) -> None:
 
     async def readyz(_request: web.Request) -> web.Response:
         checks = await ready()
-        ok = all(checks.values())
-        return web.json_response(
-            {"status": "ready" if ok else "not ready", "checks": checks}, status=200 if ok else 503
-        )
+        ok = all(passed for name, passed in checks.items() if name not in DEGRADING)
+        status = ("ready" if all(checks.values()) else "degraded") if ok else "not ready"
+        return web.json_response({"status": status, "checks": checks}, status=200 if ok else 503)
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

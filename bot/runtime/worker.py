@@ -4,7 +4,8 @@ Every update is processed under the chat's lease with a fencing token (``service
 heartbeat renews the lease and cancels the handler the moment it cannot be kept, and Redis refuses
 every write once another worker owns the chat. Transient failures (Redis, the network, Telegram
 5xx/429) are retried with backoff for up to ``give_up_seconds``, others ``max_attempts`` times; then the
-update goes to the dead letters, so no update is retried forever and no chat waits forever.
+update goes to the dead letters, so no update is retried forever and no chat waits forever; a customer
+who was promised an answer is then told it could not be given (``giving_up``, exactly once).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from aiogram import Bot, Dispatcher
 from aiogram.types import Update
 
 from bot.runtime.failures import is_transient
-from services.errors import LeaseLostError, TransientError
+from services.errors import LeaseLostError, LLMConfigurationError, LLMError, LLMUnavailableError, TransientError
 from services.fence import CURRENT_FENCE, Fence
 from services.metrics import DEAD_LETTERS, LEASES_LOST, QUEUE_WAIT
 from services.ports import Claim, DeadLetters, QueueItem, Step, WorkQueue
@@ -35,6 +36,7 @@ from services.ports import Claim, DeadLetters, QueueItem, Step, WorkQueue
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 30.0
+BASE_BACKOFF = 0.2
 VANISHED_ALLOWANCE = 2
 """Attempts that vanish (worker killed, or paused past its lease) are also what an ordinary crash or
 failover looks like, so they are allowed a little more often than outright failures."""
@@ -45,6 +47,9 @@ handled by the worker's ``internal`` hook under the chat's lease, never fed to t
 Telegram update can carry such an id: theirs are ``u<update id>``)."""
 Internal = Callable[[int, str, Fence], Coroutine[Any, Any, None]]
 """(chat id, item id, fence) → handles one internal item."""
+GiveUp = Callable[[int, QueueItem, Fence, bool, Callable[[], Coroutine[Any, Any, None]]], Coroutine[Any, Any, None]]
+"""(chat id, item, fence, told already, mark told) → tells the customer their update was given up (and
+calls ``mark told`` once that message went out); bot.runtime.giving_up."""
 
 
 def worker_identity() -> str:
@@ -63,6 +68,8 @@ class _Serving:
     work: asyncio.Task[None] | None = None
     item: QueueItem | None = None
     """The item taken from the inbox and not yet finished."""
+    failure: BaseException | None = None
+    """How the last attempt failed (its Retry-After and model requests go on the item's record)."""
 
 
 class Worker:
@@ -82,8 +89,12 @@ class Worker:
         max_attempts: int = 3,
         give_up_seconds: float = 600.0,
         internal: Internal | None = None,
+        giving_up: GiveUp | None = None,
+        max_model_requests: int = 10,
     ) -> None:
         self._internal = internal
+        self._giving_up = giving_up
+        self._max_requests = max_model_requests
         self._queue = queue
         self._dead = dead_letters
         self._dispatcher = dispatcher
@@ -228,13 +239,22 @@ class Worker:
 
     async def _serve_items(self, serving: _Serving, step: Step) -> None:
         claim = serving.claim
-        backoff = 0.2
         while step.kind == "item":
             assert step.item is not None
             item = serving.item = step.item
             if self._stopping.is_set() or serving.lost.is_set():
                 await self._set_aside(serving)
                 return
+            if item.retry_in > 0 and (item.given_up or self._give_up_reason(item) is None):
+                if item.retry_in > self._lease / 3:  # a long wait: the chat goes back, due at that time
+                    await self._queue.note(claim, item, "set_aside")
+                    serving.item = None
+                    await self._queue.defer(claim, item.retry_in)
+                    return
+                await self._sleep(item.retry_in)
+                if self._stopping.is_set():
+                    await self._set_aside(serving)
+                    return
             outcome = await self._attempt(serving, item)
             if outcome == "abandon":
                 LEASES_LOST.inc()
@@ -243,7 +263,6 @@ class Worker:
                     await self._queue.hand_back(claim)
                 return
             if outcome == "done":
-                backoff = 0.2
                 self.processed += 1
                 # the marks stay on the fence until the ack is written: a shutdown that cancels it sets
                 # the item aside with them
@@ -254,28 +273,51 @@ class Worker:
             self.retried += 1
             # a handler that failed after its reply went out: the mark goes with the attempt's record
             replied = serving.fence.take_deferred_replies()
-            await self._queue.note(claim, item, "transient" if outcome == "transient" else "failed", replied=replied)
-            await self._sleep(backoff)
-            backoff = min(backoff * 2, MAX_BACKOFF, max(self._give_up, 0.2))
+            requests, retry_in = self._next_try(item, outcome, serving.failure)
+            serving.failure = None
+            kind: Literal["transient", "failed"] = "transient" if outcome == "transient" else "failed"
+            await self._queue.note(claim, item, kind, replied=replied, model_requests=requests, retry_in=retry_in)
             step = await self._queue.next(claim)
         if step.kind == "lost":
             LEASES_LOST.inc()
             log.warning("chat %s: lease lost between updates; another worker goes on", claim.chat_id)
 
+    def _next_try(self, item: QueueItem, outcome: Outcome, failure: BaseException | None) -> tuple[int, float]:
+        """(model requests the failed attempt made, seconds before the next): the backoff grows with how
+        long the item has been failing (stateless: any worker continues it), never sooner than the
+        provider's Retry-After. A provider that refuses the bot (its key, its quota) is not counted
+        against the question: the question waits for the operator's fix, up to the give-up time."""
+        if outcome == "transient":
+            wait = min(max(BASE_BACKOFF, item.failing_for), MAX_BACKOFF, max(self._give_up, BASE_BACKOFF))
+        else:
+            wait = min(BASE_BACKOFF * 2**item.failures, MAX_BACKOFF)
+        requests = 0
+        if isinstance(failure, LLMError) and not isinstance(failure, LLMConfigurationError):
+            requests = failure.requests
+        if isinstance(failure, LLMUnavailableError) and failure.retry_after is not None:
+            wait = max(wait, failure.retry_after)
+        return requests, wait
+
     async def _attempt(self, serving: _Serving, item: QueueItem) -> Outcome:
         """Process one update once. The outcome says what to do with it next."""
-        reason = self._give_up_reason(item)
-        if reason is not None:
-            return await self._dead_letter(serving, item, reason)
+        if item.given_up:  # dead-lettered already: only the customer's final message is left to send
+            if item.given_up >= 2 or item.failures >= self._max_attempts:
+                if item.given_up < 2:
+                    log.error("chat %s: could not tell the customer %s was given up", serving.claim.chat_id, item.id)
+                return "done"
+            return await self._tell_given_up(serving, item)
+        give_up = self._give_up_reason(item)
+        if give_up is not None:
+            return await self._dead_letter(serving, item, give_up)
         if item.id.startswith(INTERNAL_PREFIX):
             if self._internal is None:
-                return await self._dead_letter(serving, item, "internal item and no handler for it")
+                return await self._dead_letter(serving, item, ("internal item and no handler for it", False))
             serving.work = _fenced_task(self._internal(serving.claim.chat_id, item.id, serving.fence), serving.fence)
             return await self._outcome(serving, item.id)
         try:
             update = Update.model_validate(_parse(item.payload), context={"bot": self._bot})
         except ValueError as exc:
-            return await self._dead_letter(serving, item, f"unreadable update: {exc}")
+            return await self._dead_letter(serving, item, (f"unreadable update: {exc}", False))
         if item.enqueued_ms and item.started == 1:
             QUEUE_WAIT.observe(max(0.0, time.time() - item.enqueued_ms / 1000))
         serving.work = _fenced_task(
@@ -305,6 +347,7 @@ class Worker:
         failure = work.exception()
         if failure is None:
             return "done"
+        serving.failure = failure
         if isinstance(failure, LeaseLostError):
             serving.lost.set()
             return "abandon"
@@ -322,17 +365,26 @@ class Worker:
                 await self._queue.note(serving.claim, serving.item, "set_aside", replied=replied)
         await self._queue.hand_back(serving.claim)
 
-    def _give_up_reason(self, item: QueueItem) -> str | None:
+    def _give_up_reason(self, item: QueueItem) -> tuple[str, bool] | None:
+        """Why ``item`` is given up now, and whether its customer is still to be told (a customer whose
+        update failed outright was told on its final attempt), or None."""
         if item.failures >= self._max_attempts:
-            return f"failed {item.failures} times"
+            return f"failed {item.failures} times", False
         if item.vanished_attempts >= self._max_attempts + VANISHED_ALLOWANCE:
-            return f"{item.vanished_attempts} attempts ended with their worker dead or cut off"
-        if item.transient_failures and item.failing_for > self._give_up:
-            return f"transient failures for {item.failing_for:.0f}s ({item.transient_failures} attempts)"
+            return f"{item.vanished_attempts} attempts ended with their worker dead or cut off", True
+        if item.model_requests >= self._max_requests:
+            return f"the model was asked {item.model_requests} times (LLM_MAX_REQUESTS_PER_QUESTION)", True
+        if item.transient_failures and item.failing_for + item.retry_in > self._give_up:
+            waited = f"transient failures for {item.failing_for:.0f}s ({item.transient_failures} attempts)"
+            return (
+                waited if item.failing_for > self._give_up else f"{waited}; the next try is past the give-up time"
+            ), True
         return None
 
-    async def _dead_letter(self, serving: _Serving, item: QueueItem, reason: str) -> Outcome:
-        """Keep the update for an operator and move on (``next`` acknowledges it)."""
+    async def _dead_letter(self, serving: _Serving, item: QueueItem, give_up: tuple[str, bool]) -> Outcome:
+        """Keep the update for an operator, tell its customer (``giving_up``), and move on (``next``
+        acknowledges it)."""
+        reason, tell = give_up
         claim = serving.claim
         if serving.fence.remaining() <= 0:  # the chat may be someone else's (and /forget may have run)
             serving.lost.set()
@@ -348,7 +400,22 @@ class Worker:
         )
         DEAD_LETTERS.labels("failed").inc()
         log.error("chat %s: update %s moved to the dead letters: %s", claim.chat_id, item.id, reason)
-        return "done"
+        if not tell or self._giving_up is None or item.id.startswith(INTERNAL_PREFIX):
+            return "done"
+        await self._queue.given_up(claim, item, 1)
+        return await self._tell_given_up(serving, item)
+
+    async def _tell_given_up(self, serving: _Serving, item: QueueItem) -> Outcome:
+        """The customer's final message (retried like any attempt when it cannot be sent now)."""
+        assert self._giving_up is not None
+        claim = serving.claim
+
+        async def told() -> None:
+            await self._queue.given_up(claim, item, 2)
+
+        work = self._giving_up(claim.chat_id, item, serving.fence, item.given_up >= 2, told)
+        serving.work = _fenced_task(work, serving.fence)
+        return await self._outcome(serving, f"the final message for {item.id}", item.started)
 
     async def _heartbeat(self, serving: _Serving) -> None:
         """Renew the lease every third of it; each renewal must land inside what is left of the lease

@@ -38,6 +38,10 @@ TEXTS: dict[str, dict[str, str]] = {
         "session_lost": "Sorry, I could not load our earlier conversation, so I am starting afresh. "
         "If it matters, please repeat the key details (e.g. your order number).",
         "llm_unavailable": "The assistant is temporarily unavailable. Please try again in a minute.",
+        "given_up": "Sorry, I could not answer your message: the assistant stayed unavailable for too long. "
+        "Please write to me again later.",
+        "given_up_handoff": "Sorry, I could not answer your message: the assistant stayed unavailable for "
+        "too long. A person from the support team will look at it.",
         "reply_truncated": "My answer came out too long and was cut off. Please ask a narrower question.",
         "bad_reply": "I could not produce an answer to that. Please rephrase your question.",
         "store_unavailable": "I cannot reach my memory right now. Please try again in a minute.",
@@ -61,6 +65,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "op_ticket": "Ticket for {name}",
         "op_reason": "Reason",
         "op_reason_command": "the customer asked for a person (/operator)",
+        "op_reason_given_up": "the assistant could not answer (the model was unavailable): “{question}”",
         "op_language": "Customer's language",
         "op_summary": "Summary",
         "op_no_summary": "(no conversation yet)",
@@ -102,6 +107,11 @@ TEXTS: dict[str, dict[str, str]] = {
         "session_lost": "Извините, не удалось загрузить наш предыдущий разговор, поэтому начинаю заново. "
         "Если это важно, повторите, пожалуйста, ключевые данные (например, номер заказа).",
         "llm_unavailable": "Помощник временно недоступен. Попробуйте ещё раз через минуту.",
+        "given_up": "Извините, я не смог ответить на ваше сообщение: ассистент слишком долго был недоступен. "
+        "Напишите мне, пожалуйста, ещё раз позже.",
+        "given_up_handoff": "Извините, я не смог ответить на ваше сообщение: ассистент слишком долго был "
+        "недоступен. Его посмотрит сотрудник службы поддержки.",
+        "op_reason_given_up": "ассистент не смог ответить (модель недоступна): «{question}»",
         "reply_truncated": "Мой ответ получился слишком длинным и оборвался. Задайте, пожалуйста, более узкий вопрос.",
         "bad_reply": "Не удалось подготовить ответ. Пожалуйста, переформулируйте вопрос.",
         "store_unavailable": "Сейчас нет доступа к памяти разговора. Попробуйте через минуту.",

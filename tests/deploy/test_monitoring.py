@@ -67,3 +67,35 @@ def test_promtool_accepts_the_shipped_config() -> None:
         ["promtool", "check", "config", str(ROOT / "deploy/prometheus.yml")], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_alert_rules_are_loaded_and_watch_metrics_the_bot_exports() -> None:
+    """deploy/alerts.yml is in prometheus.yml's rule_files, mounted there by compose, and every metric
+    an alert reads is one services.metrics defines."""
+    import re
+
+    from prometheus_client import REGISTRY
+
+    import services.metrics  # noqa: F401  (registers the metrics)
+
+    config = yaml.safe_load((ROOT / "deploy/prometheus.yml").read_text())
+    assert config["rule_files"] == ["/etc/prometheus/alerts.yml"]
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert "./deploy/alerts.yml:/etc/prometheus/alerts.yml:ro" in compose["services"]["prometheus"]["volumes"]
+    exported = {sample.name for family in REGISTRY.collect() for sample in family.samples} | {
+        family.name for family in REGISTRY.collect()
+    }
+    rules = yaml.safe_load((ROOT / "deploy/alerts.yml").read_text())["groups"][0]["rules"]
+    assert {rule["alert"] for rule in rules} >= {"ModelProviderRefusesBot"}
+    for rule in rules:
+        for name in re.findall(r"\bsb_[a-z_]+", rule["expr"]):
+            assert name in exported, (rule["alert"], name)
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool comes with Debian's prometheus package")
+def test_promtool_unit_tests_of_the_alert_rules_pass() -> None:
+    done = subprocess.run(
+        ["promtool", "test", "rules", str(ROOT / "tests/deploy/alerts_test.yml")], capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr

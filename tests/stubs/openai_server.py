@@ -183,6 +183,11 @@ class StubOpenAI:
     ``json_object`` (json_schema answered 400, json_object honoured); ``reject`` (any response_format
     answered 400; a summary asked for without one comes back in a ```json fence); ``ignore`` (it is
     ignored: the JSON comes wrapped in prose); ``prose`` (ignored, and the model answers prose only)."""
+    # --- provider outages (issue 26: promises kept, operator-visible outages) ---
+    fail_with: int | None = None
+    """When set, every completion is answered with this HTTP status (a persistent outage: 429, 503...)."""
+    error_headers: dict[str, str] = field(default_factory=dict)
+    """Headers sent with every error answer, e.g. ``{"retry-after": "2"}`` as providers send with 429/503."""
 
     @property
     def chat_requests(self) -> list[dict[str, Any]]:
@@ -250,8 +255,10 @@ class StubOpenAI:
         is_summary = is_summary_request(body)
         queue = self.summary_replies if is_summary else self.chat_replies
         reply: Reply = queue.popleft() if queue else (self.summary_reply if is_summary else self.chat_reply)(body)
+        if self.fail_with is not None:
+            reply = self.fail_with
         if isinstance(reply, int):
-            return web.json_response({"error": {"message": "stub error", "type": "server_error"}}, status=reply)
+            return self._error_answer(reply)
         if isinstance(reply, StubError):
             return _error_response(reply)
         if isinstance(reply, StubBroken):
@@ -290,6 +297,15 @@ class StubOpenAI:
                 "usage": usage,
             }
         )
+
+    def _error_answer(self, status: int) -> web.Response:
+        """An error as OpenAI shapes it: ``{"error": {message, type, param, code}}`` (429 as a rate limit)."""
+        if status == 429:
+            error = {"message": "Rate limit reached for requests", "type": "requests", "param": None,
+                     "code": "rate_limit_exceeded"}  # fmt: skip
+        else:
+            error = {"message": "stub error", "type": "server_error", "param": None, "code": None}
+        return web.json_response({"error": error}, status=status, headers=self.error_headers)
 
     async def _stream(
         self,

@@ -15,6 +15,7 @@ from services.errors import (
     ConcurrentUpdateError,
     LeaseLostError,
     LLMBadReplyError,
+    LLMConfigurationError,
     LLMReplyTruncatedError,
     LLMUnavailableError,
     MessageTooLongError,
@@ -22,6 +23,7 @@ from services.errors import (
 )
 from services.fence import Fence
 from services.metrics import ERRORS
+from services.provider_health import PROVIDER
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,8 @@ async def on_error(
     to the worker, which retries it (transient), or counts it and finally dead-letters it."""
     exc = event.exception
     ERRORS.labels(type(exc).__name__).inc()
+    if isinstance(exc, LLMConfigurationError):  # the operator must act: ERROR line, metric, /readyz
+        PROVIDER.refused("chat", exc.status, str(exc))
     update = event.update
     if not queued:
         await _tell(bot, update, exc, settings, None)

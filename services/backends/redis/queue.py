@@ -52,12 +52,16 @@ local function take_head(lease, inbox, attempts)
   local first = tonumber(redis.call('HGET', attempts, 'f:' .. id) or '0')
   local age = 0
   if first > 0 then age = now - first end
-  return {1, head, started, transient, age, entry[2], failed}
+  local asked = tonumber(redis.call('HGET', attempts, 'r:' .. id) or '0')
+  local wait = tonumber(redis.call('HGET', attempts, 'w:' .. id) or '0') - now
+  if wait < 0 then wait = 0 end
+  local given_up = tonumber(redis.call('HGET', attempts, 'g:' .. id) or '0')
+  return {1, head, started, transient, age, entry[2], failed, asked, wait, given_up}
 end
 """
 """Defines ``take_head(lease, inbox, attempts)``: the inbox head with its attempt counted, or the chat
 released when the inbox is empty (needs ``now``). → {0} | {1, head, started, transient, age_ms, order,
-failed}"""
+failed, model requests, ms until it may be retried, given-up stage}"""
 
 # KEYS: inbox, seen. ARGV: item_id, item_json, seen_ttl, order. → 1 new, 0 already seen
 _ENQUEUE = LUA_NOW + _STORE_ITEM + "return store_item(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])"
@@ -119,7 +123,9 @@ end
 if #ARGV > 7 then mark_replied(KEYS[4], ARGV[7], tonumber(ARGV[6]), {unpack(ARGV, 8)}) end
 if ARGV[4] ~= '' then
   redis.call('ZREM', KEYS[2], ARGV[4])
-  redis.call('HDEL', KEYS[3], 'a:' .. ARGV[5], 't:' .. ARGV[5], 'x:' .. ARGV[5], 'f:' .. ARGV[5], 'n:' .. ARGV[5])
+  local id = ARGV[5]
+  redis.call('HDEL', KEYS[3], 'a:' .. id, 't:' .. id, 'x:' .. id, 'f:' .. id, 'n:' .. id, 'r:' .. id, 'w:' .. id,
+    'g:' .. id)
 end
 return take_head(KEYS[1], KEYS[2], KEYS[3])
 """
@@ -127,22 +133,45 @@ return take_head(KEYS[1], KEYS[2], KEYS[3])
 
 # KEYS: lease, attempts, replied. ARGV: token, item id, kind ('t' transient: does not count as a failed
 # attempt, the first one's time bounds how long the item is retried; 'x' failed; 's' set aside unfinished,
-# e.g. on shutdown: counts as nothing), attempt number, replied ttl, replied score, turn ids whose
-# replies went out... An attempt is counted once: the same note sent again (a re-send after a lost
-# reply) or a second note of one attempt (set aside while backing off) only writes the reply marks.
+# e.g. on shutdown: counts as nothing), attempt number, model requests the attempt made, retry not
+# sooner than this many ms (0: at once), replied ttl, replied score, turn ids whose replies went out...
+# An attempt is counted once: the same note sent again (a re-send after a lost reply) or a second note
+# of one attempt (set aside while backing off) only writes the reply marks.
 _NOTE = (
     LUA_NOW
     + LUA_MARK_REPLIED
     + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-if #ARGV > 6 then mark_replied(KEYS[3], ARGV[6], tonumber(ARGV[5]), {unpack(ARGV, 7)}) end
+if #ARGV > 8 then mark_replied(KEYS[3], ARGV[8], tonumber(ARGV[7]), {unpack(ARGV, 9)}) end
 if redis.call('HGET', KEYS[2], 'n:' .. ARGV[2]) == ARGV[4] then return 0 end
 redis.call('HSET', KEYS[2], 'n:' .. ARGV[2], ARGV[4])
+if tonumber(ARGV[5]) > 0 then redis.call('HINCRBY', KEYS[2], 'r:' .. ARGV[2], ARGV[5]) end
+if tonumber(ARGV[6]) > 0 then redis.call('HSET', KEYS[2], 'w:' .. ARGV[2], now + tonumber(ARGV[6])) end
 local kind = ARGV[3]
 if kind == 's' then kind = 't' else
   if kind == 't' then redis.call('HSETNX', KEYS[2], 'f:' .. ARGV[2], now) end
 end
 redis.call('HINCRBY', KEYS[2], kind .. ':' .. ARGV[2], 1)
+return 1
+"""
+)
+
+# KEYS: lease, attempts. ARGV: token, item id, stage (1 dead-lettered, 2 and the customer told). Only
+# raises the stage, only while holding the lease.
+_GIVEN_UP = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if tonumber(redis.call('HGET', KEYS[2], 'g:' .. ARGV[2]) or '0') < tonumber(ARGV[3]) then
+  redis.call('HSET', KEYS[2], 'g:' .. ARGV[2], ARGV[3])
+end
+return 1
+"""
+
+# KEYS: ready. ARGV: member, delay (ms). The chat is due again at ``due`` (a retry not sooner than asked);
+# an update marked due meanwhile finds its inbox head waiting and defers it again.
+_DEFER = (
+    LUA_NOW
+    + """
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 return 1
 """
 )
@@ -230,6 +259,8 @@ class ChatWorkQueue:
         self._claim = register(redis, _CLAIM)
         self._next = register(redis, _NEXT)
         self._note = register(redis, _NOTE)
+        self._given_up = register(redis, _GIVEN_UP)
+        self._defer = register(redis, _DEFER)
         self._renew = register(redis, _RENEW_LEASE)
         self._push_watchdog = register(redis, _PUSH_WATCHDOG)
         self._drop_watchdog = register(redis, _DROP_WATCHDOG)
@@ -314,13 +345,31 @@ class ChatWorkQueue:
         outcome: Literal["transient", "failed", "set_aside"],
         *,
         replied: Sequence[str] = (),
+        model_requests: int = 0,
+        retry_in: float = 0.0,
     ) -> None:
-        """Record how an attempt at ``item`` ended and mark ``replied`` (only while holding the lease)."""
+        """Record how an attempt at ``item`` ended, the model requests it made and how long to wait
+        before the next (kept on the item: any worker honours it), and mark ``replied`` (only while
+        holding the lease)."""
         keys = self._keys.chat(claim.chat_id)
         kind = {"transient": "t", "failed": "x", "set_aside": "s"}[outcome]
-        args: list[str | int | float] = [claim.token, item.id, kind, item.started, *self._replied_args(replied)]
+        args: list[str | int | float] = [claim.token, item.id, kind, item.started, max(model_requests, 0)]
+        args += [max(int(retry_in * 1000), 0), *self._replied_args(replied)]
         with redis_errors(f"chat {claim.chat_id}: cannot record an attempt"):
             await self._note(keys=[keys.lease, keys.attempts, keys.replied], args=args)
+
+    async def given_up(self, claim: Claim, item: QueueItem, stage: int) -> None:
+        """Record how far giving ``item`` up got (1: dead-lettered, 2: the customer told), so that a
+        redelivery neither repeats the dead letter nor the customer's final message."""
+        keys = self._keys.chat(claim.chat_id)
+        with redis_errors(f"chat {claim.chat_id}: cannot record a give-up"):
+            await self._given_up(keys=[keys.lease, keys.attempts], args=[claim.token, item.id, stage])
+
+    async def defer(self, claim: Claim, seconds: float) -> None:
+        """Give the chat back, due again in ``seconds`` (its inbox head asked to wait that long)."""
+        with redis_errors(f"chat {claim.chat_id}: cannot defer"):
+            await self._drop_lease(keys=[self._keys.chat(claim.chat_id).lease], args=[claim.token])
+            await self._defer(keys=[self._keys.ready], args=[str(claim.chat_id), max(int(seconds * 1000), 0)])
 
     def _replied_args(self, replied: Sequence[str]) -> list[str | int | float]:
         return [self._replied_ttl, time.time(), *replied] if replied else []
@@ -380,4 +429,7 @@ def _decode_item(result: list[object]) -> QueueItem:
         transient_failures=transient,
         failures=int(cast(int, result[6])),
         failing_for=age_ms / 1000,
+        model_requests=int(cast(int, result[7])),
+        retry_in=int(cast(int, result[8])) / 1000,
+        given_up=int(cast(int, result[9])),
     )

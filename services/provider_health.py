@@ -1,0 +1,67 @@
+"""Whether the model provider accepts the bot: a refusal (LLMConfigurationError: key, access, model,
+quota) is an outage only an operator can end, so it is an ERROR line naming what to fix (once a minute
+per cause), the ``sb_llm_provider_refusing`` gauge and /readyz's ``model_provider`` check; the next
+call the provider accepts clears them. One watch per process (``PROVIDER``), like the metrics."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from prometheus_client import Counter, Gauge
+
+log = logging.getLogger(__name__)
+
+LOG_EVERY_SECONDS = 60.0
+
+FIXES = {
+    401: "the provider rejected OPENAI_API_KEY (wrong, revoked or expired): set a valid key",
+    402: "the provider account has no credit: add credit or change OPENAI_API_KEY",
+    403: "OPENAI_API_KEY has no access to this model or endpoint: check the key's project and permissions",
+    404: "the provider does not know the model or endpoint: check OPENAI_MODEL and OPENAI_BASE_URL",
+    429: "the provider account's quota is used up (insufficient_quota): raise the quota or add credit",
+}
+
+
+class ProviderWatch:
+    """Refusals per call kind ("chat", "summary"); ``healthy`` is False while any is refused."""
+
+    def __init__(self, *, refusing: Gauge, refusals: Counter, clock: Callable[[], float] = time.monotonic) -> None:
+        self._refusing = refusing
+        self._refusals = refusals
+        self._clock = clock
+        self._refused: dict[str, int | None] = {}
+        self._logged: dict[tuple[str, int | None], float] = {}
+
+    @property
+    def healthy(self) -> bool:
+        return not self._refused
+
+    def refused(self, call: str, status: int | None, detail: str) -> None:
+        """The provider refused a ``call``: count it, raise the gauge, log what to fix (throttled)."""
+        self._refused[call] = status
+        self._refusing.labels(call).set(1)
+        self._refusals.labels(call, str(status)).inc()
+        now = self._clock()
+        last = self._logged.get((call, status))
+        if last is None or now - last >= LOG_EVERY_SECONDS:
+            self._logged[(call, status)] = now
+            fix = FIXES.get(status or 0, "check OPENAI_API_KEY, OPENAI_MODEL and OPENAI_BASE_URL")
+            log.error("the model provider refuses the bot's %s calls (%s): %s; questions wait", call, detail, fix)
+
+    def accepted(self, call: str) -> None:
+        """A ``call`` went through: the refusal, if any, is over."""
+        if self._refused.pop(call, "none") != "none":
+            log.warning("the model provider accepts the bot's %s calls again", call)
+            self._logged = {cause: at for cause, at in self._logged.items() if cause[0] != call}
+        self._refusing.labels(call).set(0)
+
+
+def _watch() -> ProviderWatch:
+    from services.metrics import LLM_PROVIDER_REFUSALS, LLM_PROVIDER_REFUSING
+
+    return ProviderWatch(refusing=LLM_PROVIDER_REFUSING, refusals=LLM_PROVIDER_REFUSALS)
+
+
+PROVIDER = _watch()
