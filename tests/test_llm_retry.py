@@ -16,7 +16,7 @@ from openai import AsyncOpenAI
 from services.engine.builders import build_llm_client
 from services.engine.llm import LLMClient
 from services.engine.models import PromptPart
-from services.engine.retry import RetryPolicy, retry_after_of
+from services.engine.retry import REQUEST_BUDGET, RetryPolicy, retry_after_of
 from services.errors import LLMConfigurationError, LLMIncompleteReplyError, LLMUnavailableError
 from services.settings import LLMSettings, MemorySettings
 from tests.stubs.openai_server import INVALID_API_KEY, SERVER_ERROR, StubBroken, StubOpenAI, rate_limited
@@ -80,6 +80,18 @@ async def test_a_persistent_429_makes_at_most_the_capped_requests(stub_llm: Stub
     assert len(stub_llm.requests) == 4 == caught.value.requests, "1 + max_retries, and the error says so"
     assert caught.value.retry_after == pytest.approx(0.02)
     assert all(gap >= 0.02 for gap in gaps(stub_llm.request_times))
+
+
+async def test_a_question_s_remaining_request_budget_ends_the_retries(stub_llm: StubOpenAI) -> None:
+    """The queue worker sets what is left of LLM_MAX_REQUESTS_PER_QUESTION: a call makes no more."""
+    stub_llm.always = rate_limited(retry_after_ms="10")
+    token = REQUEST_BUDGET.set(2)
+    try:
+        with pytest.raises(LLMUnavailableError) as caught:
+            await client_for(stub_llm.base_url).chat(PROMPT)
+    finally:
+        REQUEST_BUDGET.reset(token)
+    assert len(stub_llm.requests) == 2 == caught.value.requests
 
 
 async def test_a_long_retry_after_is_not_slept_in_the_call(stub_llm: StubOpenAI) -> None:

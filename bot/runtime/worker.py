@@ -28,6 +28,7 @@ from aiogram import Bot, Dispatcher
 from aiogram.types import Update
 
 from bot.runtime.failures import is_transient
+from services.engine.retry import REQUEST_BUDGET
 from services.errors import LeaseLostError, LLMConfigurationError, LLMError, LLMUnavailableError, TransientError
 from services.fence import CURRENT_FENCE, Fence
 from services.metrics import DEAD_LETTERS, LEASES_LOST, QUEUE_WAIT
@@ -330,6 +331,7 @@ class Worker:
                 final_attempt=item.failures + 1 >= self._max_attempts,
             ),
             serving.fence,
+            request_budget=max(1, self._max_requests - item.model_requests),
         )
         return await self._outcome(serving, f"update {update.update_id}", item.started)
 
@@ -462,9 +464,13 @@ def _parse(payload: str) -> object:
     return json.loads(payload)
 
 
-def _fenced_task(work: Coroutine[Any, Any, Any], fence: Fence) -> asyncio.Task[Any]:
+def _fenced_task(
+    work: Coroutine[Any, Any, Any], fence: Fence, *, request_budget: int | None = None
+) -> asyncio.Task[Any]:
     """A task for one item of a chat: it, and every task it starts, sees the chat's fence as
-    CURRENT_FENCE (the Bot API session checks it right before a request is written)."""
+    CURRENT_FENCE (the Bot API session checks it right before a request is written) and the model
+    requests its question may still make as REQUEST_BUDGET (LLM_MAX_REQUESTS_PER_QUESTION)."""
     context = contextvars.copy_context()
     context.run(CURRENT_FENCE.set, fence)
+    context.run(REQUEST_BUDGET.set, request_budget)
     return asyncio.create_task(work, context=context)

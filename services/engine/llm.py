@@ -24,7 +24,7 @@ from openai import AsyncOpenAI, AsyncStream
 from services.engine.llm_errors import READ_FAILURES, incomplete_reply, translate_openai_error
 from services.engine.llm_reply import Reply, StreamReader, read_completion
 from services.engine.models import Completion, OnDelta, PromptPart
-from services.engine.retry import RetryPolicy
+from services.engine.retry import REQUEST_BUDGET, RetryPolicy
 from services.engine.summary_format import ResponseFormatRejectedError, SummaryFormat, rejects_response_format
 from services.errors import (
     LLMBadReplyError,
@@ -145,11 +145,14 @@ class LLMClient:
             extra["temperature"] = self._temperature
         if tools:
             extra["tools"] = list(tools)
+        budget = REQUEST_BUDGET.get()
         if on_delta is None:
-            return await self._with_retries(lambda _progress: self._complete(self.chat_model, messages, extra))
+            return await self._with_retries(
+                lambda _progress: self._complete(self.chat_model, messages, extra), budget=budget
+            )
         stream = on_delta
         return await self._with_retries(
-            lambda progress: self._stream(self.chat_model, messages, extra, stream, progress)
+            lambda progress: self._stream(self.chat_model, messages, extra, stream, progress), budget=budget
         )
 
     async def summarize(
@@ -174,9 +177,12 @@ class LLMClient:
                 raise ResponseFormatRejectedError(str(exc), status=exc.status, requests=exc.requests) from exc
             raise
 
-    async def _with_retries(self, attempt: Callable[[_Progress], Awaitable[Completion]]) -> Completion:
-        """Run ``attempt`` until it answers or the policy gives up; the error raised says how many
-        requests the call made and, when a wait was too long to sleep here, how long to wait."""
+    async def _with_retries(
+        self, attempt: Callable[[_Progress], Awaitable[Completion]], *, budget: int | None = None
+    ) -> Completion:
+        """Run ``attempt`` until it answers or the policy gives up (or ``budget`` requests were made);
+        the error raised says how many requests the call made and, when a wait was too long to sleep
+        here, how long to wait."""
         policy, started = self._retry, time.monotonic()
         for number in itertools.count():
             await self._wait_for_gate(started, requests=number)
@@ -190,7 +196,7 @@ class LLMClient:
                     raise
                 if exc.retry_after:
                     self._gate.push(exc.retry_after)
-                if progress.shown or number >= policy.max_retries:
+                if progress.shown or number >= policy.max_retries or (budget is not None and number + 1 >= budget):
                     raise
                 wait = policy.wait(number, retry_after=exc.retry_after, rand=self._rand)
                 if not policy.sleeps(wait, elapsed=time.monotonic() - started):

@@ -8,7 +8,13 @@ from __future__ import annotations
 import email.utils
 import time
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
+
+REQUEST_BUDGET: ContextVar[int | None] = ContextVar("sb_model_request_budget", default=None)
+"""How many more chat-model requests the question being answered may make (the queue worker sets it
+from LLM_MAX_REQUESTS_PER_QUESTION and the requests earlier attempts made); None: only the policy's cap.
+A call stops retrying when it would pass it, so a question never makes more than the cap."""
 
 MAX_PROVIDER_WAIT = 600.0
 """A Retry-After beyond this is taken as this (a provider asking for hours is asking us to give up)."""
