@@ -148,6 +148,13 @@ async def run(args: argparse.Namespace) -> tuple[Report, Figures | None]:
             async with limit:
                 await sender.send_chat_message(http, chat, n)
 
+        async def outage_midway(seconds: float) -> None:
+            half = len(chats) * args.messages // 2
+            await telegram.wait_for(lambda: answered(telegram, chats, args.messages, reply) >= half, args.timeout)
+            proxy.outage(seconds)
+            timeline.append((time.time(), f"model outage for {seconds:.1f}s"))
+
+        outage: asyncio.Task[None] | None = None
         forgetting = ForgetProbe(telegram, sender, first_chat=100_000, count=max(1, args.chats // 20))
 
         # Waves: message n of every chat, then a chaos step while that wave is being processed.
@@ -158,10 +165,7 @@ async def run(args: argparse.Namespace) -> tuple[Report, Figures | None]:
                 if faulty and n == 0:
                     proxy.storm(args.storm)
                     timeline.append((time.time(), f"model 429 storm for {args.storm:.1f}s"))
-                if faulty and n == max(0, args.messages // 2 - 1):
-                    outage = args.outage or give_up + 3
-                    proxy.outage(outage)
-                    timeline.append((time.time(), f"model outage for {outage:.1f}s"))
+                    outage = asyncio.create_task(outage_midway(args.outage or give_up + 3))
                 if args.redis_restart and n == args.messages // 2:
                     await restart_redis()
                 elif args.kill_every_waves and n % args.kill_every_waves == 0:
@@ -178,6 +182,8 @@ async def run(args: argparse.Namespace) -> tuple[Report, Figures | None]:
             await dump_workers(workers, sender.dead)
             raise
         elapsed = time.monotonic() - started
+        if outage is not None:
+            outage.cancel()
         sessions = RedisSessionStore(redis=admin, keys=keys)
         report = await check(telegram, sessions, chats, args.messages, started, reply)
         stuck = await stuck_chats(admin, keys, settle=2 * args.lease)
@@ -188,6 +194,7 @@ async def run(args: argparse.Namespace) -> tuple[Report, Figures | None]:
         if faulty:
             dead = await DeadLetterStore(redis=admin, keys=keys).list(limit=DEAD_LETTERS_KEPT)
             found = await figures(proxy, telegram, sessions, chats, args.messages, dead, sender.update_ids)
+            report.lost = found.lost  # a message given up (and told so) is not lost
         lease_lost = sum(extra for *_, extra in unexplained)
         redelivered = sum(len(times) for times in redelivered_at.values())
         await admin.aclose()
@@ -416,9 +423,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--storm", type=float, default=2.0, help="seconds every model request gets 429")
     report, found = asyncio.run(run(parser.parse_args(argv)))
     # with provider faults, a message given up (and told so) counts as settled, not as lost
-    settled = found.unresolved == 0 and found.lost == 0 if found else report.answered == report.sent and not report.lost
+    settled = found.unresolved == 0 if found else report.answered == report.sent
     ok = (
         settled
+        and report.lost == 0
         and report.doubled == 0
         and report.out_of_order == 0
         and report.stuck == 0

@@ -135,16 +135,17 @@ class FaultProxy:
         raw = await request.read()
         body = json.loads(raw)
         question, summary, stream = question_of(body), "response_format" in body, bool(body.get("stream"))
-        attempt = self._seen[(question, summary)]
-        self._seen[(question, summary)] += 1
+        attempt = self._seen[(question, summary)]  # of the requests outside a storm or outage
         plan = plan_for(self.seed, question) if self.enabled and question and not summary else Plan()
-        fault = plan.fault if attempt < plan.times else "ok"
-        header = plan.header
+        fault, header = "ok", plan.header
         if at < self._outage_until:
             fault, header = "outage", None
         elif at < self._storm_until:
             fault, header = "rate_limited", ("retry-after", "1")
-        rng = random.Random(f"{self.seed}:{question}:{summary}:{attempt}")
+        else:
+            self._seen[(question, summary)] += 1
+            fault = plan.fault if attempt < plan.times else "ok"
+        rng = random.Random(f"{self.seed}:{question}:{summary}:{attempt}:{fault}")
         response, status, wait = await self._answer(request, raw, fault, header, stream, rng)
         self.log.append(Logged(at, time.monotonic(), question, summary, stream, fault, status, wait))
         return response
@@ -211,7 +212,8 @@ async def _faulty_stream(request: web.Request, data: bytes, fault: str, rng: ran
         return response
     for event in usage:
         await response.write(f"data: {event}\n\n".encode())
-    await response.write(b"data: [DONE]\n\n")
+    if rng.random() < 0.5:  # a clean end, with or without [DONE]
+        await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
     return response
 
