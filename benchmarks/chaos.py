@@ -28,7 +28,15 @@ from redis.asyncio.cluster import RedisCluster
 
 from benchmarks.cluster import client_for, make_store, shutdown
 from benchmarks.common import machine, percentile
-from benchmarks.provider_faults import FaultProxy, Figures, complete_reply, figures, marked_reply
+from benchmarks.provider_faults import (
+    FaultProxy,
+    Figures,
+    complete_reply,
+    figures,
+    marked_reply,
+    queued_chats,
+    wait_settled,
+)
 from services.backends.redis.deadletters import DEAD_LETTERS_KEPT, DeadLetterStore
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import AnyRedis
@@ -349,35 +357,6 @@ class ForgetProbe:
     async def resurrected(self, redis: AnyRedis) -> int:
         everything = b"".join([await every_value(redis, key) async for key in redis.scan_iter(count=1000)])
         return sum(1 for chat in self.chats if self.secret(chat).encode() in everything)
-
-
-async def wait_settled(
-    telegram: StubTelegram,
-    redis: AnyRedis,
-    keys: KeySpace,
-    chats: list[int],
-    messages: int,
-    reply: Expected,
-    within: float,
-) -> None:
-    """Until every message is answered, or no chat has queued work and the bot has been quiet for a
-    second (the rest given up or answered with something else: the figures tell)."""
-    deadline = time.monotonic() + within
-    calls = -1
-    while answered(telegram, chats, messages, reply) < len(chats) * messages:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not settled in {within}s")
-        if len(telegram.calls) == calls and not await queued_chats(redis, keys):
-            return
-        calls = len(telegram.calls)
-        await asyncio.sleep(1.0)
-
-
-async def queued_chats(redis: AnyRedis, keys: KeySpace) -> int:
-    found = 0
-    async for key in redis.scan_iter(match=keys.chat_pattern("inbox"), count=1000):
-        found += 1 if await redis.zcard(key) else 0
-    return found
 
 
 async def stuck_chats(redis: AnyRedis, keys: KeySpace, settle: float) -> int:

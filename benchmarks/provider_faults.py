@@ -9,6 +9,7 @@ fault, status, the wait asked for), so the benchmark can check that Retry-After 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import re
@@ -22,8 +23,10 @@ from aiohttp import web
 
 from benchmarks.common import percentile
 from bot.telegram.texts import TEXTS, text
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.scripts import AnyRedis
 from services.ports import DeadLetter, SessionStore
-from tests.e2e.scenario import customer_text, expected_reply
+from tests.e2e.scenario import Expected, answered, customer_text, expected_reply
 from tests.stubs.openai_server import customer_texts, echo_reply
 from tests.stubs.telegram_server import StubTelegram
 
@@ -146,7 +149,10 @@ class FaultProxy:
             self._seen[(question, summary)] += 1
             fault = plan.fault if attempt < plan.times else "ok"
         rng = random.Random(f"{self.seed}:{question}:{summary}:{attempt}:{fault}")
-        response, status, wait = await self._answer(request, raw, fault, header, stream, rng)
+        try:
+            response, status, wait = await self._answer(request, raw, fault, header, stream, rng)
+        except ConnectionResetError:  # the bot gave up the request (a worker killed, a turn cancelled)
+            response, status, wait = web.Response(status=500), 0, None
         self.log.append(Logged(at, time.monotonic(), question, summary, stream, fault, status, wait))
         return response
 
@@ -349,3 +355,32 @@ def early_retries(log: list[Logged]) -> int:
             early += request.at < before.done + before.retry_after - RETRY_AFTER_SLACK
         last[key] = request
     return early
+
+
+async def wait_settled(
+    telegram: StubTelegram,
+    redis: AnyRedis,
+    keys: KeySpace,
+    chats: list[int],
+    messages: int,
+    reply: Expected,
+    within: float,
+) -> None:
+    """Until every message is answered, or no chat has queued work and the bot has been quiet for a
+    second (the rest given up or answered with something else: the figures tell)."""
+    deadline = time.monotonic() + within
+    calls = -1
+    while answered(telegram, chats, messages, reply) < len(chats) * messages:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not settled in {within}s")
+        if len(telegram.calls) == calls and not await queued_chats(redis, keys):
+            return
+        calls = len(telegram.calls)
+        await asyncio.sleep(1.0)
+
+
+async def queued_chats(redis: AnyRedis, keys: KeySpace) -> int:
+    found = 0
+    async for key in redis.scan_iter(match=keys.chat_pattern("inbox"), count=1000):
+        found += 1 if await redis.zcard(key) else 0
+    return found
