@@ -238,6 +238,8 @@ async def run(args: argparse.Namespace) -> tuple[Report, Figures | None]:
         if found is not None:
             print(f"provider faults: {dict(sorted(found.faults.items()))} give_up={give_up:.1f}s")
             print(found.line())
+            for line in found.early[:5]:
+                print(f"  retry before Retry-After: question {line}")
         if unexplained:
             print("  faults: " + "; ".join(f"{_clock([at])} {what}" for at, what in timeline))
         print(

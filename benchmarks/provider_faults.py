@@ -266,6 +266,7 @@ class Figures:
     lost: int
     """Customer messages neither stored nor given up."""
     early_retries: int
+    early: list[str]
     waits_asked: int
     requests_p50: float
     requests_max: int
@@ -335,7 +336,8 @@ async def figures(
         given_up=len(given_up),
         unresolved=unresolved,
         lost=lost,
-        early_retries=early_retries(proxy.log),
+        early_retries=len(early := early_retries(proxy.log)),
+        early=early,
         waits_asked=sum(1 for r in proxy.log if r.retry_after is not None),
         requests_p50=percentile([float(c) for c in counts], 50) if counts else 0.0,
         requests_max=max(counts, default=0),
@@ -343,16 +345,18 @@ async def figures(
     )
 
 
-def early_retries(log: list[Logged]) -> int:
+def early_retries(log: list[Logged]) -> list[str]:
     """Requests for a question (its chat or its summary calls) that came sooner than the wait its
-    previous answer asked for (Retry-After / retry-after-ms)."""
+    previous answer asked for (Retry-After / retry-after-ms), each as a line saying so."""
     last: dict[tuple[Question | None, bool], Logged] = {}
-    early = 0
+    early = []
     for request in sorted(log, key=lambda r: r.at):
         key = (request.question, request.summary)
         before = last.get(key)
         if request.question is not None and before is not None and before.retry_after is not None:
-            early += request.at < before.done + before.retry_after - RETRY_AFTER_SLACK
+            waited = request.at - before.done
+            if waited < before.retry_after - RETRY_AFTER_SLACK:
+                early.append(f"{request.question}: {waited:.2f}s after a {before.status} asking {before.retry_after}s")
         last[key] = request
     return early
 
