@@ -1,13 +1,13 @@
-"""Chaos/load check of the scale-out guarantees: chats send in waves while, after every other wave, a
-worker is SIGKILLed (and replaced), frozen with SIGSTOP for two leases, or Redis is paused past a
-lease; Redis restarts once, and a few chats send a secret and then /forget.
+"""Chaos check of the scale-out guarantees: chats send in waves while a worker is SIGKILLed, frozen
+past its lease, or Redis paused; Redis restarts once; a few chats /forget a secret. Provider faults
+(benchmarks/provider_faults.py; --no-provider-faults): cut answers, malformed chunks, 429 storms, an
+outage past WORKER_GIVE_UP_SECONDS.
 
-    .venv/bin/python -m benchmarks.chaos --chats 1000 --messages 10 --workers 3
-    .venv/bin/python -m benchmarks.chaos --cluster ...   (3-master Redis Cluster)
+    .venv/bin/python -m benchmarks.chaos --chats 1000 --messages 10 --workers 3 [--cluster]
 
-Must be 0: lost, doubled or reordered turns, stuck chats, forgotten secrets left in Redis, "lease
-lost" duplicate replies (sent after another worker took the chat). "Crash window" duplicates (sent,
-then died before marking it) are inherent and counted.
+Must be 0: lost, doubled, reordered turns, stuck chats, secrets left after /forget, lease-lost
+duplicates, truncated answers delivered or stored, messages ended in silence, retries before
+Retry-After. Crash-window duplicates are inherent and counted.
 """
 
 from __future__ import annotations
@@ -28,24 +28,49 @@ from redis.asyncio.cluster import RedisCluster
 
 from benchmarks.cluster import client_for, make_store, shutdown
 from benchmarks.common import machine, percentile
+from benchmarks.provider_faults import (
+    FaultProxy,
+    Figures,
+    complete_reply,
+    figures,
+    marked_reply,
+    queued_chats,
+    wait_settled,
+)
+from services.backends.redis.deadletters import DEAD_LETTERS_KEPT, DeadLetterStore
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import AnyRedis
 from services.backends.redis.store import RedisSessionStore
 from tests.e2e.harness import TOKEN
 from tests.e2e.processes import SECRET, BotProcess, base_env, start_webhook_worker
-from tests.e2e.scenario import Report, WebhookSender, check, expected_reply, random_chats, wait_all_answered
+from tests.e2e.scenario import (
+    Expected,
+    Report,
+    WebhookSender,
+    answered,
+    check,
+    expected_reply,
+    random_chats,
+    wait_all_answered,
+)
 from tests.e2e.test_operations import every_value
-from tests.stubs.openai_server import StubOpenAI
+from tests.stubs.openai_server import StubOpenAI, echo_reply
 from tests.stubs.telegram_server import StubTelegram
 
 
-async def run(args: argparse.Namespace) -> Report:
+async def run(args: argparse.Namespace) -> tuple[Report, Figures | None]:
     rng = random.Random(args.seed)
     redis = make_store(args.cluster, KeySpace("sb", "123456"))
     redis.start()
-    llm, telegram = StubOpenAI(latency=args.llm_latency), StubTelegram()
+    faulty = args.provider_faults
+    reply: Expected = complete_reply if faulty else expected_reply
+    llm = StubOpenAI(latency=args.llm_latency, chat_reply=marked_reply if faulty else echo_reply)
+    telegram = StubTelegram()
     await llm.start()
     await telegram.start()
+    proxy = FaultProxy(llm.base_url, args.seed, enabled=faulty)
+    await proxy.start()
+    give_up = args.give_up or 3 * args.lease
     workdir = Path(tempfile.mkdtemp(prefix="sb-chaos-"))
     env = base_env(telegram, llm) | {
         "BOT_MODE": "webhook",
@@ -59,6 +84,9 @@ async def run(args: argparse.Namespace) -> Report:
         "DRAFTS_ENABLED": "false",
         "WORKER_CONCURRENCY": "128",
     }
+    if faulty:  # the model behind the fault proxy, the retry settings as shipped; every other worker streams
+        env = {k: v for k, v in env.items() if k != "OPENAI_MAX_RETRIES"}
+        env |= {"OPENAI_BASE_URL": proxy.base_url, "WORKER_GIVE_UP_SECONDS": str(give_up)}
     workers: list[BotProcess] = []
     sender = WebhookSender(telegram, [], SECRET)
     kills = restarts = pauses = stalls = 0
@@ -66,7 +94,8 @@ async def run(args: argparse.Namespace) -> Report:
     admin = client_for(redis)
 
     async def start_worker() -> None:
-        sender.urls.append(await start_webhook_worker(env, workdir, workers))
+        drafts = {"DRAFTS_ENABLED": str(faulty and len(workers) % 2 == 1).lower()}
+        sender.urls.append(await start_webhook_worker(env | drafts, workdir, workers))
 
     async def kill_one() -> None:
         nonlocal kills
@@ -127,6 +156,13 @@ async def run(args: argparse.Namespace) -> Report:
             async with limit:
                 await sender.send_chat_message(http, chat, n)
 
+        async def outage_midway(seconds: float) -> None:
+            half = len(chats) * args.messages // 2
+            await telegram.wait_for(lambda: answered(telegram, chats, args.messages, reply) >= half, args.timeout)
+            proxy.outage(seconds)
+            timeline.append((time.time(), f"model outage for {seconds:.1f}s"))
+
+        outage: asyncio.Task[None] | None = None
         forgetting = ForgetProbe(telegram, sender, first_chat=100_000, count=max(1, args.chats // 20))
 
         # Waves: message n of every chat, then a chaos step while that wave is being processed.
@@ -134,24 +170,39 @@ async def run(args: argparse.Namespace) -> Report:
         async with aiohttp.ClientSession() as http:
             for n in range(args.messages):
                 await asyncio.gather(*(send(http, chat, n) for chat in chats), forgetting.wave(http, n, args.messages))
+                if faulty and n == 0:
+                    proxy.storm(args.storm)
+                    timeline.append((time.time(), f"model 429 storm for {args.storm:.1f}s"))
+                    outage = asyncio.create_task(outage_midway(args.outage or give_up + 3))
                 if args.redis_restart and n == args.messages // 2:
                     await restart_redis()
-                elif n % args.kill_every_waves == 0:
+                elif args.kill_every_waves and n % args.kill_every_waves == 0:
                     await faults[step % len(faults)]()
                     step += 1
+        keys = KeySpace("sb", TOKEN.split(":")[0])
         try:
-            await wait_all_answered(telegram, chats, args.messages, within=args.timeout)
+            if faulty:  # some are given up (the outage) or answered cut short (today's defect)
+                await wait_settled(telegram, admin, keys, chats, args.messages, reply, within=args.timeout)
+            else:
+                await wait_all_answered(telegram, chats, args.messages, within=args.timeout)
             await forgetting.wait_done(within=args.timeout)
         except AssertionError:
             await dump_workers(workers, sender.dead)
             raise
         elapsed = time.monotonic() - started
-        keys = KeySpace("sb", TOKEN.split(":")[0])
-        report = await check(telegram, RedisSessionStore(redis=admin, keys=keys), chats, args.messages, started)
+        if outage is not None:
+            outage.cancel()
+        sessions = RedisSessionStore(redis=admin, keys=keys)
+        report = await check(telegram, sessions, chats, args.messages, started, reply)
         stuck = await stuck_chats(admin, keys, settle=2 * args.lease)
         resurrected = await forgetting.resurrected(admin)
         redelivered_at = redeliveries(workers)
-        crash_window, unexplained = split_duplicates(telegram, sender, chats, args.messages, redelivered_at)
+        crash_window, unexplained = split_duplicates(telegram, sender, chats, args.messages, redelivered_at, reply)
+        found: Figures | None = None
+        if faulty:
+            dead = await DeadLetterStore(redis=admin, keys=keys).list(limit=DEAD_LETTERS_KEPT)
+            found = await figures(proxy, telegram, sessions, chats, args.messages, dead, sender.update_ids)
+            report.lost = found.lost  # a message given up (and told so) is not lost
         lease_lost = sum(extra for *_, extra in unexplained)
         redelivered = sum(len(times) for times in redelivered_at.values())
         await admin.aclose()
@@ -159,10 +210,10 @@ async def run(args: argparse.Namespace) -> Report:
         for call in telegram.of("sendMessage"):
             first_reply.setdefault(str(call.params.get("text")), call.at)
         latencies = [
-            first_reply[expected_reply(c, n)] - sender.sent_at[(c, n)]
+            first_reply[reply(c, n)] - sender.sent_at[(c, n)]
             for c in chats
             for n in range(args.messages)
-            if expected_reply(c, n) in first_reply
+            if reply(c, n) in first_reply
         ]
         print(f"machine: {machine()}")
         print(
@@ -184,21 +235,27 @@ async def run(args: argparse.Namespace) -> Report:
                 f"  lease-lost: chat {chat} turn {turn}: {extra} unexplained of {len(copies)} copies sent at "
                 f"{_clock(copies)}; re-send decisions at {_clock(resends)}"
             )
+        if found is not None:
+            print(f"provider faults: {dict(sorted(found.faults.items()))} give_up={give_up:.1f}s")
+            print(found.line())
+            for line in found.early[:5]:
+                print(f"  retry before Retry-After: question {line}")
         if unexplained:
             print("  faults: " + "; ".join(f"{_clock([at])} {what}" for at, what in timeline))
         print(
             f"throughput={report.sent / elapsed:.1f} msg/s over {elapsed:.1f}s; reply latency "
             f"p50={percentile(latencies, 50) * 1000:.0f}ms p95={percentile(latencies, 95) * 1000:.0f}ms "
-            f"p99={percentile(latencies, 99) * 1000:.0f}ms max={max(latencies) * 1000:.0f}ms"
+            f"p99={percentile(latencies, 99) * 1000:.0f}ms max={max(latencies, default=0) * 1000:.0f}ms"
         )
         report.stuck, report.resurrected, report.lease_lost_duplicates = stuck, resurrected, lease_lost
-        return report
+        return report, found
     finally:
         for worker in workers:
             if worker.process is not None and worker.process.returncode is None:
                 worker.process.kill()
                 await worker.process.wait()
         await telegram.stop()
+        await proxy.stop()
         await llm.stop()
         shutdown(redis)
 
@@ -236,6 +293,7 @@ def split_duplicates(
     chats: list[int],
     messages: int,
     redelivered_at: dict[tuple[int, str], list[float]],
+    reply: Expected = expected_reply,
 ) -> tuple[int, list[LeaseLost]]:
     """(crash window duplicates, the turns with lease-lost ones). The k-th extra copy is in the crash
     window when the k-th re-send decision explains it: the copy before it reached Telegram before that
@@ -248,7 +306,7 @@ def split_duplicates(
     crash_window, lease_lost = 0, []
     for chat in chats:
         for n in range(messages):
-            times = sorted(sends.get(expected_reply(chat, n), []))
+            times = sorted(sends.get(reply(chat, n), []))
             if len(times) < 2:
                 continue
             turn = f"u{sender.update_ids[(chat, n)]}"
@@ -306,11 +364,7 @@ class ForgetProbe:
 async def stuck_chats(redis: AnyRedis, keys: KeySpace, settle: float) -> int:
     """Chats with queued work that no worker finishes (after letting in-flight work settle)."""
     await asyncio.sleep(settle)
-    stuck = 0
-    async for key in redis.scan_iter(match=keys.chat_pattern("inbox"), count=1000):
-        if await redis.zcard(key):
-            stuck += 1
-    return stuck
+    return await queued_chats(redis, keys)
 
 
 async def dump_workers(workers: list[BotProcess], dead: set[int]) -> None:
@@ -336,21 +390,31 @@ def main(argv: list[str] | None = None) -> int:
         "--kill-every-waves",
         type=int,
         default=2,
-        help="SIGKILL a worker after every N-th wave of messages (one message per chat)",
+        help="a worker fault after every N-th wave of messages (one message per chat); 0: none",
     )
     parser.add_argument("--no-redis-restart", dest="redis_restart", action="store_false")
     parser.add_argument("--timeout", type=float, default=240)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cluster", action="store_true", help="run on a 3-master Redis Cluster")
-    report = asyncio.run(run(parser.parse_args(argv)))
+    parser.add_argument(
+        "--no-provider-faults", dest="provider_faults", action="store_false", help="a model server that never fails"
+    )
+    parser.add_argument("--give-up", type=float, default=0, help="WORKER_GIVE_UP_SECONDS (default: 3 leases)")
+    parser.add_argument("--outage", type=float, default=0, help="model outage, seconds (default: give-up + 3)")
+    parser.add_argument("--storm", type=float, default=2.0, help="seconds every model request gets 429")
+    report, found = asyncio.run(run(parser.parse_args(argv)))
+    # with provider faults, a message given up (and told so) counts as settled, not as lost
+    settled = found.unresolved == 0 if found else report.answered == report.sent
     ok = (
-        report.lost == 0
+        settled
+        and report.lost == 0
         and report.doubled == 0
         and report.out_of_order == 0
-        and report.answered == report.sent
         and report.stuck == 0
         and report.resurrected == 0
         and report.lease_lost_duplicates == 0
+        and (found is None or not (found.truncated_delivered or found.truncated_stored or found.silent))
+        and (found is None or found.early_retries == 0)
     )
     print("RESULT:", "OK" if ok else "INVARIANT BROKEN")
     return 0 if ok else 1

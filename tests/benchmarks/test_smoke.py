@@ -37,10 +37,33 @@ def test_chaos_script_smoke() -> None:
         "2",
         "--timeout",
         "90",
+        "--no-provider-faults",
     )
     assert "lost=0 doubled=0 out_of_order=0 stuck_chats=0 resurrected_after_forget=0" in out
     assert "lease_lost=0" in out and "kills=1 pauses=1 redis_stalls=1 redis_restarts=1" in out
     assert "RESULT: OK" in out
+
+
+def test_chaos_script_with_provider_faults() -> None:
+    """Behind the fault proxy (cut answers, malformed chunks and bodies, 429s with Retry-After, an
+    outage past the give-up time), with one worker streaming and one not: no cut answer is delivered
+    or stored, no message ends in silence, no retry comes before its Retry-After."""
+    args = ["--chats", "8", "--messages", "4", "--workers", "2", "--kill-every-waves", "0", "--no-redis-restart"]
+    args += ["--lease", "2", "--give-up", "2", "--storm", "1.5", "--seed", "2", "--timeout", "60"]
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks.chaos", *args], cwd=ROOT, capture_output=True, text=True, timeout=240
+    )
+    out = completed.stdout + completed.stderr
+    faults = re.search(r"provider faults: (\{.*\})", out)
+    assert faults is not None, out
+    assert all(f"'{kind}'" in faults.group(1) for kind in ("no_finish", "cut", "malformed", "rate_limited", "outage"))
+    figures = dict(re.findall(r"(\w+)=(\d+)", out.split("provider faults:", 1)[1].splitlines()[1]))
+    assert int(figures["given_up"]) > 0, "the outage outlasted the give-up time"
+    must_be_0 = ("truncated_delivered", "truncated_stored", "ended_in_silence", "unresolved", "lost")
+    assert [name for name in (*must_be_0, "retries_before_retry_after") if figures[name] != "0"] == [], out
+    assert int(figures["max"]) <= 10, "model requests per question are capped (LLM_MAX_REQUESTS_PER_QUESTION)"
+    assert "lost=0 doubled=0 out_of_order=0 stuck_chats=0" in out and "lease_lost=0" in out, out
+    assert "RESULT: OK" in out and completed.returncode == 0, out
 
 
 def test_window_benchmark_smoke() -> None:

@@ -9,6 +9,7 @@ import itertools
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -95,9 +96,13 @@ class Report:
         )
 
 
-def answered(telegram: StubTelegram, chats: list[int], messages: int) -> int:
+Expected = Callable[[int, int], str]
+"""(chat, message number) → the reply it must get (the chaos benchmark's stub model marks its end)."""
+
+
+def answered(telegram: StubTelegram, chats: list[int], messages: int, reply: Expected = expected_reply) -> int:
     replies = Counter(c.params.get("text") for c in telegram.of("sendMessage"))
-    return sum(1 for chat in chats for n in range(messages) if replies[expected_reply(chat, n)] > 0)
+    return sum(1 for chat in chats for n in range(messages) if replies[reply(chat, n)] > 0)
 
 
 async def wait_all_answered(telegram: StubTelegram, chats: list[int], messages: int, within: float) -> None:
@@ -109,10 +114,17 @@ async def wait_all_answered(telegram: StubTelegram, chats: list[int], messages: 
         await asyncio.sleep(0.1)
 
 
-async def check(telegram: StubTelegram, store: SessionStore, chats: list[int], messages: int, started: float) -> Report:
+async def check(
+    telegram: StubTelegram,
+    store: SessionStore,
+    chats: list[int],
+    messages: int,
+    started: float,
+    reply: Expected = expected_reply,
+) -> Report:
     replies = Counter(c.params.get("text") for c in telegram.of("sendMessage"))
     duplicate_replies = sum(
-        replies[expected_reply(c, n)] - 1 for c in chats for n in range(messages) if replies[expected_reply(c, n)] > 1
+        replies[reply(c, n)] - 1 for c in chats for n in range(messages) if replies[reply(c, n)] > 1
     )
     stored = lost = doubled = out_of_order = 0
     for chat in chats:
@@ -130,7 +142,7 @@ async def check(telegram: StubTelegram, store: SessionStore, chats: list[int], m
     return Report(
         chats=len(chats),
         sent=len(chats) * messages,
-        answered=answered(telegram, chats, messages),
+        answered=answered(telegram, chats, messages, reply),
         stored_turns=stored,
         lost=lost,
         doubled=doubled,
