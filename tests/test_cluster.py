@@ -242,6 +242,7 @@ async def test_a_burst_beyond_the_pool_waits_instead_of_failing(redis_server: Re
         await client.aclose()
 
 
+@pytest.mark.redis
 async def test_commands_after_a_redis_restart_reconnect_instead_of_failing() -> None:
     """Every pooled connection dies with the server; the first command on each used to fail with
     "Connection closed by server" (a transient error per connection: a turn retried, the customer told

@@ -15,6 +15,7 @@ import yaml
 from tests.deploy.monitoring import DASHBOARD, ROOT, dashboard_queries, monitored_worker
 
 
+@pytest.mark.redis
 async def test_every_dashboard_query_has_data_from_a_real_scrape() -> None:
     async with monitored_worker() as run:
         await run.converse(chats=2, messages=10)
