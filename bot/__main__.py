@@ -12,8 +12,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from bot.cli.preflight import check_api_key, missing_message, missing_settings
 from bot.logs import setup_logging
-from bot.preflight import check_api_key, missing_message, missing_settings
 from bot.runtime.fastpath import install_event_loop
 from bot.settings import Settings
 from services.errors import ConfigurationError, SupportBotError
@@ -69,11 +69,11 @@ def describe(command: str, settings: Settings) -> str:
 
 def _run(args: argparse.Namespace, settings: Settings) -> None:
     if args.command == "console":
-        from bot.console import main as console_main
+        from bot.cli.console import main as console_main
 
         asyncio.run(console_main(args.chat_id))
     elif args.command == "set-webhook":
-        from bot.webhook_setup import set_webhook
+        from bot.cli.webhook_setup import set_webhook
 
         asyncio.run(set_webhook(settings, args.certificate))
     elif args.command in ("dead-letters", "quarantine"):
@@ -93,7 +93,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> None:
 
 
 async def _admin(args: argparse.Namespace, settings: Settings) -> int:
-    from bot import admin
+    from bot.cli import admin
     from bot.factory import open_redis_backend
 
     if settings.redis.redis_url is None:

@@ -10,6 +10,7 @@ from aiogram.client.default import DefaultBotProperties
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.fsm.storage.memory import SimpleEventIsolation
 
+from bot.metrics import LLM_IN_FLIGHT, PrometheusObserver
 from bot.runtime.fastpath import json_codec
 from bot.runtime.startup import with_startup_retries
 from bot.settings import BotSettings
@@ -30,7 +31,6 @@ from services.engine.builders import build_chat_service, build_llm_client
 from services.engine.chat import ChatService
 from services.errors import ConfigurationError
 from services.handoff import HandoffMemory
-from services.metrics import LLM_IN_FLIGHT, PrometheusObserver
 from services.ports import Backend, QueuedBackend, SessionStore
 
 log = logging.getLogger(__name__)

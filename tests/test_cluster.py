@@ -17,7 +17,7 @@ from redis._parsers.base import BaseParser
 from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException
 
-from bot import admin
+from bot.cli import admin
 from bot.factory import open_redis_backend
 from services.backends.redis.backend import RedisBackend
 from services.backends.redis.connection import choose_cluster, is_cluster, redis_client, reply_parser

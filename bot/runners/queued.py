@@ -13,6 +13,7 @@ from aiogram import Bot
 from aiohttp import web
 
 from bot.factory import Settings, build_bot, build_dispatcher, build_engine, open_redis_backend, set_commands
+from bot.metrics import DEAD_LETTERS_WAITING, HANDOFFS_OPEN, QUEUE_DUE, QUEUE_OLDEST_AGE
 from bot.runtime.deadlines import OVERDUE_PREFIX, enqueue_overdue, watch_deadlines
 from bot.runtime.fastpath import freeze_startup_heap
 from bot.runtime.intake import Intake, Poller, operator_route, webhook_handler
@@ -23,7 +24,6 @@ from bot.runtime.worker import Worker, worker_identity
 from bot.telegram.handoff import HandoffDesk
 from services.errors import TransientError
 from services.fence import Fence
-from services.metrics import DEAD_LETTERS_WAITING, HANDOFFS_OPEN, QUEUE_DUE, QUEUE_OLDEST_AGE
 from services.ports import DeadLetters, HandoffStore, QueuedBackend, WorkQueue
 
 log = logging.getLogger(__name__)

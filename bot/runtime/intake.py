@@ -22,8 +22,8 @@ from aiogram import Bot
 from aiogram.exceptions import ClientDecodeError, TelegramAPIError, TelegramConflictError
 from aiohttp import web
 
+from bot.metrics import DEAD_LETTERS, REDELIVERIES
 from services.errors import TransientError
-from services.metrics import DEAD_LETTERS, REDELIVERIES
 from services.ports import Claim, DeadLetters, HandoffStore, PollingLease, Step, WorkQueue
 
 log = logging.getLogger(__name__)

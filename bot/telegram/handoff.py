@@ -19,14 +19,7 @@ from aiogram import Bot
 from aiogram.exceptions import TelegramBadRequest, TelegramForbiddenError
 from aiogram.types import Message, User
 
-from bot.runtime.failures import is_transient
-from bot.settings import BotSettings
-from bot.telegram.render import TELEGRAM_TEXT_LIMIT
-from bot.telegram.texts import Texts, pick_language, text
-from services.errors import SupportBotError
-from services.fence import Fence
-from services.handoff import EndedBy, Handoff, HandoffMemory, TranscriptEntry, ticket_text
-from services.metrics import (
+from bot.metrics import (
     HANDOFF_FIRST_REPLY,
     HANDOFF_POSSIBLE_DUPLICATES,
     HANDOFF_TICKETS,
@@ -34,6 +27,13 @@ from services.metrics import (
     HANDOFFS_OPEN,
     HANDOFFS_OPENED,
 )
+from bot.runtime.failures import is_transient
+from bot.settings import BotSettings
+from bot.telegram.render import TELEGRAM_TEXT_LIMIT
+from bot.telegram.texts import Texts, pick_language, text
+from services.errors import SupportBotError
+from services.fence import Fence
+from services.handoff import EndedBy, Handoff, HandoffMemory, TranscriptEntry, ticket_text
 from services.ports import HandoffStore
 
 log = logging.getLogger(__name__)

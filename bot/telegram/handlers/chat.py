@@ -12,6 +12,7 @@ from aiogram import Bot, Router
 from aiogram.types import Message, Update
 from aiogram.utils.chat_action import ChatActionSender
 
+from bot.metrics import RATE_LIMITED
 from bot.settings import BotSettings
 from bot.telegram.drafts import DraftStreamer
 from bot.telegram.handoff import HandoffDesk
@@ -22,7 +23,6 @@ from services.engine.chat import ChatService
 from services.engine.turns import TurnResult
 from services.errors import LeaseLostError
 from services.fence import Fence
-from services.metrics import RATE_LIMITED
 from services.ports import RateLimiter
 
 log = logging.getLogger(__name__)

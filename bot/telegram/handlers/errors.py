@@ -8,6 +8,7 @@ from aiogram import Bot, Router
 from aiogram.exceptions import TelegramAPIError
 from aiogram.types import ErrorEvent, Update
 
+from bot.metrics import ERRORS
 from bot.runtime.failures import is_transient
 from bot.settings import BotSettings
 from bot.telegram.texts import Texts, text
@@ -21,7 +22,6 @@ from services.errors import (
     StoreError,
 )
 from services.fence import Fence
-from services.metrics import ERRORS
 
 log = logging.getLogger(__name__)
 

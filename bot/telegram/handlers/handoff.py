@@ -9,10 +9,10 @@ from aiogram import Bot, Router
 from aiogram.filters import Command
 from aiogram.types import Message, Update
 
+from bot.metrics import RATE_LIMITED
 from bot.telegram.handoff import HandoffDesk
 from bot.telegram.texts import Texts
 from services.fence import Fence
-from services.metrics import RATE_LIMITED
 from services.ports import RateLimiter
 
 
