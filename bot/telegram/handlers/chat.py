@@ -12,18 +12,17 @@ from aiogram import Bot, Router
 from aiogram.types import Message, Update
 from aiogram.utils.chat_action import ChatActionSender
 
-from bot.metrics import RATE_LIMITED
 from bot.settings import BotSettings
 from bot.telegram.drafts import DraftStreamer
 from bot.telegram.handoff import HandoffDesk
 from bot.telegram.middlewares.access import GROUP_TYPES, strip_mention
+from bot.telegram.middlewares.ratelimit import RateLimitMiddleware
 from bot.telegram.render import send_reply
 from bot.telegram.texts import Texts
 from services.engine.chat import ChatService
 from services.engine.turns import TurnResult
 from services.errors import LeaseLostError
 from services.fence import Fence
-from services.ports import RateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +32,6 @@ async def on_text(
     bot: Bot,
     chat: ChatService,
     settings: BotSettings,
-    limiter: RateLimiter,
     say: Texts,
     event_update: Update,
     desk: HandoffDesk,
@@ -43,13 +41,6 @@ async def on_text(
     started = time.perf_counter()
     chat_id = message.chat.id
     turn_id = f"u{event_update.update_id}"
-    decision = await limiter.hit(chat_id, key=turn_id)
-    if not decision.allowed:
-        RATE_LIMITED.inc()
-        if decision.notify and (fence is None or fence.remaining() > 0):
-            seconds = max(1, round(decision.retry_after))
-            await message.answer(say("rate_limited", seconds=seconds))
-        return
     customer_text = message.text
     if message.chat.type in GROUP_TYPES:
         customer_text = strip_mention(customer_text, (await bot.me()).username)
@@ -126,5 +117,6 @@ async def has_text(message: Message) -> bool:
 
 def make_router() -> Router:
     router = Router(name="chat")
+    router.message.middleware(RateLimitMiddleware())  # after has_text matched, before the turn
     router.message.register(on_text, has_text)
     return router

@@ -9,11 +9,10 @@ from aiogram import Bot, Router
 from aiogram.filters import Command
 from aiogram.types import Message, Update
 
-from bot.metrics import RATE_LIMITED
 from bot.telegram.handoff import HandoffDesk
+from bot.telegram.middlewares.ratelimit import RateLimitMiddleware
 from bot.telegram.texts import Texts
 from services.fence import Fence
-from services.ports import RateLimiter
 
 
 async def in_operator_group(message: Message, desk: HandoffDesk) -> bool:
@@ -56,20 +55,12 @@ async def on_customer(
     bot: Bot,
     desk: HandoffDesk,
     handoff: Any,
-    limiter: RateLimiter,
-    say: Texts,
     event_update: Update,
     fence: Fence | None = None,
 ) -> None:
-    """The customer's rate limit still applies (the operators' messages have none)."""
-    item_id = f"u{event_update.update_id}"
-    decision = await limiter.hit(message.chat.id, key=item_id)
-    if not decision.allowed:
-        RATE_LIMITED.inc()
-        if decision.notify and (fence is None or fence.remaining() > 0):
-            await message.answer(say("rate_limited", seconds=max(1, round(decision.retry_after))))
-        return
-    await desk.from_customer(bot, message, item_id, fence)
+    """Copied to the operators' topic (the customer's rate limit still applies: the relay router's
+    middleware; the operators' messages have none)."""
+    await desk.from_customer(bot, message, f"u{event_update.update_id}", fence)
 
 
 def make_router() -> Router:
@@ -83,5 +74,6 @@ def make_router() -> Router:
 def make_relay_router() -> Router:
     """The customer's messages during a handoff (after /start, /help, /new, /forget, before the model)."""
     router = Router(name="handoff_relay")
+    router.message.middleware(RateLimitMiddleware())  # after in_handoff matched
     router.message.register(on_customer, in_handoff)
     return router
