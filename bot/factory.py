@@ -15,8 +15,8 @@ from bot.runtime.fastpath import json_codec
 from bot.runtime.startup import with_startup_retries
 from bot.settings import BotSettings
 from bot.settings import Settings as Settings  # re-exported: importers of bot.factory.Settings keep working
+from bot.telegram.desk import HandoffDesk
 from bot.telegram.handlers import all_routers
-from bot.telegram.handoff import HandoffDesk
 from bot.telegram.middlewares.access import AccessMiddleware
 from bot.telegram.middlewares.flood import RetryAfterMiddleware
 from bot.telegram.middlewares.language import LanguageMiddleware

@@ -16,7 +16,7 @@ from bot.runtime.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.runtime.startup import StartupError, with_startup_retries
 from bot.runtime.webhook import build_webhook_app
 from bot.settings import Settings
-from bot.telegram.handoff import HandoffDesk
+from bot.telegram.desk import HandoffDesk
 from services.errors import StoreError, SupportBotError
 from services.ports import Backend
 

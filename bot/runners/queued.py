@@ -21,7 +21,7 @@ from bot.runtime.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.runtime.startup import StartupError, with_startup_retries
 from bot.runtime.supervisor import Supervisor
 from bot.runtime.worker import Worker, worker_identity
-from bot.telegram.handoff import HandoffDesk
+from bot.telegram.desk import HandoffDesk
 from services.errors import TransientError
 from services.fence import Fence
 from services.ports import DeadLetters, HandoffStore, QueuedBackend, WorkQueue

@@ -13,8 +13,8 @@ from aiogram.types import Message, Update
 from aiogram.utils.chat_action import ChatActionSender
 
 from bot.settings import BotSettings
+from bot.telegram.desk import HandoffDesk
 from bot.telegram.drafts import DraftStreamer
-from bot.telegram.handoff import HandoffDesk
 from bot.telegram.middlewares.access import GROUP_TYPES, strip_mention
 from bot.telegram.middlewares.ratelimit import RateLimitMiddleware
 from bot.telegram.render import send_reply

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from aiogram import Bot, Router
-from aiogram.filters import Command
+from aiogram.filters import Command, CommandObject
 from aiogram.types import Message, Update
 
-from bot.telegram.handoff import HandoffDesk
+from bot.telegram.desk import HandoffDesk
 from bot.telegram.middlewares.ratelimit import RateLimitMiddleware
 from bot.telegram.texts import Texts
 from services.fence import Fence
@@ -25,10 +25,40 @@ async def in_handoff(message: Message, desk: HandoffDesk) -> bool | dict[str, An
     return {"handoff": record} if record is not None else False
 
 
+async def to_another_bot(message: Message, bot: Bot) -> bool:
+    """A command (in a text or a media caption) addressed to another bot: ``/close@other_bot``."""
+    words = (message.text or message.caption or "").split(maxsplit=1)
+    if not words or not words[0].startswith("/"):
+        return False
+    _, _, addressee = words[0].partition("@")
+    return bool(addressee) and addressee.lower() != ((await bot.me()).username or "").lower()
+
+
+async def on_operator_close(
+    message: Message, bot: Bot, desk: HandoffDesk, event_update: Update, fence: Fence | None = None
+) -> None:
+    await desk.close_from_operator(bot, message, f"u{event_update.update_id}", fence)
+
+
+async def on_operator_note(
+    message: Message,
+    bot: Bot,
+    desk: HandoffDesk,
+    command: CommandObject,
+    event_update: Update,
+    fence: Fence | None = None,
+) -> None:
+    await desk.note_from_operator(bot, message, command.args or "", f"u{event_update.update_id}", fence)
+
+
+async def on_another_bots_command(message: Message) -> None:
+    """Not for this bot: neither relayed nor answered."""
+
+
 async def on_operator_group(
     message: Message, bot: Bot, desk: HandoffDesk, event_update: Update, fence: Fence | None = None
 ) -> None:
-    """Everything in the operator group ends here: it never reaches the model."""
+    """Everything else in the operator group ends here: it never reaches the model."""
     await desk.from_operator(bot, message, f"u{event_update.update_id}", fence)
 
 
@@ -64,8 +94,12 @@ async def on_customer(
 
 
 def make_router() -> Router:
-    """The operator group and /operator (before the other commands)."""
+    """The operator group (its commands in a topic, text or caption, then everything else) and
+    /operator (before the other commands)."""
     router = Router(name="handoff")
+    router.message.register(on_operator_close, in_operator_group, Command("close", ignore_case=True))
+    router.message.register(on_operator_note, in_operator_group, Command("note", ignore_case=True))
+    router.message.register(on_another_bots_command, in_operator_group, to_another_bot)
     router.message.register(on_operator_group, in_operator_group)
     router.message.register(on_operator, Command("operator"))
     return router
