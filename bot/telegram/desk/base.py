@@ -1,5 +1,5 @@
-"""Handoff to a human operator, Telegram side: what starting, relaying and ending share (the desk's
-state, the per-chat lock, sending each notice once) and the helpers for topics and transcripts.
+"""What starting, relaying and ending a handoff share (the desk's state, the per-chat lock, sending
+each notice once) and the helpers for topics and transcripts.
 
 One forum topic per customer chat in ``OPERATOR_CHAT_ID``. In queued mode an operator's message is
 queued into its customer chat's inbox, so both directions are served in order, fenced by that chat's
