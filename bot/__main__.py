@@ -14,11 +14,11 @@ from pydantic import ValidationError
 
 from bot.cli.preflight import check_api_key, missing_message, missing_settings
 from bot.logs import setup_logging
-from bot.runtime.fastpath import install_event_loop
+from bot.serving.fastpath import install_event_loop
 from bot.settings import Settings
 from services.errors import ConfigurationError, SupportBotError
 
-# aiogram, aiohttp and openai take seconds to import: the runners are loaded only once the settings
+# aiogram, aiohttp and openai take seconds to import: the modes are loaded only once the settings
 # are checked, so the first log line (and any "setting missing" message) comes at once.
 
 log = logging.getLogger("bot")
@@ -79,15 +79,15 @@ def _run(args: argparse.Namespace, settings: Settings) -> None:
     elif args.command in ("dead-letters", "quarantine"):
         raise SystemExit(asyncio.run(_admin(args, settings)))
     elif settings.redis.redis_url is not None:
-        from bot.runners.queued import run_queued
+        from bot.modes.queued import run_queued
 
         asyncio.run(run_queued(settings))
     elif settings.bot.bot_mode == "webhook":
-        from bot.runners.inprocess import run_webhook
+        from bot.modes.inprocess import run_webhook
 
         run_webhook(settings)
     else:
-        from bot.runners.inprocess import run_polling
+        from bot.modes.inprocess import run_polling
 
         asyncio.run(run_polling(settings))
 

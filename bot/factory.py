@@ -11,8 +11,8 @@ from aiogram.client.telegram import TelegramAPIServer
 from aiogram.fsm.storage.memory import SimpleEventIsolation
 
 from bot.metrics import LLM_IN_FLIGHT, PrometheusObserver
-from bot.runtime.fastpath import json_codec
-from bot.runtime.startup import with_startup_retries
+from bot.serving.fastpath import json_codec
+from bot.serving.startup import with_startup_retries
 from bot.settings import BotSettings
 from bot.settings import Settings as Settings  # re-exported: importers of bot.factory.Settings keep working
 from bot.telegram.desk import HandoffDesk

@@ -9,7 +9,7 @@ import logging
 from aiogram import Bot
 
 from bot.metrics import HANDOFFS_CLOSED
-from bot.runtime.failures import is_transient
+from bot.serving.failures import is_transient
 from bot.telegram.desk.base import DeskBase
 from bot.telegram.texts import text
 from services.fence import Fence

@@ -9,7 +9,7 @@ from aiogram.exceptions import TelegramAPIError
 from aiogram.types import ErrorEvent, Update
 
 from bot.metrics import ERRORS
-from bot.runtime.failures import is_transient
+from bot.serving.failures import is_transient
 from bot.settings import BotSettings
 from bot.telegram.texts import Texts, text
 from services.errors import (

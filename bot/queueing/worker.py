@@ -27,7 +27,7 @@ from aiogram import Bot, Dispatcher
 from aiogram.types import Update
 
 from bot.metrics import DEAD_LETTERS, LEASES_LOST, QUEUE_WAIT
-from bot.runtime.failures import is_transient
+from bot.serving.failures import is_transient
 from services.errors import LeaseLostError, TransientError
 from services.fence import CURRENT_FENCE, Fence
 from services.ports import Claim, DeadLetters, QueueItem, Step, WorkQueue

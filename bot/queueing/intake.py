@@ -80,7 +80,7 @@ class IntakeError(TransientError):
 
 
 class LocalServer(Protocol):
-    """The worker of this process, as the intake sees it (``bot.runtime.worker.Worker``)."""
+    """The worker of this process, as the intake sees it (``bot.queueing.worker.Worker``)."""
 
     def has_room(self) -> bool: ...
 
