@@ -51,37 +51,21 @@ async def on_text(
         )
     async with AsyncExitStack() as typing:
         await typing.enter_async_context(ChatActionSender.typing(bot=bot, chat_id=chat_id))
-
-        async def deliver(result: TurnResult) -> None:
-            if drafts is not None:
-                await drafts.finish()  # the last draft before the answer
-            await typing.aclose()  # stop "typing…" before the answer appears
-            if result.quarantined:
-                await bot.send_message(chat_id, say("session_lost"))
-            if result.handoff_reason is not None and desk.enabled:  # the model handed the chat over
-                await desk.start(
-                    bot,
-                    chat_id,
-                    user=message.from_user,
-                    reason=result.handoff_reason,
-                    trigger="model",
-                    say=say,
-                    item_id=turn_id,
-                    fence=fence,
-                )
-                return
-            await send_reply(bot, chat_id, result.reply, before_each=fence.ensure_valid if fence else None)
-
         try:
-            result = await chat.handle(
+            turn = await chat.begin(
                 chat_id,
                 customer_text,
-                deliver=deliver,
                 on_delta=drafts.on_delta if drafts else None,
                 on_restart=drafts.restart if drafts else None,
                 turn_id=turn_id,
                 fence=fence,
             )
+            if turn.deliver:
+                if drafts is not None:
+                    await drafts.finish()  # the last draft before the answer
+                await typing.aclose()  # stop "typing…" before the answer appears
+                await render_turn(bot, message, turn.result, say=say, desk=desk, item_id=turn_id, fence=fence)
+            result = await chat.finish(turn, fence=fence)
         except (asyncio.CancelledError, LeaseLostError):
             if drafts is not None:
                 await drafts.abandon()  # the turn is over for this worker: nothing more goes out
@@ -107,6 +91,29 @@ async def on_text(
         drafts.sent if drafts else 0,
         result.duplicate,
     )
+
+
+async def render_turn(
+    bot: Bot, message: Message, result: TurnResult, *, say: Texts, desk: HandoffDesk, item_id: str, fence: Fence | None
+) -> None:
+    """What the turn says, in Telegram: the session-lost notice, then the handoff started (the model
+    handed the chat over) or the reply."""
+    chat_id = message.chat.id
+    if result.quarantined:
+        await bot.send_message(chat_id, say("session_lost"))
+    if result.handoff_reason is not None and desk.enabled:
+        await desk.start(
+            bot,
+            chat_id,
+            user=message.from_user,
+            reason=result.handoff_reason,
+            trigger="model",
+            say=say,
+            item_id=item_id,
+            fence=fence,
+        )
+        return
+    await send_reply(bot, chat_id, result.reply, before_each=fence.ensure_valid if fence else None)
 
 
 async def has_text(message: Message) -> bool:
