@@ -202,7 +202,7 @@ class FailingChat:
         self.error = error
         self.calls = 0
 
-    async def handle(self, *_args: object, **_kwargs: object) -> object:
+    async def begin(self, *_args: object, **_kwargs: object) -> object:
         self.calls += 1
         raise self.error
 
