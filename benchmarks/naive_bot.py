@@ -7,7 +7,7 @@ reply, the history in Redis) and nothing else.
 
 No budget, summary, queue, lease, rate limit, redelivery check, metrics or rendering; drafts
 are awaited inline. ``NAIVE_FASTPATHS=on`` adds the product's process-level
-speed-ups (bot/runtime/fastpath.py), to tell them apart from the design.
+speed-ups (bot/serving/fastpath.py), to tell them apart from the design.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionUserMessageParam
 from redis.asyncio import Redis
 
-from bot.runtime.fastpath import freeze_startup_heap, install_event_loop, json_codec
+from bot.serving.fastpath import freeze_startup_heap, install_event_loop, json_codec
 from prompts import default_registry
 
 HISTORY = 20

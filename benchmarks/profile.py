@@ -47,16 +47,16 @@ _RULES: list[tuple[str, str]] = [
     ("logging", "bot/logs.py"),
     ("reply rendering (markdown)", "telegramify_markdown"),
     ("reply rendering (markdown)", "bot/telegram/render.py"),
-    ("webhook intake", "/bot/runtime/intake.py"),
-    ("worker loop and Update parsing (bot/runtime/worker.py)", "/bot/runtime/worker.py"),
+    ("webhook intake", "/bot/queueing/intake.py"),
+    ("worker loop and Update parsing (bot/queueing/worker.py)", "/bot/queueing/worker.py"),
     ("event loop, sockets, other", "/bot/__main__.py"),
-    ("event loop, sockets, other", "/bot/runners/"),
+    ("event loop, sockets, other", "/bot/modes/"),
     ("our code (services/, bot/)", "/services/"),
     ("our code (services/, bot/)", "/bot/"),
     ("aiohttp web server", "/aiohttp/web_"),
 ]
 _FRAME = re.compile(r"^(?P<function>.*) \((?P<path>[^()]*?)(?::\d+)?\)$")
-_OUR_REDIS_CALLERS = ("services/backends/redis/", "bot/runtime/intake.py")
+_OUR_REDIS_CALLERS = ("services/backends/redis/", "bot/queueing/intake.py")
 
 
 def _matches(fragment: str, rooted: str) -> bool:

@@ -12,13 +12,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from bot.cli.preflight import check_api_key, missing_message, missing_settings
 from bot.logs import setup_logging
-from bot.preflight import check_api_key, missing_message, missing_settings
-from bot.runtime.fastpath import install_event_loop
+from bot.serving.fastpath import install_event_loop
 from bot.settings import Settings
 from services.errors import ConfigurationError, SupportBotError
 
-# aiogram, aiohttp and openai take seconds to import: the runners are loaded only once the settings
+# aiogram, aiohttp and openai take seconds to import: the modes are loaded only once the settings
 # are checked, so the first log line (and any "setting missing" message) comes at once.
 
 log = logging.getLogger("bot")
@@ -69,31 +69,31 @@ def describe(command: str, settings: Settings) -> str:
 
 def _run(args: argparse.Namespace, settings: Settings) -> None:
     if args.command == "console":
-        from bot.console import main as console_main
+        from bot.cli.console import main as console_main
 
         asyncio.run(console_main(args.chat_id))
     elif args.command == "set-webhook":
-        from bot.webhook_setup import set_webhook
+        from bot.cli.webhook_setup import set_webhook
 
         asyncio.run(set_webhook(settings, args.certificate))
     elif args.command in ("dead-letters", "quarantine"):
         raise SystemExit(asyncio.run(_admin(args, settings)))
     elif settings.redis.redis_url is not None:
-        from bot.runners.queued import run_queued
+        from bot.modes.queued import run_queued
 
         asyncio.run(run_queued(settings))
     elif settings.bot.bot_mode == "webhook":
-        from bot.runners.inprocess import run_webhook
+        from bot.modes.inprocess import run_webhook
 
         run_webhook(settings)
     else:
-        from bot.runners.inprocess import run_polling
+        from bot.modes.inprocess import run_polling
 
         asyncio.run(run_polling(settings))
 
 
 async def _admin(args: argparse.Namespace, settings: Settings) -> int:
-    from bot import admin
+    from bot.cli import admin
     from bot.factory import open_redis_backend
 
     if settings.redis.redis_url is None:

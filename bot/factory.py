@@ -10,12 +10,13 @@ from aiogram.client.default import DefaultBotProperties
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.fsm.storage.memory import SimpleEventIsolation
 
-from bot.runtime.fastpath import json_codec
-from bot.runtime.startup import with_startup_retries
+from bot.metrics import LLM_IN_FLIGHT, PrometheusObserver, watch_summarizer
+from bot.serving.fastpath import json_codec
+from bot.serving.startup import with_startup_retries
 from bot.settings import BotSettings
 from bot.settings import Settings as Settings  # re-exported: importers of bot.factory.Settings keep working
+from bot.telegram.desk import HandoffDesk
 from bot.telegram.handlers import all_routers
-from bot.telegram.handoff import HandoffDesk
 from bot.telegram.middlewares.access import AccessMiddleware
 from bot.telegram.middlewares.flood import RetryAfterMiddleware
 from bot.telegram.middlewares.language import LanguageMiddleware
@@ -30,7 +31,6 @@ from services.engine.builders import build_chat_service, build_llm_client
 from services.engine.chat import ChatService
 from services.errors import ConfigurationError
 from services.handoff import HandoffMemory
-from services.metrics import LLM_IN_FLIGHT, PrometheusObserver, watch_summarizer
 from services.ports import Backend, QueuedBackend, SessionStore
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@ summary, and folding the handoff transcript into the conversation summary when i
 
 A chat's handoff record lives beside its session (same hash slot in Redis, see
 ``services.backends.redis.handoffs``) and every write a queue worker makes to it is fenced by the
-chat's lease. The bot side (``bot.telegram.handoff``) talks to Telegram and calls into this."""
+chat's lease. The bot side (``bot.telegram.desk``) talks to Telegram and calls into this."""
 
 from __future__ import annotations
 

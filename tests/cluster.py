@@ -17,7 +17,7 @@ from pathlib import Path
 import redis
 from redis.crc import key_slot
 
-from tests.conftest import answers_as, free_port
+from tests.conftest import answers_as, free_port, require_marker
 
 NODE_TIMEOUT_MS = 2000
 
@@ -65,6 +65,7 @@ class ClusterNode:
         """Start the node and wait until it answers. On its first start, a port taken by another process
         since it was chosen moves the node to other free ports (a restart keeps them: the cluster knows
         the node by its address)."""
+        require_marker("cluster")
         for _ in range(5):
             self.process = subprocess.Popen(self._args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             if answers_as(self.process, self.port):

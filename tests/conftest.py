@@ -48,6 +48,48 @@ def _interrupted(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+REDIS_FIXTURES = {"redis_server", "real_redis", "own_server"}
+CLUSTER_FIXTURES = {"redis_cluster", "cluster_redis", "own_cluster"}
+REDIS_PARAMS = {"redis-server", "redis", "single"}  # the parameters of backend, shared_redis, ... that start one
+CLUSTER_PARAMS = {"redis-cluster", "cluster"}
+E2E_DIR = Path(__file__).parent / "e2e"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test ``e2e`` (under tests/e2e), ``cluster`` and ``redis`` from the fixtures and fixture
+    parameters it uses (a module that starts its own servers sets ``pytestmark``)."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        params = {value for value in callspec.params.values() if isinstance(value, str)} if callspec else set()
+        if E2E_DIR in item.path.parents:
+            item.add_marker(pytest.mark.e2e)
+        cluster = bool(names & CLUSTER_FIXTURES or params & CLUSTER_PARAMS)
+        if cluster and item.get_closest_marker("cluster") is None:
+            item.add_marker(pytest.mark.cluster)
+        if (cluster or names & REDIS_FIXTURES or params & REDIS_PARAMS) and item.get_closest_marker("redis") is None:
+            item.add_marker(pytest.mark.redis)
+
+
+_running: list[pytest.Item] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    _running.append(item)
+    try:
+        return (yield)
+    finally:
+        _running.pop()
+
+
+def require_marker(name: str) -> None:
+    """Called where a redis-server is started: the test doing it must carry the marker ``name``, so
+    ``-m "not redis"`` / ``-m "not cluster"`` really runs without one."""
+    if _running and _running[-1].get_closest_marker(name) is None:
+        raise RuntimeError(f"{_running[-1].nodeid} starts a redis-server but is not marked {name!r}")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -115,6 +157,7 @@ class RedisServer:
         """Start the server and wait until it answers. A free port chosen here can be taken by another
         process before redis-server binds it: the first start then moves to another free port (a
         restart keeps its port: clients and data are bound to it)."""
+        require_marker("redis")
         for _ in range(5):
             self.process = subprocess.Popen(self._args(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             if answers_as(self.process, self.port):

@@ -17,7 +17,7 @@ from redis._parsers.base import BaseParser
 from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException
 
-from bot import admin
+from bot.cli import admin
 from bot.factory import open_redis_backend
 from services.backends.redis.backend import RedisBackend
 from services.backends.redis.connection import choose_cluster, is_cluster, redis_client, reply_parser
@@ -242,6 +242,7 @@ async def test_a_burst_beyond_the_pool_waits_instead_of_failing(redis_server: Re
         await client.aclose()
 
 
+@pytest.mark.redis
 async def test_commands_after_a_redis_restart_reconnect_instead_of_failing() -> None:
     """Every pooled connection dies with the server; the first command on each used to fail with
     "Connection closed by server" (a transient error per connection: a turn retried, the customer told

@@ -1,6 +1,6 @@
 import io
 
-from bot.console import run_console
+from bot.cli.console import run_console
 from services.backends.memory import InMemorySessionStore
 from services.engine.llm import LLMClient
 from services.engine.tokens import TokenCounter

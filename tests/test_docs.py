@@ -123,7 +123,7 @@ def test_the_readme_is_a_front_door() -> None:
 
 
 def test_every_metric_is_documented() -> None:
-    defined = set(re.findall(r"\"(sb_[a-z_]+)\"", (ROOT / "services/metrics.py").read_text(encoding="utf-8")))
+    defined = set(re.findall(r"\"(sb_[a-z_]+)\"", (ROOT / "bot/metrics.py").read_text(encoding="utf-8")))
     documented = (ROOT / "docs/operations.md").read_text(encoding="utf-8")
     assert len(defined) > 20, "the scan reads the metric names"
     assert sorted(name for name in defined if f"`{name}" not in documented) == []
@@ -138,7 +138,7 @@ def alert_rules() -> str:
 
 
 def test_the_suggested_alerts_name_real_metrics() -> None:
-    defined = set(re.findall(r"\"(sb_[a-z_]+)\"", (ROOT / "services/metrics.py").read_text(encoding="utf-8")))
+    defined = set(re.findall(r"\"(sb_[a-z_]+)\"", (ROOT / "bot/metrics.py").read_text(encoding="utf-8")))
     used = {re.sub(r"_(bucket|sum|count)$", "", name) for name in re.findall(r"\bsb_[a-z_]+", alert_rules())}
     assert used and used <= defined
 

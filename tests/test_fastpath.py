@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from bot.factory import build_bot
-from bot.runtime.fastpath import install_event_loop, json_codec
+from bot.serving.fastpath import install_event_loop, json_codec
 from bot.settings import BotSettings
 
 
@@ -47,7 +47,7 @@ def test_the_startup_heap_is_frozen_unless_turned_off(setting: str | None, froze
     env = {k: v for k, v in os.environ.items() if k != "GC_FREEZE"} | ({"GC_FREEZE": setting} if setting else {})
     code = (
         "import gc, bot.factory\n"
-        "from bot.runtime.fastpath import freeze_startup_heap\n"
+        "from bot.serving.fastpath import freeze_startup_heap\n"
         "count = freeze_startup_heap()\n"
         "print(count, gc.get_freeze_count())"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bot.runtime.deadlines import watch_deadlines
+from bot.serving.deadlines import watch_deadlines
 from services.backends.memory import MemoryBackend
 
 

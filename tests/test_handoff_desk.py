@@ -12,7 +12,7 @@ import pytest
 from aiogram.types import Chat, Message, User
 
 from bot.settings import BotSettings
-from bot.telegram.handoff import HandoffDesk
+from bot.telegram.desk import HandoffDesk
 from bot.telegram.texts import TEXTS, Texts
 from services.backends.memory import MemoryBackend
 from services.errors import StoreUnavailableError, TransientError
@@ -140,11 +140,11 @@ async def test_a_close_retried_after_a_blip_still_tells_the_customer_and_the_top
     bot = FlakyGroupBot()
     close = operator_message("/close")
     with contextlib.suppress(TransientError):
-        await desk.from_operator(bot, close, "u11", None)  # type: ignore[arg-type]
-    await desk.from_operator(bot, close, retry, None)  # type: ignore[arg-type]  # the retry
+        await desk.close_from_operator(bot, close, "u11", None)  # type: ignore[arg-type]
+    await desk.close_from_operator(bot, close, retry, None)  # type: ignore[arg-type]  # the retry
     assert (CHAT, TEXTS["en"]["handoff_closed"]) in bot.sent, "the customer is never told the handoff ended"
     assert (GROUP, TEXTS["en"]["op_closed"]) in bot.sent, "the topic is never told"
-    await desk.from_operator(bot, close, "u13", None)  # type: ignore[arg-type]  # a later /close
+    await desk.close_from_operator(bot, close, "u13", None)  # type: ignore[arg-type]  # a later /close
     assert bot.sent[-1] == (GROUP, TEXTS["en"]["op_not_open"])
     assert bot.sent.count((CHAT, TEXTS["en"]["handoff_closed"])) == 1
 
@@ -168,7 +168,7 @@ async def test_a_close_whose_transcript_cannot_be_folded_is_retried_not_done() -
     desk = HandoffDesk(store=backend.handoffs, memory=memory, settings=settings)
     bot = FakeBot()
     with pytest.raises(SummaryUnavailableError) as failure:
-        await desk.from_operator(bot, operator_message("/close"), "u11", None)  # type: ignore[arg-type]
+        await desk.close_from_operator(bot, operator_message("/close"), "u11", None)  # type: ignore[arg-type]
     assert isinstance(failure.value, TransientError), "the worker retries it"
     record = await backend.handoffs.get(CHAT)
     assert record.open and len(record.transcript) == 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bot.telegram.handoff import split_text, topic_name
+from bot.telegram.desk.base import split_text, topic_name
 from services.engine.models import StoredMessage
 from services.engine.summary_state import SummaryState
 from services.handoff import TranscriptEntry, ticket_text, transcript_messages

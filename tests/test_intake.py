@@ -6,7 +6,7 @@ from __future__ import annotations
 import fakeredis
 import pytest
 
-from bot.runtime.intake import UNEXPECTED_FAILURES_KEPT, Intake, IntakeError
+from bot.queueing.intake import UNEXPECTED_FAILURES_KEPT, Intake, IntakeError
 from services.backends.redis.deadletters import DeadLetterStore
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.queue import ChatWorkQueue
@@ -49,7 +49,7 @@ async def test_a_lone_surrogate_is_queued_as_ascii_json() -> None:
 
 
 async def test_operator_group_updates_go_to_the_inbox_of_their_topics_customer() -> None:
-    from bot.runtime.intake import operator_route
+    from bot.queueing.intake import operator_route
     from services.backends.redis.handoffs import RedisHandoffStore
 
     group, customer = -100777, 5

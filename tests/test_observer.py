@@ -7,11 +7,11 @@ import asyncio
 
 from prometheus_client import REGISTRY
 
+from bot.metrics import LLM_IN_FLIGHT, PrometheusObserver
 from services.backends.memory import InMemorySessionStore
 from services.engine.llm import LLMClient
 from services.engine.tokens import TokenCounter
 from services.engine.turns import TurnResult
-from services.metrics import LLM_IN_FLIGHT, PrometheusObserver
 from tests.helpers import make_service
 from tests.stubs.openai_server import StubOpenAI
 

@@ -7,8 +7,8 @@ import gzip
 
 import aiohttp
 
-from bot.runtime.ops import start_ops_server
-from services.metrics import TURNS
+from bot.metrics import TURNS
+from bot.serving.ops import start_ops_server
 from tests.conftest import free_port
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+from bot.cli.preflight import check_api_key, missing_message, missing_settings
 from bot.factory import Settings
-from bot.preflight import check_api_key, missing_message, missing_settings
 from bot.settings import BotSettings
 from services.errors import ConfigurationError
 from services.settings import LLMSettings, MemorySettings, RedisSettings
@@ -63,7 +63,7 @@ async def test_an_unreachable_endpoint_is_only_a_warning(caplog: pytest.LogCaptu
     down = LLMSettings(
         _env_file=None, openai_api_key=SecretStr("sk-x"), openai_base_url=f"http://127.0.0.1:{free_port()}/v1"
     )
-    with caplog.at_level(logging.WARNING, logger="bot.preflight"):
+    with caplog.at_level(logging.WARNING, logger="bot.cli.preflight"):
         await check_api_key(down, request_seconds=5)
     assert "could not check OPENAI_API_KEY" in caplog.text
 

@@ -8,7 +8,7 @@ import logging
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from services.provider_health import ProviderWatch
+from bot.provider_health import ProviderWatch
 
 
 def test_a_refusal_is_logged_once_a_minute_per_cause_and_cleared_by_an_accepted_call(
@@ -21,7 +21,7 @@ def test_a_refusal_is_logged_once_a_minute_per_cause_and_cleared_by_an_accepted_
         refusals=Counter("refusals", "", ["call", "status"], registry=registry),
         clock=lambda: now[0],
     )
-    caplog.set_level(logging.WARNING, logger="services.provider_health")
+    caplog.set_level(logging.WARNING, logger="bot.provider_health")
     for _ in range(3):
         watch.refused("chat", 401, "HTTP 401")
     watch.refused("chat", 404, "HTTP 404")

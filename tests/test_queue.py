@@ -182,10 +182,13 @@ async def test_stats_report_depth_and_age(queue: WorkQueue) -> None:
     assert depth == 2 and age >= 0.04
 
 
-async def test_a_release_delayed_past_its_watchdog_leaves_new_work_due(queue: ChatWorkQueue) -> None:
+async def test_a_release_delayed_past_its_watchdog_leaves_new_work_due(queued_backend: QueuedBackend) -> None:
     """A worker paused between releasing a chat and dropping its watchdog must not drop the ready entry
     a message arriving meanwhile relies on (its ZADD LT cannot move an earlier score). Redis scripts
-    driven step by step: the Redis queue's own test."""
+    driven step by step: the Redis queue's own test. The lease outlasts the steps (with 300 ms, a
+    loaded machine let it expire before the release, which then read as lease lost)."""
+    queue = queued_backend.queue(lease_ms=30_000)
+    assert isinstance(queue, ChatWorkQueue)
     await queue.enqueue(1, "u1", "a", order=1)
     taken = await take(queue, "w1")
     assert taken is not None

@@ -11,6 +11,7 @@ from tests.cluster import ClusterNode
 from tests.conftest import RedisExitedError, RedisServer
 
 
+@pytest.mark.redis
 def test_a_port_taken_before_the_first_start_moves_the_server_to_another() -> None:
     with socket.socket() as taken:  # bound, not listening: redis-server cannot bind it, nothing answers
         taken.bind(("127.0.0.1", 0))
@@ -24,6 +25,7 @@ def test_a_port_taken_before_the_first_start_moves_the_server_to_another() -> No
             server.remove()
 
 
+@pytest.mark.redis
 def test_a_port_given_by_the_caller_is_kept() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -36,6 +38,7 @@ def test_a_port_given_by_the_caller_is_kept() -> None:
             server.remove()
 
 
+@pytest.mark.cluster
 def test_a_cluster_node_whose_port_was_taken_starts_on_another(tmp_path: Path) -> None:
     with socket.socket() as taken:  # bound, not listening
         taken.bind(("127.0.0.1", 0))

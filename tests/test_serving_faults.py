@@ -13,9 +13,9 @@ from aiogram import Bot, Dispatcher
 from aiogram.types import Message
 from redis.asyncio import Redis
 
-from bot.runtime.intake import Intake
-from bot.runtime.supervisor import Supervisor
-from bot.runtime.worker import Worker
+from bot.queueing.intake import Intake
+from bot.queueing.supervisor import Supervisor
+from bot.queueing.worker import Worker
 from services.backends.redis.deadletters import DeadLetterStore
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.queue import ChatWorkQueue

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from bot.runtime.supervisor import Supervisor
+from bot.queueing.supervisor import Supervisor
 
 
 async def test_a_crashed_task_is_restarted(caplog: pytest.LogCaptureFixture) -> None:

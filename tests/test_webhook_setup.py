@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.webhook_setup import check_webhook_url, read_certificate
+from bot.cli.webhook_setup import check_webhook_url, read_certificate
 from services.errors import ConfigurationError
 
 

@@ -14,8 +14,8 @@ from aiogram.methods import SendMessage
 from aiogram.types import Message
 
 from bot.factory import build_bot, build_dispatcher
-from bot.runtime.intake import Intake
-from bot.runtime.worker import Worker
+from bot.queueing.intake import Intake
+from bot.queueing.worker import Worker
 from bot.settings import BotSettings
 from bot.telegram.texts import TEXTS
 from services.backends.memory import MemoryBackend
@@ -202,7 +202,7 @@ class FailingChat:
         self.error = error
         self.calls = 0
 
-    async def handle(self, *_args: object, **_kwargs: object) -> object:
+    async def begin(self, *_args: object, **_kwargs: object) -> object:
         self.calls += 1
         raise self.error
 

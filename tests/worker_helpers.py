@@ -8,7 +8,7 @@ from typing import Any
 
 from aiogram import Bot, Dispatcher
 
-from bot.runtime.worker import Worker
+from bot.queueing.worker import Worker
 from services.backends.redis.deadletters import DeadLetterStore
 from services.backends.redis.queue import ChatWorkQueue
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from services.engine.compactor import Compactor
 from services.engine.models import Compaction, NewMessage, OnDelta, OnRestart, PromptPart, Session, StoredMessage
@@ -32,6 +33,20 @@ log = logging.getLogger(__name__)
 
 
 Deliver = Callable[[TurnResult], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class PendingTurn:
+    """A committed turn between ``ChatService.begin`` and ``finish``: ``result`` is to be sent to the
+    customer if ``deliver`` (a reply, the stored reply of a redelivered turn, or a handoff), then
+    ``after`` says what ``finish`` records: nothing, the redelivered reply, or the answer (and a
+    compaction if due)."""
+
+    chat_id: int
+    turn_id: str | None
+    result: TurnResult
+    deliver: bool = False
+    after: Literal["nothing", "redelivered", "answered"] = "nothing"
 
 
 def render_stored(message: StoredMessage) -> PromptPart:
@@ -93,28 +108,31 @@ class ChatService:
         turn_id: str | None = None,
         fence: Fence | None = None,
     ) -> TurnResult:
-        """Reply, hand the reply to ``deliver``, then compact memory if it passed the high-water mark,
-        so the customer never waits for compaction.
+        """``begin``, hand the reply (if any) to ``deliver``, then ``finish``: the whole turn in one
+        call, for callers that deliver in a callback (the console, the evaluation)."""
+        turn = await self.begin(chat_id, text, on_delta=on_delta, on_restart=on_restart, turn_id=turn_id, fence=fence)
+        if turn.deliver:
+            await deliver(turn.result)
+        return await self.finish(turn, fence=fence)
+
+    async def begin(
+        self,
+        chat_id: int,
+        text: str,
+        *,
+        on_delta: OnDelta | None = None,
+        on_restart: OnRestart | None = None,
+        turn_id: str | None = None,
+        fence: Fence | None = None,
+    ) -> PendingTurn:
+        """Produce the turn and commit it; the caller sends ``result`` if ``deliver``, then calls
+        ``finish``, which records the reply as sent and compacts memory if it passed the high-water
+        mark, so the customer never waits for compaction.
 
         With a ``turn_id`` (the update id) a redelivered message is recognised: a turn already
         answered is skipped; a turn committed but maybe not answered gets its stored reply again.
         With a ``fence`` (queued mode) every write is fenced by the chat's lease and nothing is
-        delivered once the lease may have expired (LeaseLostError). Every handled turn is reported
-        to the observer."""
-        result = await self._handle(chat_id, text, deliver, on_delta, on_restart, turn_id, fence)
-        self._observer.turn_finished(result)
-        return result
-
-    async def _handle(
-        self,
-        chat_id: int,
-        text: str,
-        deliver: Deliver,
-        on_delta: OnDelta | None,
-        on_restart: OnRestart | None,
-        turn_id: str | None,
-        fence: Fence | None,
-    ) -> TurnResult:
+        to be delivered once the lease may have expired (LeaseLostError)."""
         quarantined = False
         session: Session | None = None
         if turn_id is not None:
@@ -127,9 +145,9 @@ class ChatService:
                 quarantined = known is None
                 status = known or TurnStatus()
             if status.replied:
-                return TurnResult(reply="", duplicate=True)
+                return PendingTurn(chat_id, turn_id, TurnResult(reply="", duplicate=True))
             if status.committed:
-                return await self._redeliver(chat_id, turn_id, status, deliver, fence)
+                return await self._redeliver(chat_id, turn_id, status, fence)
         result = await self.respond(
             chat_id, text, on_delta=on_delta, on_restart=on_restart, turn_id=turn_id, fence=fence, loaded=session
         )
@@ -137,37 +155,44 @@ class ChatService:
             result = replace(result, quarantined=True)
         if turn_id is not None and result.duplicate:  # another worker committed it meanwhile
             status = await self._store.turn_status(chat_id, turn_id)
-            return result if status.replied else await self._redeliver(chat_id, turn_id, status, deliver, fence)
+            if status.replied:
+                return PendingTurn(chat_id, turn_id, result)
+            return await self._redeliver(chat_id, turn_id, status, fence)
         if fence is not None:
             fence.ensure_valid()
-        await deliver(result)
-        compaction_due = self.compactor.due(result.history_tokens, result.stored_messages)
-        if turn_id is not None:
-            await self._mark_replied(chat_id, turn_id, fence, last_write=not compaction_due)
-        if not compaction_due:
-            return result  # the common case: no second round trip to the store
-        try:
-            report = await self.compact_if_needed(chat_id, fence=fence)
-        except StoreError as exc:
-            log.warning("chat %s: proactive compaction skipped: %s", chat_id, exc)
-            report = CompactionReport(failed=True)
-        return replace(result, proactive_compaction=report)
+        return PendingTurn(chat_id, turn_id, result, deliver=True, after="answered")
 
-    async def _redeliver(
-        self, chat_id: int, turn_id: str, status: TurnStatus, deliver: Deliver, fence: Fence | None
-    ) -> TurnResult:
+    async def finish(self, turn: PendingTurn, *, fence: Fence | None = None) -> TurnResult:
+        """After ``turn`` was delivered (or had nothing to deliver): the reply recorded as sent, then
+        compaction if due; the turn is reported to the observer."""
+        result = turn.result
+        if turn.after == "redelivered" and turn.turn_id is not None:
+            await self._mark_replied(turn.chat_id, turn.turn_id, fence, last_write=True)
+        elif turn.after == "answered":
+            compaction_due = self.compactor.due(result.history_tokens, result.stored_messages)
+            if turn.turn_id is not None:
+                await self._mark_replied(turn.chat_id, turn.turn_id, fence, last_write=not compaction_due)
+            if compaction_due:
+                try:
+                    report = await self.compact_if_needed(turn.chat_id, fence=fence)
+                except StoreError as exc:
+                    log.warning("chat %s: proactive compaction skipped: %s", turn.chat_id, exc)
+                    report = CompactionReport(failed=True)
+                result = replace(result, proactive_compaction=report)
+        self._observer.turn_finished(result)
+        return result
+
+    async def _redeliver(self, chat_id: int, turn_id: str, status: TurnStatus, fence: Fence | None) -> PendingTurn:
         if status.reply is None:
             log.error("chat %s turn %s: committed but its reply is no longer stored; cannot resend", chat_id, turn_id)
             await self._mark_replied(chat_id, turn_id, fence, last_write=True)
-            return TurnResult(reply="", duplicate=True)
+            return PendingTurn(chat_id, turn_id, TurnResult(reply="", duplicate=True))
         log.warning("chat %s turn %s: committed earlier, reply possibly unsent: sending it", chat_id, turn_id)
         handoff = status.reply.removeprefix(HANDOFF_MARK) if status.reply.startswith(HANDOFF_MARK) else None
         result = TurnResult(reply=status.reply, duplicate=True, redelivered=True, handoff_reason=handoff)
         if fence is not None:
             fence.ensure_valid()
-        await deliver(result)
-        await self._mark_replied(chat_id, turn_id, fence, last_write=True)
-        return result
+        return PendingTurn(chat_id, turn_id, result, deliver=True, after="redelivered")
 
     async def _mark_replied(self, chat_id: int, turn_id: str, fence: Fence | None, *, last_write: bool) -> None:
         """Record that the turn's reply went out. When nothing else is written for this turn and the

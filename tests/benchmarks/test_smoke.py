@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -22,6 +24,7 @@ def run_script(module: str, *args: str, within: float = 240) -> str:
     return completed.stdout
 
 
+@pytest.mark.redis
 def test_chaos_script_smoke() -> None:
     out = run_script(
         "benchmarks.chaos",
@@ -71,6 +74,7 @@ def test_window_benchmark_smoke() -> None:
     assert "ratio" in out and out.strip().splitlines()[-1].split()[0] == "200"
 
 
+@pytest.mark.redis
 def test_redis_pool_benchmark_smoke() -> None:
     out = run_script("benchmarks.redis_pool", "--count", "640", "--repeat", "1")
     assert re.search(r"blocking +CPU µs per command: median +\d", out)
@@ -91,6 +95,7 @@ def test_tokens_benchmark_smoke(tmp_path: Path) -> None:
         assert plot.stat().st_size > 10_000
 
 
+@pytest.mark.redis
 def test_load_benchmark_smoke() -> None:
     """Both the bot and the minimal reference bot (benchmarks/naive_bot.py) serve the load, side by side,
     each worker on a core of its own where there are two."""

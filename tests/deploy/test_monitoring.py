@@ -15,6 +15,7 @@ import yaml
 from tests.deploy.monitoring import DASHBOARD, ROOT, dashboard_queries, monitored_worker
 
 
+@pytest.mark.redis
 async def test_every_dashboard_query_has_data_from_a_real_scrape() -> None:
     async with monitored_worker() as run:
         await run.converse(chats=2, messages=10)
@@ -71,12 +72,12 @@ def test_promtool_accepts_the_shipped_config() -> None:
 
 def test_the_alert_rules_are_loaded_and_watch_metrics_the_bot_exports() -> None:
     """deploy/alerts.yml is in prometheus.yml's rule_files, mounted there by compose, and every metric
-    an alert reads is one services.metrics defines."""
+    an alert reads is one bot.metrics defines."""
     import re
 
     from prometheus_client import REGISTRY
 
-    import services.metrics  # noqa: F401  (registers the metrics)
+    import bot.metrics  # noqa: F401  (registers the metrics)
 
     config = yaml.safe_load((ROOT / "deploy/prometheus.yml").read_text())
     assert config["rule_files"] == ["/etc/prometheus/alerts.yml"]

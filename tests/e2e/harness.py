@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from aiogram import Bot, Dispatcher
 
 from bot.factory import Settings, build_backend, build_bot, build_dispatcher, build_engine
-from bot.runners.inprocess import watch_handoffs
+from bot.modes.inprocess import watch_handoffs
 from bot.settings import BotSettings
 from services.engine.chat import ChatService
 from services.ports import Backend, SessionStore

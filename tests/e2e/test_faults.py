@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 from redis.asyncio import Redis
 
-from bot import admin
+from bot.cli import admin
 from bot.factory import open_redis_backend
 from bot.telegram.texts import TEXTS
 from services.backends.redis.backend import RedisBackend

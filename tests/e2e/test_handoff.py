@@ -358,6 +358,29 @@ async def test_a_note_or_close_in_a_media_caption_is_not_copied_to_the_customer(
         await bot.stop()
 
 
+async def test_operator_commands_are_this_bots_only_and_ignore_case(
+    telegram: StubTelegram, stub_llm: StubOpenAI
+) -> None:
+    """``/close@another_bot`` is neither relayed nor obeyed; ``/CLOSE@Support_Test_Bot`` closes."""
+    bot = await start_bot(make_settings(telegram.base_url, stub_llm.base_url, None, bot={"operator_chat_id": GROUP}))
+    try:
+        thread = await _open_handoff(telegram)
+        telegram.push(telegram.operator_update(GROUP, thread, "/close@another_bot"))
+        telegram.push(telegram.operator_update(GROUP, thread, "/note@another_bot not ours"))
+        telegram.push(telegram.operator_update(GROUP, thread, "/CLOSE@Support_Test_Bot"))
+        handoffs = bot.backend.handoffs
+        deadline = time.monotonic() + 10
+        while (await handoffs.get(CHAT)).open:
+            assert time.monotonic() < deadline, "/CLOSE@Support_Test_Bot did not close the handoff"
+            await asyncio.sleep(0.02)
+        record = await handoffs.get(CHAT, transcript=True)
+        assert record.closed_by.startswith("operator "), record.closed_by
+        assert not telegram.of("copyMessage", CHAT), "a command for another bot was copied to the customer"
+        assert all(entry.who != "note" for entry in record.transcript)
+    finally:
+        await bot.stop()
+
+
 async def test_an_operator_posting_as_an_anonymous_admin_is_relayed(
     telegram: StubTelegram, stub_llm: StubOpenAI
 ) -> None:

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import aiohttp
+import pytest
 from redis.asyncio import Redis
 
 from bot.telegram.texts import TEXTS
@@ -83,6 +84,7 @@ async def test_metrics_health_and_clean_json_logs(
         assert secret not in log, secret
 
 
+@pytest.mark.redis
 async def test_readyz_reports_redis_down(
     telegram: StubTelegram,
     stub_llm: StubOpenAI,

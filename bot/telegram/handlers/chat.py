@@ -13,17 +13,16 @@ from aiogram.types import Message, Update
 from aiogram.utils.chat_action import ChatActionSender
 
 from bot.settings import BotSettings
+from bot.telegram.desk import HandoffDesk
 from bot.telegram.drafts import DraftStreamer
-from bot.telegram.handoff import HandoffDesk
 from bot.telegram.middlewares.access import GROUP_TYPES, strip_mention
+from bot.telegram.middlewares.ratelimit import RateLimitMiddleware
 from bot.telegram.render import send_reply
 from bot.telegram.texts import Texts
 from services.engine.chat import ChatService
 from services.engine.turns import TurnResult
 from services.errors import LeaseLostError
 from services.fence import Fence
-from services.metrics import RATE_LIMITED
-from services.ports import RateLimiter
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +32,6 @@ async def on_text(
     bot: Bot,
     chat: ChatService,
     settings: BotSettings,
-    limiter: RateLimiter,
     say: Texts,
     event_update: Update,
     desk: HandoffDesk,
@@ -43,13 +41,6 @@ async def on_text(
     started = time.perf_counter()
     chat_id = message.chat.id
     turn_id = f"u{event_update.update_id}"
-    decision = await limiter.hit(chat_id, key=turn_id)
-    if not decision.allowed:
-        RATE_LIMITED.inc()
-        if decision.notify and (fence is None or fence.remaining() > 0):
-            seconds = max(1, round(decision.retry_after))
-            await message.answer(say("rate_limited", seconds=seconds))
-        return
     customer_text = message.text
     if message.chat.type in GROUP_TYPES:
         customer_text = strip_mention(customer_text, (await bot.me()).username)
@@ -60,37 +51,21 @@ async def on_text(
         )
     async with AsyncExitStack() as typing:
         await typing.enter_async_context(ChatActionSender.typing(bot=bot, chat_id=chat_id))
-
-        async def deliver(result: TurnResult) -> None:
-            if drafts is not None:
-                await drafts.finish()  # the last draft before the answer
-            await typing.aclose()  # stop "typing…" before the answer appears
-            if result.quarantined:
-                await bot.send_message(chat_id, say("session_lost"))
-            if result.handoff_reason is not None and desk.enabled:  # the model handed the chat over
-                await desk.start(
-                    bot,
-                    chat_id,
-                    user=message.from_user,
-                    reason=result.handoff_reason,
-                    trigger="model",
-                    say=say,
-                    item_id=turn_id,
-                    fence=fence,
-                )
-                return
-            await send_reply(bot, chat_id, result.reply, before_each=fence.ensure_valid if fence else None)
-
         try:
-            result = await chat.handle(
+            turn = await chat.begin(
                 chat_id,
                 customer_text,
-                deliver=deliver,
                 on_delta=drafts.on_delta if drafts else None,
                 on_restart=drafts.restart if drafts else None,
                 turn_id=turn_id,
                 fence=fence,
             )
+            if turn.deliver:
+                if drafts is not None:
+                    await drafts.finish()  # the last draft before the answer
+                await typing.aclose()  # stop "typing…" before the answer appears
+                await render_turn(bot, message, turn.result, say=say, desk=desk, item_id=turn_id, fence=fence)
+            result = await chat.finish(turn, fence=fence)
         except (asyncio.CancelledError, LeaseLostError):
             if drafts is not None:
                 await drafts.abandon()  # the turn is over for this worker: nothing more goes out
@@ -118,6 +93,29 @@ async def on_text(
     )
 
 
+async def render_turn(
+    bot: Bot, message: Message, result: TurnResult, *, say: Texts, desk: HandoffDesk, item_id: str, fence: Fence | None
+) -> None:
+    """What the turn says, in Telegram: the session-lost notice, then the handoff started (the model
+    handed the chat over) or the reply."""
+    chat_id = message.chat.id
+    if result.quarantined:
+        await bot.send_message(chat_id, say("session_lost"))
+    if result.handoff_reason is not None and desk.enabled:
+        await desk.start(
+            bot,
+            chat_id,
+            user=message.from_user,
+            reason=result.handoff_reason,
+            trigger="model",
+            say=say,
+            item_id=item_id,
+            fence=fence,
+        )
+        return
+    await send_reply(bot, chat_id, result.reply, before_each=fence.ensure_valid if fence else None)
+
+
 async def has_text(message: Message) -> bool:
     """``F.text`` as a coroutine: aiogram runs plain callables (magic filters too) in a worker thread,
     a thread hop per update (``benchmarks/load.py --profile`` shows it)."""
@@ -126,5 +124,6 @@ async def has_text(message: Message) -> bool:
 
 def make_router() -> Router:
     router = Router(name="chat")
+    router.message.middleware(RateLimitMiddleware())  # after has_text matched, before the turn
     router.message.register(on_text, has_text)
     return router

@@ -6,7 +6,7 @@ from aiogram import Bot, Router
 from aiogram.filters import Command, CommandStart
 from aiogram.types import Message, Update
 
-from bot.telegram.handoff import HandoffDesk
+from bot.telegram.desk import HandoffDesk
 from bot.telegram.texts import Texts
 from services.engine.chat import ChatService
 from services.fence import Fence

@@ -8,7 +8,9 @@ from aiogram import Bot, Router
 from aiogram.exceptions import TelegramAPIError
 from aiogram.types import ErrorEvent, Update
 
-from bot.runtime.failures import is_transient
+from bot.metrics import ERRORS
+from bot.provider_health import PROVIDER
+from bot.serving.failures import is_transient
 from bot.settings import BotSettings
 from bot.telegram.texts import Texts, text
 from services.errors import (
@@ -22,8 +24,6 @@ from services.errors import (
     StoreError,
 )
 from services.fence import Fence
-from services.metrics import ERRORS
-from services.provider_health import PROVIDER
 
 log = logging.getLogger(__name__)
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from aiogram import Bot, Router
-from aiogram.filters import Command
+from aiogram.filters import Command, CommandObject
 from aiogram.types import Message, Update
 
-from bot.telegram.handoff import HandoffDesk
+from bot.telegram.desk import HandoffDesk
+from bot.telegram.middlewares.ratelimit import RateLimitMiddleware
 from bot.telegram.texts import Texts
 from services.fence import Fence
-from services.metrics import RATE_LIMITED
-from services.ports import RateLimiter
 
 
 async def in_operator_group(message: Message, desk: HandoffDesk) -> bool:
@@ -26,10 +25,40 @@ async def in_handoff(message: Message, desk: HandoffDesk) -> bool | dict[str, An
     return {"handoff": record} if record is not None else False
 
 
+async def to_another_bot(message: Message, bot: Bot) -> bool:
+    """A command (in a text or a media caption) addressed to another bot: ``/close@other_bot``."""
+    words = (message.text or message.caption or "").split(maxsplit=1)
+    if not words or not words[0].startswith("/"):
+        return False
+    _, _, addressee = words[0].partition("@")
+    return bool(addressee) and addressee.lower() != ((await bot.me()).username or "").lower()
+
+
+async def on_operator_close(
+    message: Message, bot: Bot, desk: HandoffDesk, event_update: Update, fence: Fence | None = None
+) -> None:
+    await desk.close_from_operator(bot, message, f"u{event_update.update_id}", fence)
+
+
+async def on_operator_note(
+    message: Message,
+    bot: Bot,
+    desk: HandoffDesk,
+    command: CommandObject,
+    event_update: Update,
+    fence: Fence | None = None,
+) -> None:
+    await desk.note_from_operator(bot, message, command.args or "", f"u{event_update.update_id}", fence)
+
+
+async def on_another_bots_command(message: Message) -> None:
+    """Not for this bot: neither relayed nor answered."""
+
+
 async def on_operator_group(
     message: Message, bot: Bot, desk: HandoffDesk, event_update: Update, fence: Fence | None = None
 ) -> None:
-    """Everything in the operator group ends here: it never reaches the model."""
+    """Everything else in the operator group ends here: it never reaches the model."""
     await desk.from_operator(bot, message, f"u{event_update.update_id}", fence)
 
 
@@ -56,25 +85,21 @@ async def on_customer(
     bot: Bot,
     desk: HandoffDesk,
     handoff: Any,
-    limiter: RateLimiter,
-    say: Texts,
     event_update: Update,
     fence: Fence | None = None,
 ) -> None:
-    """The customer's rate limit still applies (the operators' messages have none)."""
-    item_id = f"u{event_update.update_id}"
-    decision = await limiter.hit(message.chat.id, key=item_id)
-    if not decision.allowed:
-        RATE_LIMITED.inc()
-        if decision.notify and (fence is None or fence.remaining() > 0):
-            await message.answer(say("rate_limited", seconds=max(1, round(decision.retry_after))))
-        return
-    await desk.from_customer(bot, message, item_id, fence)
+    """Copied to the operators' topic (the customer's rate limit still applies: the relay router's
+    middleware; the operators' messages have none)."""
+    await desk.from_customer(bot, message, f"u{event_update.update_id}", fence)
 
 
 def make_router() -> Router:
-    """The operator group and /operator (before the other commands)."""
+    """The operator group (its commands in a topic, text or caption, then everything else) and
+    /operator (before the other commands)."""
     router = Router(name="handoff")
+    router.message.register(on_operator_close, in_operator_group, Command("close", ignore_case=True))
+    router.message.register(on_operator_note, in_operator_group, Command("note", ignore_case=True))
+    router.message.register(on_another_bots_command, in_operator_group, to_another_bot)
     router.message.register(on_operator_group, in_operator_group)
     router.message.register(on_operator, Command("operator"))
     return router
@@ -83,5 +108,6 @@ def make_router() -> Router:
 def make_relay_router() -> Router:
     """The customer's messages during a handoff (after /start, /help, /new, /forget, before the model)."""
     router = Router(name="handoff_relay")
+    router.message.middleware(RateLimitMiddleware())  # after in_handoff matched
     router.message.register(on_customer, in_handoff)
     return router

@@ -13,20 +13,20 @@ from aiogram import Bot
 from aiohttp import web
 
 from bot.factory import Settings, build_bot, build_dispatcher, build_engine, open_redis_backend, set_commands
-from bot.runtime.deadlines import OVERDUE_PREFIX, enqueue_overdue, watch_deadlines
-from bot.runtime.fastpath import freeze_startup_heap
-from bot.runtime.giving_up import tell_given_up
-from bot.runtime.intake import Intake, Poller, operator_route, webhook_handler
-from bot.runtime.ops import ReadyCheck, add_health_routes, start_ops_server
-from bot.runtime.startup import StartupError, with_startup_retries
-from bot.runtime.supervisor import Supervisor
-from bot.runtime.worker import Worker, worker_identity
-from bot.telegram.handoff import HandoffDesk
+from bot.metrics import DEAD_LETTERS_WAITING, HANDOFFS_OPEN, QUEUE_DUE, QUEUE_OLDEST_AGE
+from bot.provider_health import PROVIDER
+from bot.queueing.giving_up import tell_given_up
+from bot.queueing.intake import Intake, Poller, operator_route, webhook_handler
+from bot.queueing.supervisor import Supervisor
+from bot.queueing.worker import Worker, worker_identity
+from bot.serving.deadlines import OVERDUE_PREFIX, enqueue_overdue, watch_deadlines
+from bot.serving.fastpath import freeze_startup_heap
+from bot.serving.ops import ReadyCheck, add_health_routes, start_ops_server
+from bot.serving.startup import StartupError, with_startup_retries
+from bot.telegram.desk import HandoffDesk
 from services.errors import TransientError
 from services.fence import Fence
-from services.metrics import DEAD_LETTERS_WAITING, HANDOFFS_OPEN, QUEUE_DUE, QUEUE_OLDEST_AGE
 from services.ports import DeadLetters, HandoffStore, QueuedBackend, WorkQueue
-from services.provider_health import PROVIDER
 
 log = logging.getLogger(__name__)
 

@@ -10,16 +10,16 @@ from aiogram import Bot, Dispatcher
 from aiohttp import web
 
 from bot.factory import build_backend, build_bot, build_dispatcher, build_engine, set_commands
-from bot.runtime.deadlines import watch_deadlines
-from bot.runtime.fastpath import freeze_startup_heap
-from bot.runtime.ops import ReadyCheck, add_health_routes, start_ops_server
-from bot.runtime.startup import StartupError, with_startup_retries
-from bot.runtime.webhook import build_webhook_app
+from bot.provider_health import PROVIDER
+from bot.serving.deadlines import watch_deadlines
+from bot.serving.fastpath import freeze_startup_heap
+from bot.serving.ops import ReadyCheck, add_health_routes, start_ops_server
+from bot.serving.startup import StartupError, with_startup_retries
+from bot.serving.webhook import build_webhook_app
 from bot.settings import Settings
-from bot.telegram.handoff import HandoffDesk
+from bot.telegram.desk import HandoffDesk
 from services.errors import StoreError, SupportBotError
 from services.ports import Backend
-from services.provider_health import PROVIDER
 
 log = logging.getLogger("bot")
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from services.metrics import TASK_RESTARTS
+from bot.metrics import TASK_RESTARTS
 
 log = logging.getLogger(__name__)
 

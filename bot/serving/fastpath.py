@@ -54,7 +54,7 @@ def json_codec() -> tuple[JsonLoads, JsonDumps, str]:
                     return orjson.loads(raw)
                 except orjson.JSONDecodeError:
                     # orjson refuses lone UTF-16 surrogates ("\ud800"), which are valid JSON and which
-                    # Telegram sends; the standard parser reads them (see bot/runtime/intake.py)
+                    # Telegram sends; the standard parser reads them (see bot/queueing/intake.py)
                     return json.loads(raw)
 
             return loads, dumps, "orjson"

@@ -59,7 +59,7 @@ class ProviderWatch:
 
 
 def _watch() -> ProviderWatch:
-    from services.metrics import LLM_PROVIDER_REFUSALS, LLM_PROVIDER_REFUSING
+    from bot.metrics import LLM_PROVIDER_REFUSALS, LLM_PROVIDER_REFUSING
 
     return ProviderWatch(refusing=LLM_PROVIDER_REFUSING, refusals=LLM_PROVIDER_REFUSALS)
 

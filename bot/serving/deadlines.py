@@ -7,8 +7,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from bot.metrics import ERRORS
 from services.errors import TransientError
-from services.metrics import ERRORS
 from services.ports import HandoffStore, WorkQueue
 
 log = logging.getLogger(__name__)

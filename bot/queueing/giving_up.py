@@ -14,12 +14,12 @@ from aiogram import Bot
 from aiogram.exceptions import TelegramBadRequest, TelegramForbiddenError
 from aiogram.types import Message, Update
 
-from bot.runtime.worker import GiveUp
+from bot.metrics import GIVEN_UP_TOLD
+from bot.queueing.worker import GiveUp
 from bot.settings import BotSettings
-from bot.telegram.handoff import HandoffDesk
+from bot.telegram.desk import HandoffDesk
 from bot.telegram.texts import Texts, pick_language, text
 from services.fence import Fence
-from services.metrics import GIVEN_UP_TOLD
 from services.ports import QueueItem
 
 log = logging.getLogger(__name__)

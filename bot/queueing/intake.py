@@ -22,8 +22,8 @@ from aiogram import Bot
 from aiogram.exceptions import ClientDecodeError, TelegramAPIError, TelegramConflictError
 from aiohttp import web
 
+from bot.metrics import DEAD_LETTERS, REDELIVERIES
 from services.errors import TransientError
-from services.metrics import DEAD_LETTERS, REDELIVERIES
 from services.ports import Claim, DeadLetters, HandoffStore, PollingLease, Step, WorkQueue
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class IntakeError(TransientError):
 
 
 class LocalServer(Protocol):
-    """The worker of this process, as the intake sees it (``bot.runtime.worker.Worker``)."""
+    """The worker of this process, as the intake sees it (``bot.queueing.worker.Worker``)."""
 
     def has_room(self) -> bool: ...
 

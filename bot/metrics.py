@@ -153,6 +153,6 @@ class PrometheusObserver:
 
     def turn_finished(self, result: TurnResult) -> None:
         record_turn(result, drift_warn_ratio=self._drift_warn_ratio)
-        from services.provider_health import PROVIDER  # it imports this module's gauges
+        from bot.provider_health import PROVIDER  # it imports this module's gauges
 
         PROVIDER.accepted("chat")

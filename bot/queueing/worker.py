@@ -27,11 +27,11 @@ from typing import Any, Literal
 from aiogram import Bot, Dispatcher
 from aiogram.types import Update
 
-from bot.runtime.failures import is_transient
+from bot.metrics import DEAD_LETTERS, LEASES_LOST, QUEUE_WAIT
+from bot.serving.failures import is_transient
 from services.engine.retry import REQUEST_BUDGET
 from services.errors import LeaseLostError, LLMConfigurationError, LLMError, LLMUnavailableError, TransientError
 from services.fence import CURRENT_FENCE, Fence
-from services.metrics import DEAD_LETTERS, LEASES_LOST, QUEUE_WAIT
 from services.ports import Claim, DeadLetters, QueueItem, Step, WorkQueue
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ Internal = Callable[[int, str, Fence], Coroutine[Any, Any, None]]
 """(chat id, item id, fence) → handles one internal item."""
 GiveUp = Callable[[int, QueueItem, Fence, bool, Callable[[], Coroutine[Any, Any, None]]], Coroutine[Any, Any, None]]
 """(chat id, item, fence, told already, mark told) → tells the customer their update was given up (and
-calls ``mark told`` once that message went out); bot.runtime.giving_up."""
+calls ``mark told`` once that message went out); bot.queueing.giving_up."""
 
 
 def worker_identity() -> str:

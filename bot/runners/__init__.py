@@ -1,1 +1,0 @@
-"""How the bot runs: in one process (inprocess) or as queue workers against Redis (queued)."""
