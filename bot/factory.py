@@ -21,6 +21,7 @@ from bot.telegram.middlewares.access import AccessMiddleware
 from bot.telegram.middlewares.flood import RetryAfterMiddleware
 from bot.telegram.middlewares.language import LanguageMiddleware
 from bot.telegram.middlewares.response_types import KeepResponseTypes
+from bot.telegram.optional import BestEffort, OptionalCallFailed, PaceEmptyPolls
 from bot.telegram.session import FencedSession
 from bot.telegram.texts import bot_commands
 from services.backends.memory import MemoryBackend
@@ -108,6 +109,8 @@ def build_bot(settings: BotSettings) -> Bot:
         session = FencedSession(api=api, json_loads=loads, json_dumps=dumps)
     else:
         session = FencedSession(json_loads=loads, json_dumps=dumps)
+    session.middleware(BestEffort(timeout=settings.optional_call_timeout_seconds))  # outermost: bounds the rest
+    session.middleware(PaceEmptyPolls(min_interval=settings.polling_min_interval_seconds))
     session.middleware(KeepResponseTypes())
     session.middleware(RetryAfterMiddleware(retries=settings.flood_retries, max_wait=settings.flood_max_wait_seconds))
     return Bot(settings.require_token(), session=session, default=DefaultBotProperties(parse_mode=None))
@@ -148,6 +151,10 @@ def build_desk(chat: ChatService, settings: BotSettings, backend: Backend) -> Ha
 
 async def set_commands(bot: Bot, settings: BotSettings) -> None:
     """The command menu in every language the bot speaks (descriptions live with the texts);
-    /operator only when handoff is on."""
+    /operator only when handoff is on. Best effort: a server that cannot set it leaves the bot without
+    a menu (BestEffort logged why), not without service."""
     for language, commands in bot_commands(handoff=settings.handoff_enabled).items():
-        await bot.set_my_commands(commands, language_code=None if language == "en" else language)
+        try:
+            await bot.set_my_commands(commands, language_code=None if language == "en" else language)
+        except OptionalCallFailed:
+            return

@@ -82,6 +82,11 @@ HANDOFF_FIRST_REPLY = Histogram(
     buckets=(10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200),
 )
 TASK_RESTARTS = Counter("sb_task_restarts_total", "Long-running tasks restarted after a crash", ["task"])
+OPTIONAL_CALL_FAILURES = Counter(
+    "sb_optional_call_failures_total",
+    "Best-effort Bot API calls (command menu, typing, drafts) that failed and were dropped",
+    ["method", "kind"],
+)
 
 
 def record_compaction(kind: str, report: CompactionReport | None) -> None:

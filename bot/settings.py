@@ -77,6 +77,18 @@ class BotSettings(BaseSettings):
     flood_max_wait_seconds: float = Field(
         default=30.0, ge=0, description="total flood-control wait per message, seconds"
     )
+    optional_call_timeout_seconds: float = Field(
+        default=3.0,
+        gt=0,
+        description='the command menu (setMyCommands), "typing…" (sendChatAction) and drafts (sendMessageDraft) '
+        "are best effort: a call not answered within this many seconds is dropped, like one that fails",
+    )
+    polling_min_interval_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        description="an empty getUpdates answer that came sooner than this after the request waits for the rest "
+        "(a Bot API server that does not long-poll is asked at most once per interval); 0 = off",
+    )
     rate_limit_per_minute: int = Field(default=20, ge=0, description="per chat, shared by all workers; 0 = off")
     allowed_user_ids: str = Field(
         default="",

@@ -92,8 +92,8 @@ class DraftStreamer:
             await self._bot.send_message_draft(
                 chat_id=self._chat_id, draft_id=self._draft_id, text=preview, parse_mode=None
             )
-        except TelegramAPIError as exc:
-            log.info("drafts off for chat %s: %s", self._chat_id, exc)
+        except TelegramAPIError as exc:  # OptionalCallFailed included: BestEffort logged it once per cause
+            log.debug("drafts off for chat %s: %s", self._chat_id, exc)
             self.enabled = False
             return
         self._shown = preview

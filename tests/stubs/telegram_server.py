@@ -3,7 +3,9 @@
 Implements getMe, getUpdates, sendMessage, sendMessageDraft, sendChatAction, editMessageText,
 deleteWebhook, setWebhook, setMyCommands, and for forum topics createForumTopic, closeForumTopic,
 reopenForumTopic and copyMessage (``message_thread_id`` is recorded with every call's parameters).
-Faults can be injected per method.
+Faults can be injected per method: queued error answers (``faults``), a slow answer (``delays``), and a
+method this server lacks or answers with a non-Bot-API body (``broken``); ``instant_get_updates`` makes
+getUpdates answer at once instead of long polling.
 """
 
 from __future__ import annotations
@@ -53,6 +55,14 @@ class StubTelegram:
     _topic_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(500))
     topics: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Forum topics created: thread id → {"chat_id", "name", "closed"}."""
+    # --- a Bot API server that lacks optional methods or does not long-poll (issue 26) --------------
+    broken: dict[str, str] = field(default_factory=dict)
+    """method → how every call of it is answered: "missing" (404, the Bot API's error for a method the
+    server does not implement) or "html_500" (500 with an HTML page: a proxy's error, not a Bot API answer)"""
+    instant_get_updates: bool = False
+    """getUpdates answers at once with what is pending (no long polling, as some servers and proxies do)."""
+    polls: list[float] = field(default_factory=list)
+    """When each getUpdates arrived (monotonic seconds)."""
 
     async def start(self, host: str = "127.0.0.1") -> str:
         app = web.Application()
@@ -196,8 +206,13 @@ class StubTelegram:
         method = request.match_info["method"]
         params = await self._params(request)
         if method == "getUpdates":
+            self.polls.append(time.monotonic())
+            if self.instant_get_updates:
+                params["timeout"] = 0
             return await self._handle_get_updates(params)
         self.calls.append(Call(method, params))
+        if method in self.broken:
+            return self._broken_answer(self.broken[method])
         if method in self.delays:  # cut short when the stub stops
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self.delays[method])
@@ -216,6 +231,18 @@ class StubTelegram:
         if isinstance(result, web.Response):  # the method's own error answer
             return web.Response(status=400, body=result.body, content_type="application/json")
         return web.json_response({"ok": True, "result": result})
+
+    @staticmethod
+    def _broken_answer(how: str) -> web.Response:
+        if how == "missing":
+            body = {"ok": False, "error_code": 404, "description": "Not Found: method not found"}
+            return web.json_response(body, status=404)
+        if how == "html_500":
+            page = (
+                "<html><head><title>500 Internal Server Error</title></head><body>Internal Server Error</body></html>"
+            )
+            return web.Response(status=500, text=page, content_type="text/html")
+        raise ValueError(f"unknown broken answer {how!r}")
 
     async def _m_getMe(self, _params: dict[str, Any]) -> Any:
         return BOT_USER

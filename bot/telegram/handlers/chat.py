@@ -10,13 +10,13 @@ from contextlib import AsyncExitStack
 
 from aiogram import Bot, Router
 from aiogram.types import Message, Update
-from aiogram.utils.chat_action import ChatActionSender
 
 from bot.settings import BotSettings
 from bot.telegram.desk import HandoffDesk
 from bot.telegram.drafts import DraftStreamer
 from bot.telegram.middlewares.access import GROUP_TYPES, strip_mention
 from bot.telegram.middlewares.ratelimit import RateLimitMiddleware
+from bot.telegram.optional import typing as show_typing
 from bot.telegram.render import send_reply
 from bot.telegram.texts import Texts
 from services.engine.chat import ChatService
@@ -50,7 +50,7 @@ async def on_text(
             bot=bot, chat_id=chat_id, draft_id=message.message_id, interval=settings.draft_interval_seconds
         )
     async with AsyncExitStack() as typing:
-        await typing.enter_async_context(ChatActionSender.typing(bot=bot, chat_id=chat_id))
+        await typing.enter_async_context(show_typing(bot, chat_id))
         try:
             turn = await chat.begin(
                 chat_id,
