@@ -31,7 +31,8 @@ from services.engine.chat import ChatService
 from services.errors import ConfigurationError
 from services.handoff import HandoffMemory
 from services.metrics import LLM_IN_FLIGHT, PrometheusObserver
-from services.ports import Backend, QueuedBackend, SessionStore
+from services.ports.backend import Backend, QueuedBackend
+from services.ports.sessions import SessionStore
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from services.errors import ConcurrentUpdateError, SummaryError, SummaryUnavaila
 from services.fence import Fence
 
 if TYPE_CHECKING:
-    from services.ports import SessionStore
+    from services.ports.sessions import SessionStore
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,8 @@ from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import AnyRedis
 from services.engine.llm import LLMClient
 from services.engine.tokens import TokenCounter
-from services.ports import Backend, QueuedBackend, SessionStore
+from services.ports.backend import Backend, QueuedBackend
+from services.ports.sessions import SessionStore
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
 

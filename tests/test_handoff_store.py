@@ -12,7 +12,7 @@ from services.engine.models import NewMessage
 from services.errors import CorruptSessionError, LeaseLostError, StoreUnavailableError
 from services.fence import Fence
 from services.handoff import TRANSCRIPT_KEPT, Handoff, TranscriptEntry
-from services.ports import Backend
+from services.ports.backend import Backend
 
 CHAT = 4242
 GROUP = -1001234567890

@@ -14,7 +14,8 @@ from services.backends.redis.queue import ChatWorkQueue
 from services.engine.models import NewMessage
 from services.errors import StoreUnavailableError
 from services.fence import Fence
-from services.ports import Claim, QueuedBackend, Step, WorkQueue
+from services.ports.backend import QueuedBackend
+from services.ports.queue import Claim, Step, WorkQueue
 from tests.conftest import TEST_KEYS
 
 

@@ -21,7 +21,7 @@ from services.backends.redis.keys import KeySpace
 from services.backends.redis.queue import ChatWorkQueue
 from services.backends.redis.scripts import redis_errors
 from services.errors import TransientError
-from services.ports import Claim
+from services.ports.queue import Claim
 from tests.worker_helpers import make_worker, update, update_json
 
 KEYS = KeySpace("rf", "123456")

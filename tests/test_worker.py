@@ -25,7 +25,8 @@ from services.backends.redis.queue import ChatWorkQueue
 from services.backends.redis.store import RedisSessionStore
 from services.errors import LLMUnavailableError, StoreUnavailableError
 from services.fence import CURRENT_FENCE, Fence
-from services.ports import Claim, DeadLetter, QueueItem, Step
+from services.ports.deadletters import DeadLetter
+from services.ports.queue import Claim, QueueItem, Step
 from tests.stubs.telegram_server import StubTelegram
 from tests.worker_helpers import make_worker, update, update_json
 

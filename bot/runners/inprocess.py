@@ -18,7 +18,7 @@ from bot.runtime.webhook import build_webhook_app
 from bot.settings import Settings
 from bot.telegram.handoff import HandoffDesk
 from services.errors import StoreError, SupportBotError
-from services.ports import Backend
+from services.ports.backend import Backend
 
 log = logging.getLogger("bot")
 

@@ -24,7 +24,10 @@ from bot.telegram.handoff import HandoffDesk
 from services.errors import TransientError
 from services.fence import Fence
 from services.metrics import DEAD_LETTERS_WAITING, HANDOFFS_OPEN, QUEUE_DUE, QUEUE_OLDEST_AGE
-from services.ports import DeadLetters, HandoffStore, QueuedBackend, WorkQueue
+from services.ports.backend import QueuedBackend
+from services.ports.deadletters import DeadLetters
+from services.ports.handoffs import HandoffStore
+from services.ports.queue import WorkQueue
 
 log = logging.getLogger(__name__)
 

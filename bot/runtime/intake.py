@@ -24,7 +24,9 @@ from aiohttp import web
 
 from services.errors import TransientError
 from services.metrics import DEAD_LETTERS, REDELIVERIES
-from services.ports import Claim, DeadLetters, HandoffStore, PollingLease, Step, WorkQueue
+from services.ports.deadletters import DeadLetters
+from services.ports.handoffs import HandoffStore
+from services.ports.queue import Claim, PollingLease, Step, WorkQueue
 
 log = logging.getLogger(__name__)
 

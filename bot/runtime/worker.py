@@ -30,7 +30,8 @@ from bot.runtime.failures import is_transient
 from services.errors import LeaseLostError, TransientError
 from services.fence import CURRENT_FENCE, Fence
 from services.metrics import DEAD_LETTERS, LEASES_LOST, QUEUE_WAIT
-from services.ports import Claim, DeadLetters, QueueItem, Step, WorkQueue
+from services.ports.deadletters import DeadLetters
+from services.ports.queue import Claim, QueueItem, Step, WorkQueue
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from services.metrics import (
     HANDOFFS_OPEN,
     HANDOFFS_OPENED,
 )
-from services.ports import HandoffStore
+from services.ports.handoffs import HandoffStore
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,9 @@ from services.engine.summary_state import SummaryState
 from services.errors import ConcurrentUpdateError
 from services.fence import Fence
 from services.handoff import NEEDS_OPEN, RELAYED_IDS_KEPT, TRANSCRIPT_KEPT, Handoff, Recorded, TranscriptEntry
-from services.ports import RATE_WINDOW_SECONDS, TURN_IDS_KEPT, CommitResult, RateDecision, RelayState, TurnStatus
+from services.ports.handoffs import RelayState
+from services.ports.ratelimit import RATE_WINDOW_SECONDS, RateDecision
+from services.ports.sessions import TURN_IDS_KEPT, CommitResult, TurnStatus
 
 
 @dataclass
@@ -312,7 +314,7 @@ class InMemoryHandoffStore:
 
 
 class MemoryBackend:
-    """The in-process store and rate limiter (``services.ports.Backend``)."""
+    """The in-process store and rate limiter (``services.ports.backend.Backend``)."""
 
     def __init__(self, *, ttl_seconds: int = 0, per_minute: int = 0) -> None:
         self.store = InMemorySessionStore(ttl_seconds=ttl_seconds)

@@ -17,7 +17,8 @@ from services.engine.policy import WaterMarkPolicy
 from services.engine.summarizer import Summarizer
 from services.engine.tokens import TokenCounter
 from services.errors import ConfigurationError
-from services.ports import SessionStore, TurnObserver
+from services.ports.observer import TurnObserver
+from services.ports.sessions import SessionStore
 from services.settings import LLMSettings, MemorySettings
 
 log = logging.getLogger(__name__)

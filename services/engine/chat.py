@@ -26,7 +26,9 @@ from services.errors import (
 )
 from services.fence import Fence
 from services.handoff import HANDOFF_MARK, HANDOFF_TOOL, HANDOFF_TOOL_SPEC
-from services.ports import ChatModel, SessionStore, TurnObserver, TurnStatus
+from services.ports.chat_model import ChatModel
+from services.ports.observer import TurnObserver
+from services.ports.sessions import SessionStore, TurnStatus
 
 log = logging.getLogger(__name__)
 

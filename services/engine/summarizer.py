@@ -16,7 +16,7 @@ from services.engine.prompt_format import fence, summary_block, wrap
 from services.engine.summary_state import SummaryState, merge_summaries, render_summary
 from services.engine.tokens import TokenCounter
 from services.errors import LLMError, SummaryError
-from services.ports import ChatModel
+from services.ports.chat_model import ChatModel
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from services.engine.turns import TurnResult
 from services.errors import LeaseLostError
 from services.fence import Fence
 from services.metrics import RATE_LIMITED
-from services.ports import RateLimiter
+from services.ports.ratelimit import RateLimiter
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from bot.telegram.handoff import HandoffDesk
 from bot.telegram.texts import Texts
 from services.engine.chat import ChatService
 from services.fence import Fence
-from services.ports import Backend
+from services.ports.backend import Backend
 
 
 async def on_start(message: Message, say: Texts) -> None:

@@ -13,7 +13,7 @@ from bot.telegram.handoff import HandoffDesk
 from bot.telegram.texts import Texts
 from services.fence import Fence
 from services.metrics import RATE_LIMITED
-from services.ports import RateLimiter
+from services.ports.ratelimit import RateLimiter
 
 
 async def in_operator_group(message: Message, desk: HandoffDesk) -> bool:

@@ -1,5 +1,5 @@
 """The Redis backend object: one client shared by the store, the rate limiter, the queue, the poller
-lease and the dead letters (``services.ports.Backend``, plus what queued mode needs)."""
+lease and the dead letters (``services.ports.backend.Backend``, plus what queued mode needs)."""
 
 from __future__ import annotations
 

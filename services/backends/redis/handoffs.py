@@ -1,4 +1,4 @@
-"""Handoff records in Redis (``services.ports.HandoffStore``).
+"""Handoff records in Redis (``services.ports.handoffs.HandoffStore``).
 
 Per chat (hash tag ``{chat:<id>}``, so with the session): ``handoff`` (hash), ``handoff_log`` (the
 transcript) and ``handoff_relayed`` (message ids already relayed). Every write there is one Lua script
@@ -23,7 +23,7 @@ from services.handoff import (
     Recorded,
     TranscriptEntry,
 )
-from services.ports import RelayState
+from services.ports.handoffs import RelayState
 
 _EXPIRE = """
 local function expire_all(ttl, keys)

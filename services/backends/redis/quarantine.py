@@ -7,7 +7,7 @@ from typing import Any
 
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import AnyRedis, redis_errors
-from services.ports import Quarantined
+from services.ports.deadletters import Quarantined
 
 
 def _text(value: Any) -> str:

@@ -19,7 +19,7 @@ from typing import Literal, cast
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import LUA_MARK_REPLIED, LUA_NOW, AnyRedis, redis_errors, register
 from services.errors import StoreUnavailableError
-from services.ports import Claim, QueueItem, Step, Taken
+from services.ports.queue import Claim, QueueItem, Step, Taken
 
 SEEN_KEPT = 5000
 """How many recent item ids per chat are remembered to recognise redeliveries."""

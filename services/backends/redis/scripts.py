@@ -28,7 +28,7 @@ from redis.exceptions import (
 )
 
 from services.errors import CorruptSessionError, StoreError, StoreUnavailableError
-from services.ports import TURN_IDS_KEPT
+from services.ports.sessions import TURN_IDS_KEPT
 
 AnyRedis: TypeAlias = Redis | RedisCluster
 """A client of one Redis server or of a Redis Cluster (``REDIS_CLUSTER``); every component takes either."""

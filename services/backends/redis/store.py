@@ -28,7 +28,7 @@ from services.engine.models import Compaction, NewMessage, Session, StoredMessag
 from services.engine.summary_state import SummaryState
 from services.errors import ConcurrentUpdateError, CorruptSessionError, LeaseLostError
 from services.fence import Fence, token_of
-from services.ports import TURN_IDS_KEPT, CommitResult, TurnStatus
+from services.ports.sessions import TURN_IDS_KEPT, CommitResult, TurnStatus
 
 _EXPIRE = """
 local function expire_all(ttl, keys)
