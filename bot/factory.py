@@ -28,8 +28,8 @@ from services.backends.redis.connection import choose_cluster, redis_client
 from services.backends.redis.keys import KeySpace, bot_id_of
 from services.engine.builders import build_chat_service, build_llm_client
 from services.engine.chat import ChatService
+from services.engine.handoff_memory import HandoffMemory
 from services.errors import ConfigurationError
-from services.handoff import HandoffMemory
 from services.metrics import LLM_IN_FLIGHT, PrometheusObserver
 from services.ports.backend import Backend, QueuedBackend
 from services.ports.sessions import SessionStore

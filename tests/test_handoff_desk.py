@@ -15,8 +15,8 @@ from bot.settings import BotSettings
 from bot.telegram.handoff import HandoffDesk
 from bot.telegram.texts import TEXTS, Texts
 from services.backends.memory import MemoryBackend
+from services.engine.handoff_memory import HandoffMemory
 from services.errors import StoreUnavailableError, TransientError
-from services.handoff import HandoffMemory
 
 CHAT, GROUP, TOPIC = 31337, -1001234567890, 500
 
@@ -87,7 +87,7 @@ async def test_the_store_records_nothing_for_a_handoff_forgotten_meanwhile() -> 
     await opened(backend)
     h = backend.handoffs
     await backend.forget_chat(CHAT)
-    from services.handoff import TranscriptEntry
+    from services.engine.handoff_records import TranscriptEntry
 
     await h.begin_relay(CHAT, "u10")
     recorded = await h.record(CHAT, "u10", TranscriptEntry("operator", "late"))
@@ -157,8 +157,8 @@ class FailingSummarizer:
 
 
 async def test_a_close_whose_transcript_cannot_be_folded_is_retried_not_done() -> None:
+    from services.engine.handoff_records import TranscriptEntry
     from services.errors import SummaryUnavailableError
-    from services.handoff import TranscriptEntry
 
     backend = MemoryBackend()
     await opened(backend)

@@ -23,9 +23,11 @@ from bot.runtime.failures import is_transient
 from bot.settings import BotSettings
 from bot.telegram.render import TELEGRAM_TEXT_LIMIT
 from bot.telegram.texts import Texts, pick_language, text
+from bot.telegram.ticket import ticket_text
+from services.engine.handoff_memory import HandoffMemory
+from services.engine.handoff_records import EndedBy, Handoff, TranscriptEntry
 from services.errors import SupportBotError
 from services.fence import Fence
-from services.handoff import EndedBy, Handoff, HandoffMemory, TranscriptEntry, ticket_text
 from services.metrics import (
     HANDOFF_FIRST_REPLY,
     HANDOFF_POSSIBLE_DUPLICATES,

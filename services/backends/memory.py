@@ -8,11 +8,18 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from services.engine.handoff_records import (
+    NEEDS_OPEN,
+    RELAYED_IDS_KEPT,
+    TRANSCRIPT_KEPT,
+    Handoff,
+    Recorded,
+    TranscriptEntry,
+)
 from services.engine.models import Compaction, NewMessage, Session, StoredMessage
 from services.engine.summary_state import SummaryState
 from services.errors import ConcurrentUpdateError
 from services.fence import Fence
-from services.handoff import NEEDS_OPEN, RELAYED_IDS_KEPT, TRANSCRIPT_KEPT, Handoff, Recorded, TranscriptEntry
 from services.ports.handoffs import RelayState
 from services.ports.ratelimit import RATE_WINDOW_SECONDS, RateDecision
 from services.ports.sessions import TURN_IDS_KEPT, CommitResult, TurnStatus

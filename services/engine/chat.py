@@ -7,6 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from prompts.support_chat import HANDOFF_MARK, HANDOFF_TOOL, HANDOFF_TOOL_SPEC
 from services.engine.compactor import Compactor
 from services.engine.models import Compaction, NewMessage, OnDelta, OnRestart, PromptPart, Session, StoredMessage
 from services.engine.policy import CompactionPolicy
@@ -25,7 +26,6 @@ from services.errors import (
     StoreError,
 )
 from services.fence import Fence
-from services.handoff import HANDOFF_MARK, HANDOFF_TOOL, HANDOFF_TOOL_SPEC
 from services.ports.chat_model import ChatModel
 from services.ports.observer import TurnObserver
 from services.ports.sessions import SessionStore, TurnStatus

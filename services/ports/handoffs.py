@@ -3,13 +3,10 @@ and the global topic bindings and reply deadlines."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
+from services.engine.handoff_records import Handoff, Recorded, TranscriptEntry
 from services.fence import Fence
-
-if TYPE_CHECKING:  # services.handoff builds on the engine, which depends on these ports
-    from services.handoff import Handoff, Recorded, TranscriptEntry
-
 
 RelayState = Literal["new", "started", "done"]
 

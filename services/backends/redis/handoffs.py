@@ -13,9 +13,7 @@ from typing import Any
 
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import FENCE_LOST, LUA_FENCE, LUA_NOW, AnyRedis, redis_errors, register
-from services.errors import CorruptSessionError, LeaseLostError
-from services.fence import Fence, token_of
-from services.handoff import (
+from services.engine.handoff_records import (
     NEEDS_OPEN,
     RELAYED_IDS_KEPT,
     TRANSCRIPT_KEPT,
@@ -23,6 +21,8 @@ from services.handoff import (
     Recorded,
     TranscriptEntry,
 )
+from services.errors import CorruptSessionError, LeaseLostError
+from services.fence import Fence, token_of
 from services.ports.handoffs import RelayState
 
 _EXPIRE = """
