@@ -22,7 +22,7 @@ from bot.telegram.middlewares.language import LanguageMiddleware
 from bot.telegram.middlewares.response_types import KeepResponseTypes
 from bot.telegram.session import FencedSession
 from bot.telegram.texts import bot_commands
-from services.backends.memory import MemoryBackend
+from services.backends.memory import InMemoryBackend
 from services.backends.redis.backend import RedisBackend
 from services.backends.redis.connection import choose_cluster, redis_client
 from services.backends.redis.keys import KeySpace, bot_id_of
@@ -42,7 +42,7 @@ def key_space(settings: Settings) -> KeySpace:
     return KeySpace(settings.redis.redis_key_prefix, bot_id_of(settings.bot.bot_token.get_secret_value()))
 
 
-async def open_backend(settings: Settings) -> MemoryBackend | RedisBackend:
+async def open_backend(settings: Settings) -> InMemoryBackend | RedisBackend:
     """``build_backend`` after resolving ``REDIS_CLUSTER`` (``auto`` asks the server once, retrying
     while it cannot be reached; StartupError if it never answers)."""
     if settings.redis.redis_url is None:
@@ -63,7 +63,7 @@ async def open_redis_backend(settings: Settings) -> QueuedBackend:
     return backend
 
 
-def build_backend(settings: Settings, *, cluster: bool = False) -> MemoryBackend | RedisBackend:
+def build_backend(settings: Settings, *, cluster: bool = False) -> InMemoryBackend | RedisBackend:
     """Redis with ``REDIS_URL`` (one client; a cluster client if ``cluster``), else the in-process one."""
     ttl = settings.memory.session_ttl_seconds
     per_minute = settings.bot.rate_limit_per_minute
@@ -72,7 +72,7 @@ def build_backend(settings: Settings, *, cluster: bool = False) -> MemoryBackend
             "REDIS_URL is unset: using the in-process session store (one process only; sessions are "
             "lost on restart). Set REDIS_URL for production and for more than one worker."
         )
-        return MemoryBackend(ttl_seconds=ttl, per_minute=per_minute)
+        return InMemoryBackend(ttl_seconds=ttl, per_minute=per_minute)
     keys = key_space(settings)
     client = redis_client(
         settings.redis.redis_url.get_secret_value(),

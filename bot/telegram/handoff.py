@@ -383,7 +383,7 @@ class HandoffDesk:
         if by in ("operator", "timeout", "lost"):
             full = await self.store.get(chat_id, transcript=True)
             await self.memory.fold_transcript(chat_id, full.transcript, fence=fence)
-        if await self.store.close(chat_id, item_id=f"{by} {item_id}", fence=fence):
+        if await self.store.end(chat_id, item_id=f"{by} {item_id}", fence=fence):
             HANDOFFS_CLOSED.labels(by).inc()
         await self._ended(bot, chat_id, record, by=by, fence=fence)
 

@@ -279,7 +279,7 @@ class InMemoryHandoffStore:
         self._records[chat_id] = replace(record, flagged=True)
         return True
 
-    async def close(self, chat_id: int, *, item_id: str = "", fence: Fence | None = None) -> bool:
+    async def end(self, chat_id: int, *, item_id: str = "", fence: Fence | None = None) -> bool:
         record = await self.get(chat_id)
         if not record.open:
             return False
@@ -320,7 +320,7 @@ class InMemoryHandoffStore:
         self._relayed.pop(chat_id, None)
 
 
-class MemoryBackend:
+class InMemoryBackend:
     """The in-process store and rate limiter (``services.ports.backend.Backend``)."""
 
     def __init__(self, *, ttl_seconds: int = 0, per_minute: int = 0) -> None:

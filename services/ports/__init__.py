@@ -4,7 +4,7 @@ backend means implementing them, and nothing outside the factory looks at concre
 - ``sessions``: SessionStore (a chat's memory), TurnStatus, CommitResult
 - ``queue``: WorkQueue, PollingLease, QueueItem, Claim, Taken, Step
 - ``handoffs``: HandoffStore (handoff records, relay marks, topics, deadlines)
-- ``deadletters``: DeadLetters, QuarantineStore and their records
+- ``deadletters``: DeadLetters, Quarantine and their records
 - ``ratelimit``: RateLimiter, RateDecision
 - ``chat_model``: ChatModel (the language model), ``observer``: TurnObserver
 - ``backend``: Backend, QueuedBackend (what the factory builds)

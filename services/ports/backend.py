@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from services.fence import Fence
-from services.ports.deadletters import DeadLetters, QuarantineStore
+from services.ports.deadletters import DeadLetters, Quarantine
 from services.ports.handoffs import HandoffStore
 from services.ports.queue import PollingLease, WorkQueue
 from services.ports.ratelimit import RateLimiter
@@ -47,7 +47,7 @@ class QueuedBackend(Backend, Protocol):
     def dead_letters(self) -> DeadLetters: ...
 
     @property
-    def quarantined(self) -> QuarantineStore: ...
+    def quarantined(self) -> Quarantine: ...
 
     def queue(self, *, lease_ms: int = 30_000) -> WorkQueue:
         """The per-chat work queue, with this lease."""

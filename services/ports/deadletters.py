@@ -60,7 +60,7 @@ class DeadLetters(Protocol):
         ...
 
 
-class QuarantineStore(Protocol):
+class Quarantine(Protocol):
     """Sessions moved aside because they could not be read (``python -m bot quarantine``)."""
 
     async def list(self) -> list[Quarantined]: ...

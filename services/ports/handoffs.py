@@ -56,7 +56,7 @@ class HandoffStore(Protocol):
         already flagged."""
         ...
 
-    async def close(self, chat_id: int, *, item_id: str = "", fence: Fence | None = None) -> bool:
+    async def end(self, chat_id: int, *, item_id: str = "", fence: Fence | None = None) -> bool:
         """End the open handoff (the topic id stays; ``item_id`` is kept as ``closed_by``; the
         transcript is deleted: fold it first); False if none was open."""
         ...

@@ -36,7 +36,7 @@ return n
 """
 
 
-class DeadLetterStore:
+class RedisDeadLetters:
     """Dead-letter records in Redis (one hash slot: records and their time index)."""
 
     def __init__(self, *, redis: AnyRedis, keys: KeySpace | None = None) -> None:

@@ -270,7 +270,7 @@ class RedisHandoffStore:
         keys = self._keys.chat(chat_id)
         return int(await self._run(chat_id, self._flag, [keys.handoff, keys.lease], [token_of(fence)])) == 1
 
-    async def close(self, chat_id: int, *, item_id: str = "", fence: Fence | None = None) -> bool:
+    async def end(self, chat_id: int, *, item_id: str = "", fence: Fence | None = None) -> bool:
         keys = self._keys.chat(chat_id)
         script_keys = [keys.handoff, keys.handoff_log, keys.lease]
         return int(await self._run(chat_id, self._close, script_keys, [token_of(fence), item_id])) == 1

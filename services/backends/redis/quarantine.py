@@ -18,7 +18,7 @@ def _strings(found: dict[Any, Any]) -> dict[str, str]:
     return {_text(k): _text(v) for k, v in found.items()}
 
 
-class QuarantineStore:
+class RedisQuarantine:
     """Errors surface as StoreUnavailableError."""
 
     def __init__(self, *, redis: AnyRedis, keys: KeySpace) -> None:

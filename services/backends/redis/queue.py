@@ -212,7 +212,7 @@ def encode_item(item_id: str, payload: str) -> str:
     return json.dumps({"id": item_id, "t": int(time.time() * 1000), "p": payload}, separators=(",", ":"))
 
 
-class ChatWorkQueue:
+class RedisWorkQueue:
     """The per-chat work queue. Redis errors surface as StoreUnavailableError (transient)."""
 
     def __init__(
