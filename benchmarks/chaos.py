@@ -31,6 +31,7 @@ from benchmarks.common import machine, percentile
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import AnyRedis
 from services.backends.redis.store import RedisSessionStore
+from services.ports.queue import item_id_of
 from tests.e2e.harness import TOKEN
 from tests.e2e.processes import SECRET, BotProcess, base_env, start_webhook_worker
 from tests.e2e.scenario import Report, WebhookSender, check, expected_reply, random_chats, wait_all_answered
@@ -251,7 +252,7 @@ def split_duplicates(
             times = sorted(sends.get(expected_reply(chat, n), []))
             if len(times) < 2:
                 continue
-            turn = f"u{sender.update_ids[(chat, n)]}"
+            turn = item_id_of(sender.update_ids[(chat, n)])
             resends = redelivered_at.get((chat, turn), [])
             explained = explained_copies(times, resends)
             crash_window += explained

@@ -130,3 +130,9 @@ class PollingLease(Protocol):
         ...
 
     async def resign(self) -> None: ...
+
+
+def item_id_of(update_id: int) -> str:
+    """The id of the item (and of the turn) a Telegram update becomes: the one spelling every step
+    that names the update uses (queue, session turn ids, handoff relay marks, rate-limit keys)."""
+    return f"u{update_id}"

@@ -23,6 +23,7 @@ from services.engine.turns import TurnResult
 from services.errors import LeaseLostError
 from services.fence import Fence
 from services.metrics import RATE_LIMITED
+from services.ports.queue import item_id_of
 from services.ports.ratelimit import RateLimiter
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ async def on_text(
     assert message.text is not None  # guaranteed by the F.text filter
     started = time.perf_counter()
     chat_id = message.chat.id
-    turn_id = f"u{event_update.update_id}"
+    turn_id = item_id_of(event_update.update_id)
     decision = await limiter.hit(chat_id, key=turn_id)
     if not decision.allowed:
         RATE_LIMITED.inc()

@@ -13,6 +13,7 @@ from bot.telegram.handoff import HandoffDesk
 from bot.telegram.texts import Texts
 from services.fence import Fence
 from services.metrics import RATE_LIMITED
+from services.ports.queue import item_id_of
 from services.ports.ratelimit import RateLimiter
 
 
@@ -30,7 +31,7 @@ async def on_operator_group(
     message: Message, bot: Bot, desk: HandoffDesk, event_update: Update, fence: Fence | None = None
 ) -> None:
     """Everything in the operator group ends here: it never reaches the model."""
-    await desk.from_operator(bot, message, f"u{event_update.update_id}", fence)
+    await desk.from_operator(bot, message, item_id_of(event_update.update_id), fence)
 
 
 async def on_operator(
@@ -46,7 +47,7 @@ async def on_operator(
         reason=desk.ops("op_reason_command"),
         trigger="command",
         say=say,
-        item_id=f"u{event_update.update_id}",
+        item_id=item_id_of(event_update.update_id),
         fence=fence,
     )
 
@@ -62,7 +63,7 @@ async def on_customer(
     fence: Fence | None = None,
 ) -> None:
     """The customer's rate limit still applies (the operators' messages have none)."""
-    item_id = f"u{event_update.update_id}"
+    item_id = item_id_of(event_update.update_id)
     decision = await limiter.hit(message.chat.id, key=item_id)
     if not decision.allowed:
         RATE_LIMITED.inc()
