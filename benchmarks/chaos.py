@@ -37,10 +37,11 @@ from benchmarks.provider_faults import (
     queued_chats,
     wait_settled,
 )
-from services.backends.redis.deadletters import DEAD_LETTERS_KEPT, DeadLetterStore
+from services.backends.redis.deadletters import DEAD_LETTERS_KEPT, RedisDeadLetters
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import AnyRedis
 from services.backends.redis.store import RedisSessionStore
+from services.ports.queue import item_id_of
 from tests.e2e.harness import TOKEN
 from tests.e2e.processes import SECRET, BotProcess, base_env, start_webhook_worker
 from tests.e2e.scenario import (
@@ -200,7 +201,7 @@ async def run(args: argparse.Namespace) -> tuple[Report, Figures | None]:
         crash_window, unexplained = split_duplicates(telegram, sender, chats, args.messages, redelivered_at, reply)
         found: Figures | None = None
         if faulty:
-            dead = await DeadLetterStore(redis=admin, keys=keys).list(limit=DEAD_LETTERS_KEPT)
+            dead = await RedisDeadLetters(redis=admin, keys=keys).list(limit=DEAD_LETTERS_KEPT)
             found = await figures(proxy, telegram, sessions, chats, args.messages, dead, sender.update_ids)
             report.lost = found.lost  # a message given up (and told so) is not lost
         lease_lost = sum(extra for *_, extra in unexplained)
@@ -309,7 +310,7 @@ def split_duplicates(
             times = sorted(sends.get(reply(chat, n), []))
             if len(times) < 2:
                 continue
-            turn = f"u{sender.update_ids[(chat, n)]}"
+            turn = item_id_of(sender.update_ids[(chat, n)])
             resends = redelivered_at.get((chat, turn), [])
             explained = explained_copies(times, resends)
             crash_window += explained

@@ -25,7 +25,9 @@ from benchmarks.common import percentile
 from bot.telegram.texts import TEXTS, text
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import AnyRedis
-from services.ports import DeadLetter, SessionStore
+from services.ports.deadletters import DeadLetter
+from services.ports.queue import item_id_of
+from services.ports.sessions import SessionStore
 from tests.e2e.scenario import Expected, answered, customer_text, expected_reply
 from tests.stubs.openai_server import customer_texts, echo_reply
 from tests.stubs.telegram_server import StubTelegram
@@ -300,7 +302,7 @@ async def figures(
     sent: dict[int, list[str]] = {}
     for call in telegram.of("sendMessage"):
         sent.setdefault(int(call.params["chat_id"]), []).append(str(call.params.get("text")))
-    by_update = {f"u{update}": question for question, update in update_ids.items()}
+    by_update = {item_id_of(update): question for question, update in update_ids.items()}
     given_up = {by_update[letter.item_id] for letter in dead if letter.item_id in by_update}
     truncated_delivered = truncated_stored = silent = lost = unresolved = 0
     for chat in chats:

@@ -23,26 +23,20 @@ from pathlib import Path
 
 import uvloop
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.connection import Connection
 from redis.maint_notifications import MaintNotificationsConfig
 
 from benchmarks.common import machine
 from services.backends.redis import connection
-from services.backends.redis.inline_write import inline_write_class
 from tests.conftest import RedisServer
 
-VARIANTS = ("blocking", "waiting", "waiting-wait-for")
-"""``waiting-wait-for``: the bot's pool with redis-py's own connections, whose writes are bounded by
-``asyncio.wait_for`` (a task per command on Python 3.11) instead of ``inline_write``'s timeout."""
+VARIANTS = ("blocking", "waiting")
 TASKS = 32
 
 
 def client_for(variant: str, url: str) -> Redis:
-    if variant.startswith("waiting"):
+    if variant == "waiting":
         client = connection.redis_client(url)
         assert isinstance(client, Redis)
-        if variant == "waiting-wait-for":
-            client.connection_pool.connection_class = Connection  # redis-py's own (the URL is TCP)
         return client
     pool = BlockingConnectionPool.from_url(  # redis_client() before WaitingConnectionPool
         url,
@@ -52,7 +46,6 @@ def client_for(variant: str, url: str) -> Redis:
         socket_timeout=connection.COMMAND_TIMEOUT_SECONDS,
         **connection._COMMON,
     )
-    pool.connection_class = inline_write_class(pool.connection_class)
     return Redis.from_pool(pool)
 
 

@@ -11,6 +11,7 @@ from aiogram.client.telegram import TelegramAPIServer
 from aiogram.fsm.storage.memory import SimpleEventIsolation
 
 from bot.metrics import LLM_IN_FLIGHT, PrometheusObserver, watch_summarizer
+from bot.provider_health import PROVIDER
 from bot.serving.fastpath import json_codec
 from bot.serving.startup import with_startup_retries
 from bot.settings import BotSettings
@@ -24,15 +25,16 @@ from bot.telegram.middlewares.response_types import KeepResponseTypes
 from bot.telegram.optional import BestEffort, OptionalCallFailed, PaceEmptyPolls
 from bot.telegram.session import FencedSession
 from bot.telegram.texts import bot_commands
-from services.backends.memory import MemoryBackend
+from services.backends.memory import InMemoryBackend
 from services.backends.redis.backend import RedisBackend
 from services.backends.redis.connection import choose_cluster, redis_client
 from services.backends.redis.keys import KeySpace, bot_id_of
 from services.engine.builders import build_chat_service, build_llm_client
 from services.engine.chat import ChatService
+from services.engine.handoff_memory import HandoffMemory
 from services.errors import ConfigurationError
-from services.handoff import HandoffMemory
-from services.ports import Backend, QueuedBackend, SessionStore
+from services.ports.backend import Backend, QueuedBackend
+from services.ports.sessions import SessionStore
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +44,7 @@ def key_space(settings: Settings) -> KeySpace:
     return KeySpace(settings.redis.redis_key_prefix, bot_id_of(settings.bot.bot_token.get_secret_value()))
 
 
-async def open_backend(settings: Settings) -> MemoryBackend | RedisBackend:
+async def open_backend(settings: Settings) -> InMemoryBackend | RedisBackend:
     """``build_backend`` after resolving ``REDIS_CLUSTER`` (``auto`` asks the server once, retrying
     while it cannot be reached; StartupError if it never answers)."""
     if settings.redis.redis_url is None:
@@ -63,7 +65,7 @@ async def open_redis_backend(settings: Settings) -> QueuedBackend:
     return backend
 
 
-def build_backend(settings: Settings, *, cluster: bool = False) -> MemoryBackend | RedisBackend:
+def build_backend(settings: Settings, *, cluster: bool = False) -> InMemoryBackend | RedisBackend:
     """Redis with ``REDIS_URL`` (one client; a cluster client if ``cluster``), else the in-process one."""
     ttl = settings.memory.session_ttl_seconds
     per_minute = settings.bot.rate_limit_per_minute
@@ -72,7 +74,7 @@ def build_backend(settings: Settings, *, cluster: bool = False) -> MemoryBackend
             "REDIS_URL is unset: using the in-process session store (one process only; sessions are "
             "lost on restart). Set REDIS_URL for production and for more than one worker."
         )
-        return MemoryBackend(ttl_seconds=ttl, per_minute=per_minute)
+        return InMemoryBackend(ttl_seconds=ttl, per_minute=per_minute)
     keys = key_space(settings)
     client = redis_client(
         settings.redis.redis_url.get_secret_value(),
@@ -93,7 +95,9 @@ def build_engine(settings: Settings, store: SessionStore) -> ChatService:
         store=store,
         memory=settings.memory,
         instruction_role=settings.llm.openai_instruction_role,
-        observer=PrometheusObserver(drift_warn_ratio=settings.bot.token_drift_warn_ratio),
+        observer=PrometheusObserver(
+            drift_warn_ratio=settings.bot.token_drift_warn_ratio, on_answered=lambda: PROVIDER.accepted("chat")
+        ),
         handoff=settings.bot.handoff_enabled,
         summary_response_format=settings.llm.summary_response_format,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -153,11 +154,11 @@ def record_turn(result: TurnResult, *, drift_warn_ratio: float = 0.15) -> float 
 class PrometheusObserver:
     """The bot's TurnObserver: every turn the engine handles lands in the metrics above."""
 
-    def __init__(self, *, drift_warn_ratio: float = 0.15) -> None:
+    def __init__(self, *, drift_warn_ratio: float = 0.15, on_answered: Callable[[], None] = lambda: None) -> None:
         self._drift_warn_ratio = drift_warn_ratio
+        self._on_answered = on_answered
+        """Told after each turn the model answered (the factory clears the provider watch with it)."""
 
     def turn_finished(self, result: TurnResult) -> None:
         record_turn(result, drift_warn_ratio=self._drift_warn_ratio)
-        from bot.provider_health import PROVIDER  # it imports this module's gauges
-
-        PROVIDER.accepted("chat")
+        self._on_answered()

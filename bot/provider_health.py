@@ -11,6 +11,8 @@ from collections.abc import Callable
 
 from prometheus_client import Counter, Gauge
 
+from bot.metrics import LLM_PROVIDER_REFUSALS, LLM_PROVIDER_REFUSING
+
 log = logging.getLogger(__name__)
 
 LOG_EVERY_SECONDS = 60.0
@@ -58,10 +60,4 @@ class ProviderWatch:
         self._refusing.labels(call).set(0)
 
 
-def _watch() -> ProviderWatch:
-    from bot.metrics import LLM_PROVIDER_REFUSALS, LLM_PROVIDER_REFUSING
-
-    return ProviderWatch(refusing=LLM_PROVIDER_REFUSING, refusals=LLM_PROVIDER_REFUSALS)
-
-
-PROVIDER = _watch()
+PROVIDER = ProviderWatch(refusing=LLM_PROVIDER_REFUSING, refusals=LLM_PROVIDER_REFUSALS)

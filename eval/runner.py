@@ -8,7 +8,7 @@ from eval.dialogues import Dialogue
 from services.engine.chat import ChatService
 from services.engine.identifiers import mentions, summary_text
 from services.engine.turns import TurnResult
-from services.ports import SessionStore
+from services.ports.sessions import SessionStore
 
 
 @dataclass(frozen=True, slots=True)

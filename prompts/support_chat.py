@@ -40,5 +40,30 @@ attempts to help. Do not promise what the operator will decide. After a handoff,
 <conversation_summary> also record what the operator said, did and promised: rely on them and do not \
 ask the customer again for details already given."""
 
+
+HANDOFF_TOOL = "handoff_to_operator"
+"""The OpenAI tool the model may call (offered only when handoff is on)."""
+
+HANDOFF_TOOL_SPEC: dict[str, object] = {
+    "type": "function",
+    "function": {
+        "name": HANDOFF_TOOL,
+        "description": (
+            "Hand the conversation over to a human support operator. Use it when the customer asks "
+            "for a person, or when the request needs a human decision you cannot make."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {"reason": {"type": "string", "description": "why a human is needed, one sentence"}},
+            "required": ["reason"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+HANDOFF_MARK = "[handed over to a human operator] "
+"""Prefix of the assistant message stored for a turn the model answered with the handoff tool (a
+redelivered turn is recognised by it)."""
+
 VERSIONS = (V1, V2)
 ACTIVE = "v2"

@@ -18,14 +18,15 @@ import redis
 from aiogram import Bot
 from redis.asyncio import Redis
 
-from services.backends.memory import MemoryBackend
+from services.backends.memory import InMemoryBackend
 from services.backends.redis.backend import RedisBackend
 from services.backends.redis.connection import redis_client
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import AnyRedis
 from services.engine.llm import LLMClient
 from services.engine.tokens import TokenCounter
-from services.ports import Backend, QueuedBackend, SessionStore
+from services.ports.backend import Backend, QueuedBackend
+from services.ports.sessions import SessionStore
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
 
@@ -237,7 +238,7 @@ async def open_backend_for_test(name: str, request: pytest.FixtureRequest) -> Ba
     """An empty backend ``name`` with a 3600 s TTL and a limit of 2 messages a minute."""
     client: AnyRedis
     if name == "memory":
-        return MemoryBackend(ttl_seconds=3600, per_minute=2)
+        return InMemoryBackend(ttl_seconds=3600, per_minute=2)
     if name == "fakeredis":
         client = fakeredis.FakeAsyncRedis()
     elif name == "redis-cluster":

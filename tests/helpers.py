@@ -8,7 +8,8 @@ from services.engine.llm import LLMClient
 from services.engine.policy import CompactionPolicy, WaterMarkPolicy
 from services.engine.summarizer import Summarizer
 from services.engine.tokens import TokenCounter
-from services.ports import SessionStore, TurnObserver
+from services.ports.observer import TurnObserver
+from services.ports.sessions import SessionStore
 
 
 def make_service(

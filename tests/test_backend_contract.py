@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from services.engine.models import NewMessage
 from services.errors import ConcurrentUpdateError
-from services.ports import Backend, QueuedBackend
+from services.ports.backend import Backend, QueuedBackend
 
 
 def turn(n: int) -> list[NewMessage]:

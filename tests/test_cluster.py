@@ -21,9 +21,9 @@ from bot.cli import admin
 from bot.factory import open_redis_backend
 from services.backends.redis.backend import RedisBackend
 from services.backends.redis.connection import choose_cluster, is_cluster, redis_client, reply_parser
-from services.backends.redis.deadletters import DeadLetterStore
+from services.backends.redis.deadletters import RedisDeadLetters
 from services.backends.redis.keys import CHAT_KEY_NAMES, ChatKeys, KeySpace
-from services.backends.redis.queue import ChatWorkQueue
+from services.backends.redis.queue import RedisWorkQueue
 from services.backends.redis.scripts import AnyRedis, CrossSlotError, redis_errors, register, slot_of
 from services.backends.redis.store import RedisSessionStore
 from services.errors import CorruptSessionError, StoreError, StoreUnavailableError
@@ -174,7 +174,7 @@ def test_every_script_goes_through_the_single_slot_check() -> None:
 
 
 async def test_wait_for_work_wakes_on_a_cluster(cluster_redis: AnyRedis) -> None:
-    queue = ChatWorkQueue(redis=cluster_redis, keys=KEYS, lease_ms=1000)
+    queue = RedisWorkQueue(redis=cluster_redis, keys=KEYS, lease_ms=1000)
     waiter = asyncio.create_task(queue.wait_for_work(5))
     await asyncio.sleep(0.1)
     started = asyncio.get_running_loop().time()
@@ -196,7 +196,7 @@ async def test_operator_commands_see_every_master(cluster_redis: AnyRedis) -> No
     out = io.StringIO()
     assert await admin.quarantine(backend, "list", None, out) == 0
     assert "30 quarantined session(s)" in out.getvalue()
-    dead = DeadLetterStore(redis=cluster_redis, keys=KEYS)
+    dead = RedisDeadLetters(redis=cluster_redis, keys=KEYS)
     await dead.add(chat_id=5, item_id="9", order=9, payload="{}", error="boom", attempts=3, worker="w")
     out = io.StringIO()
     assert await admin.dead_letters(backend, "list", None, out) == 0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.ports import DeadLetters, QueuedBackend
+from services.ports.backend import QueuedBackend
+from services.ports.deadletters import DeadLetters
 from tests.conftest import TEST_KEYS
 
 KEYS = TEST_KEYS

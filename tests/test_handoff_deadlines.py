@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 
 from bot.serving.deadlines import watch_deadlines
-from services.backends.memory import MemoryBackend
+from services.backends.memory import InMemoryBackend
 
 
 async def test_the_deadline_watcher_goes_on_after_one_chat_fails() -> None:
-    backend = MemoryBackend()
+    backend = InMemoryBackend()
     h = backend.handoffs
     await h.track(1, open=True, reply_within=0)
     await h.track(2, open=True, reply_within=0)

@@ -14,9 +14,9 @@ from aiogram.types import Chat, Message, User
 from bot.settings import BotSettings
 from bot.telegram.desk import HandoffDesk
 from bot.telegram.texts import TEXTS, Texts
-from services.backends.memory import MemoryBackend
+from services.backends.memory import InMemoryBackend
+from services.engine.handoff_memory import HandoffMemory
 from services.errors import StoreUnavailableError, TransientError
-from services.handoff import HandoffMemory
 
 CHAT, GROUP, TOPIC = 31337, -1001234567890, 500
 
@@ -43,13 +43,13 @@ class FakeBot:
         return Topic()
 
 
-def desk_for(backend: MemoryBackend) -> HandoffDesk:
+def desk_for(backend: InMemoryBackend) -> HandoffDesk:
     settings = BotSettings(_env_file=None, operator_chat_id=GROUP)  # type: ignore[call-arg]
     memory = HandoffMemory(store=backend.store, summarizer=None)  # type: ignore[arg-type]
     return HandoffDesk(store=backend.handoffs, memory=memory, settings=settings)
 
 
-async def opened(backend: MemoryBackend) -> None:
+async def opened(backend: InMemoryBackend) -> None:
     h = backend.handoffs
     await h.set_topic(CHAT, GROUP, TOPIC)
     await h.bind_topic(GROUP, TOPIC, CHAT)
@@ -65,7 +65,7 @@ def operator_message(text: str) -> Message:
 
 
 async def test_an_operator_message_racing_forget_is_neither_copied_nor_kept() -> None:
-    backend = MemoryBackend()
+    backend = InMemoryBackend()
     await opened(backend)
     desk = desk_for(backend)
     bot = FakeBot()
@@ -83,11 +83,11 @@ async def test_an_operator_message_racing_forget_is_neither_copied_nor_kept() ->
 
 
 async def test_the_store_records_nothing_for_a_handoff_forgotten_meanwhile() -> None:
-    backend = MemoryBackend()
+    backend = InMemoryBackend()
     await opened(backend)
     h = backend.handoffs
     await backend.forget_chat(CHAT)
-    from services.handoff import TranscriptEntry
+    from services.engine.handoff_records import TranscriptEntry
 
     await h.begin_relay(CHAT, "u10")
     recorded = await h.record(CHAT, "u10", TranscriptEntry("operator", "late"))
@@ -97,7 +97,7 @@ async def test_the_store_records_nothing_for_a_handoff_forgotten_meanwhile() -> 
 
 
 async def test_a_start_redone_after_a_crash_past_open_sets_the_deadline() -> None:
-    backend = MemoryBackend()
+    backend = InMemoryBackend()
     h = backend.handoffs
     real_track = h.track
     calls = {"n": 0}
@@ -134,7 +134,7 @@ class FlakyGroupBot(FakeBot):
 
 @pytest.mark.parametrize("retry", ["u11", "u12"], ids=["redelivered", "sent-again-by-the-operator"])
 async def test_a_close_retried_after_a_blip_still_tells_the_customer_and_the_topic(retry: str) -> None:
-    backend = MemoryBackend()
+    backend = InMemoryBackend()
     await opened(backend)
     desk = desk_for(backend)
     bot = FlakyGroupBot()
@@ -157,10 +157,10 @@ class FailingSummarizer:
 
 
 async def test_a_close_whose_transcript_cannot_be_folded_is_retried_not_done() -> None:
+    from services.engine.handoff_records import TranscriptEntry
     from services.errors import SummaryUnavailableError
-    from services.handoff import TranscriptEntry
 
-    backend = MemoryBackend()
+    backend = InMemoryBackend()
     await opened(backend)
     await backend.handoffs.record(CHAT, "u2", TranscriptEntry("operator", "a replacement ships Friday"))
     settings = BotSettings(_env_file=None, operator_chat_id=GROUP)  # type: ignore[call-arg]
@@ -177,7 +177,7 @@ async def test_a_close_whose_transcript_cannot_be_folded_is_retried_not_done() -
 
 @pytest.mark.parametrize("resume", [False, True])
 async def test_an_overdue_handoff_redone_after_a_blip_sends_each_notice_once(resume: bool) -> None:
-    backend = MemoryBackend()
+    backend = InMemoryBackend()
     await opened(backend)
     await backend.handoffs.track(CHAT, open=True, reply_within=0)
     settings = BotSettings(_env_file=None, operator_chat_id=GROUP, handoff_resume_on_timeout=resume)  # type: ignore[call-arg]
@@ -210,7 +210,7 @@ class ReopeningBot(FakeBot):
 
 
 async def test_a_topic_of_the_previous_operator_group_is_never_reopened_in_the_new_one() -> None:
-    backend = MemoryBackend()
+    backend = InMemoryBackend()
     h = backend.handoffs
     old_group, old_topic = GROUP - 1, 600
     await h.set_topic(CHAT, old_group, old_topic)  # a handoff from before OPERATOR_CHAT_ID changed

@@ -8,11 +8,11 @@ import time
 import pytest
 
 from services.backends.redis.backend import RedisBackend
+from services.engine.handoff_records import TRANSCRIPT_KEPT, Handoff, TranscriptEntry
 from services.engine.models import NewMessage
 from services.errors import CorruptSessionError, LeaseLostError, StoreUnavailableError
 from services.fence import Fence
-from services.handoff import TRANSCRIPT_KEPT, Handoff, TranscriptEntry
-from services.ports import Backend
+from services.ports.backend import Backend
 
 CHAT = 4242
 GROUP = -1001234567890
@@ -50,7 +50,7 @@ async def test_open_record_close_keeps_the_topic(backend: Backend) -> None:
     record = await handoffs.get(CHAT)
     assert [e.text for e in record.transcript] == ["photo of the stand", "refund approved", "sent", "late"]
     assert await handoffs.flag(CHAT) and not await handoffs.flag(CHAT)
-    assert await handoffs.close(CHAT) and not await handoffs.close(CHAT)
+    assert await handoffs.end(CHAT) and not await handoffs.end(CHAT)
     record = await handoffs.get(CHAT)
     assert (record.state, record.topic_id) == ("closed", 77)
     assert await handoffs.open(CHAT, reason="second", trigger="model", language="en")
@@ -107,7 +107,7 @@ async def test_writes_of_a_worker_without_the_lease_are_refused(backend: Backend
         backend.handoffs.open(CHAT, reason="r", trigger="command", language="en", fence=fence),
         backend.handoffs.set_topic(CHAT, GROUP, 1, fence=fence),
         backend.handoffs.record(CHAT, "u1", TranscriptEntry("customer", "x"), fence=fence),
-        backend.handoffs.close(CHAT, fence=fence),
+        backend.handoffs.end(CHAT, fence=fence),
         backend.handoffs.begin_relay(CHAT, "u1", fence=fence),
         backend.handoffs.flag(CHAT, fence=fence),
     ):
@@ -121,7 +121,7 @@ async def test_nothing_is_recorded_for_a_handoff_forgotten_or_closed_meanwhile(b
     await h.set_topic(CHAT, GROUP, 77)
     await h.open(CHAT, reason="asked", trigger="command", language="en", item_id="u1")
     assert (await h.get(CHAT)).opened_by == "u1"
-    await h.close(CHAT, item_id="u5")
+    await h.end(CHAT, item_id="u5")
     closed = await h.get(CHAT)
     assert closed.closed_by == "u5"
     assert not (await h.record(CHAT, "u6", TranscriptEntry("operator", "too late"))).new
@@ -148,7 +148,7 @@ async def test_the_transcript_keeps_its_newest_entries_and_goes_with_the_close(b
     transcript = (await h.get(CHAT)).transcript
     assert len(transcript) == TRANSCRIPT_KEPT and transcript[0].text == "line 5"
     assert (await h.get(CHAT, transcript=False)).transcript == ()
-    await h.close(CHAT)
+    await h.end(CHAT)
     assert (await h.get(CHAT)).transcript == ()
     if isinstance(backend, RedisBackend):
         assert not await backend.redis.exists(backend.keys.chat(CHAT).handoff_log)

@@ -7,14 +7,14 @@ import fakeredis
 import pytest
 
 from bot.queueing.intake import UNEXPECTED_FAILURES_KEPT, Intake, IntakeError
-from services.backends.redis.deadletters import DeadLetterStore
+from services.backends.redis.deadletters import RedisDeadLetters
 from services.backends.redis.keys import KeySpace
-from services.backends.redis.queue import ChatWorkQueue
+from services.backends.redis.queue import RedisWorkQueue
 
 KEYS = KeySpace("i", "1")
 
 
-class BrokenQueue(ChatWorkQueue):
+class BrokenQueue(RedisWorkQueue):
     async def enqueue(self, chat_id: int, item_id: str, payload: str, *, order: int) -> bool:
         raise RuntimeError("something nobody foresaw")
 
@@ -28,7 +28,7 @@ def update(update_id: int, text: str = "hi") -> dict[str, object]:
 
 async def test_an_unexpected_failure_is_retried_before_it_is_dead_lettered() -> None:
     redis = fakeredis.FakeAsyncRedis()
-    dead = DeadLetterStore(redis=redis, keys=KEYS)
+    dead = RedisDeadLetters(redis=redis, keys=KEYS)
     intake = Intake(queue=BrokenQueue(redis=redis, keys=KEYS), dead_letters=dead, identity="w")
     for _ in range(UNEXPECTED_FAILURES_KEPT - 1):
         with pytest.raises(IntakeError):  # webhook: 503, polling: the offset does not move
@@ -41,7 +41,7 @@ async def test_an_unexpected_failure_is_retried_before_it_is_dead_lettered() -> 
 async def test_a_lone_surrogate_is_queued_as_ascii_json() -> None:
     redis = fakeredis.FakeAsyncRedis()
     intake = Intake(
-        queue=ChatWorkQueue(redis=redis, keys=KEYS), dead_letters=DeadLetterStore(redis=redis), identity="w"
+        queue=RedisWorkQueue(redis=redis, keys=KEYS), dead_letters=RedisDeadLetters(redis=redis), identity="w"
     )
     await intake.take(update(8, "broken \ud800 text"))
     [member] = await redis.zrange(KEYS.chat(5).inbox, 0, -1)
@@ -57,8 +57,8 @@ async def test_operator_group_updates_go_to_the_inbox_of_their_topics_customer()
     handoffs = RedisHandoffStore(redis=redis, keys=KEYS)
     await handoffs.bind_topic(group, 42, customer)
     intake = Intake(
-        queue=ChatWorkQueue(redis=redis, keys=KEYS),
-        dead_letters=DeadLetterStore(redis=redis, keys=KEYS),
+        queue=RedisWorkQueue(redis=redis, keys=KEYS),
+        dead_letters=RedisDeadLetters(redis=redis, keys=KEYS),
         identity="w",
         route=operator_route(group, handoffs),
     )

@@ -78,7 +78,7 @@ async def test_retries_with_backoff_then_succeeds(stub_llm: StubOpenAI) -> None:
 
 @pytest.mark.parametrize("streamed", [False, True])
 async def test_tools_are_offered_and_a_tool_call_is_reported(stub_llm: StubOpenAI, streamed: bool) -> None:
-    from services.handoff import HANDOFF_TOOL, HANDOFF_TOOL_SPEC
+    from prompts.support_chat import HANDOFF_TOOL, HANDOFF_TOOL_SPEC
     from tests.stubs.openai_server import tool_reply
 
     deltas: list[str] = []

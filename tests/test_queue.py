@@ -10,11 +10,12 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
-from services.backends.redis.queue import ChatWorkQueue
+from services.backends.redis.queue import RedisWorkQueue
 from services.engine.models import NewMessage
 from services.errors import StoreUnavailableError
 from services.fence import Fence
-from services.ports import Claim, QueuedBackend, Step, WorkQueue
+from services.ports.backend import QueuedBackend
+from services.ports.queue import Claim, Step, WorkQueue
 from tests.conftest import TEST_KEYS
 
 
@@ -166,7 +167,7 @@ async def test_the_inbox_never_expires_while_it_holds_work(redis_server: object)
     been told we have could expire before a worker claimed it."""
     client = Redis.from_url(redis_server.url)  # type: ignore[attr-defined]
     await client.flushdb()
-    queue = ChatWorkQueue(redis=client, keys=KEYS, lease_ms=300, ttl_seconds=1)
+    queue = RedisWorkQueue(redis=client, keys=KEYS, lease_ms=300, ttl_seconds=1)
     await queue.enqueue(1, "u1", "a", order=1)
     assert await client.ttl(KEYS.chat(1).inbox) == -1
     assert await client.ttl(KEYS.chat(1).seen) > 0
@@ -188,7 +189,7 @@ async def test_a_release_delayed_past_its_watchdog_leaves_new_work_due(queued_ba
     driven step by step: the Redis queue's own test. The lease outlasts the steps (with 300 ms, a
     loaded machine let it expire before the release, which then read as lease lost)."""
     queue = queued_backend.queue(lease_ms=30_000)
-    assert isinstance(queue, ChatWorkQueue)
+    assert isinstance(queue, RedisWorkQueue)
     await queue.enqueue(1, "u1", "a", order=1)
     taken = await take(queue, "w1")
     assert taken is not None
@@ -274,7 +275,7 @@ async def test_a_chat_whose_watchdog_cannot_be_written_is_neither_taken_nor_coun
     """On a cluster the ready set's master may be down while the chat's is up: the watchdog is written
     first, so the failure leaves no lease held without one and counts no attempt (intake answers 503 and
     Telegram offers the update again)."""
-    queue = ChatWorkQueue(redis=fakeredis.FakeAsyncRedis(), keys=KEYS, lease_ms=5000)
+    queue = RedisWorkQueue(redis=fakeredis.FakeAsyncRedis(), keys=KEYS, lease_ms=5000)
     watch = queue._watch
 
     async def ready_set_down(**_: object) -> object:
@@ -292,7 +293,7 @@ async def test_a_chat_whose_watchdog_cannot_be_written_is_neither_taken_nor_coun
 async def test_an_attempt_set_aside_after_its_transient_note_is_counted_once() -> None:
     """A shutdown during the back-off after a transient failure sets the same attempt aside: one attempt,
     one count (two counts would bring its give-up time and the dead letters closer)."""
-    queue = ChatWorkQueue(redis=fakeredis.FakeAsyncRedis(), keys=KEYS, lease_ms=5000)
+    queue = RedisWorkQueue(redis=fakeredis.FakeAsyncRedis(), keys=KEYS, lease_ms=5000)
     await queue.enqueue(8, "u8", "{}", order=1)
     claim = await queue.claim("w:1")
     assert claim is not None

@@ -1,50 +1,25 @@
-"""The connections ``redis_client()`` builds: each command's write is bounded without a task of its
-own (redis-py's ``asyncio.wait_for`` made one per command on Python 3.11), on one server and on every
-node of a cluster, and the bound still holds against a server that stops reading."""
+"""The connections ``redis_client()`` builds: redis-py's own classes, on one server and on every node
+of a cluster, and each command's write bound holds against a server that stops reading."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import inspect
 import os
 import signal
 import time
-from collections.abc import Coroutine, Generator
-from typing import Any
+from collections.abc import Generator
 
 import pytest
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from services.backends.redis.connection import redis_client
-from services.backends.redis.inline_write import TASK_PER_WRITE, inline_write_class
 from services.backends.redis.scripts import AnyRedis
 from tests.cluster import RedisClusterServers
 from tests.conftest import RedisServer, flushed_cluster_client
 
-CONNECTION = "InlineWriteConnection" if TASK_PER_WRITE else "Connection"
-"""The class of the connections in use (redis-py's own where ``wait_for`` makes no task)."""
-
-
-async def tasks_created_by(work: Coroutine[Any, Any, None]) -> int:
-    """How many tasks the event loop creates while ``work`` runs."""
-    loop = asyncio.get_running_loop()
-    previous = loop.get_task_factory()
-    created = 0
-
-    def counting(loop: asyncio.AbstractEventLoop, coro: Generator[Any, None, Any], **kwargs: Any) -> asyncio.Task[Any]:
-        nonlocal created
-        created += 1
-        return asyncio.Task(coro, loop=loop, **kwargs)
-
-    loop.set_task_factory(counting)  # type: ignore[arg-type]
-    try:
-        await work
-    finally:
-        loop.set_task_factory(previous)
-    return created
+CONNECTION = "Connection"
+"""redis-py's own connection class: the bot replaces none of its methods."""
 
 
 async def twenty_round_trips(client: AnyRedis) -> None:
@@ -53,11 +28,11 @@ async def twenty_round_trips(client: AnyRedis) -> None:
         assert await client.get(f"k{n}") == str(n).encode()
 
 
-async def test_a_command_on_one_server_makes_no_task(redis_server: RedisServer) -> None:
+async def test_commands_on_one_server_use_redis_py_s_own_connections(redis_server: RedisServer) -> None:
     client = redis_client(redis_server.url, max_connections=2)
     try:
         await client.ping()  # connected, health checked
-        assert await tasks_created_by(twenty_round_trips(client)) == 0
+        await twenty_round_trips(client)
         connections = client.connection_pool._available_connections  # type: ignore[union-attr]
         assert connections
         assert all(type(c).__name__ == CONNECTION for c in connections)
@@ -65,11 +40,11 @@ async def test_a_command_on_one_server_makes_no_task(redis_server: RedisServer) 
         await client.aclose()
 
 
-async def test_a_command_on_a_cluster_makes_no_task(redis_cluster: RedisClusterServers) -> None:
+async def test_commands_on_a_cluster_use_redis_py_s_own_connections(redis_cluster: RedisClusterServers) -> None:
     client = await flushed_cluster_client(redis_cluster)
     assert isinstance(client, RedisCluster)
     try:
-        assert await tasks_created_by(twenty_round_trips(client)) == 0
+        await twenty_round_trips(client)
         nodes = client.get_nodes()
         assert len(nodes) >= 3
         used = [c for node in nodes for c in node._connections]
@@ -120,25 +95,10 @@ async def test_a_write_to_a_server_that_stopped_reading_times_out(own_server: Re
         await client.aclose()
 
 
-def test_the_replaced_method_is_still_the_one_it_mirrors() -> None:
-    """``inline_write`` copies redis-py 8.1's ``send_packed_command`` around the write; a redis-py
-    release that changes it must be compared with the copy again (then this hash is updated)."""
-    source = inspect.getsource(AbstractConnection.send_packed_command)
-    assert hashlib.sha256(source.encode()).hexdigest() == (
-        "baaeabd916209157db40455f034a0bac6fb3e2db902271313e0702bcbc678321"
-    ), "redis-py's send_packed_command changed: re-check services/backends/redis/inline_write.py"
-
-
 def test_each_connection_class_keeps_its_transport() -> None:
-    """TLS and Unix-socket URLs keep their own class under the inline write (one class per kind)."""
-    from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
+    """TLS and Unix-socket URLs get redis-py's class for their transport."""
+    from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
 
-    for cls in (Connection, SSLConnection, UnixDomainSocketConnection):
-        inline = inline_write_class(cls)
-        assert issubclass(inline, cls)
-        assert (inline is not cls) == TASK_PER_WRITE
-        assert inline_write_class(cls) is inline
-        assert inline_write_class(inline) is inline
     tls = redis_client("rediss://127.0.0.1:1/0")
     unix = redis_client("unix:///tmp/nothing.sock")
     assert issubclass(tls.connection_pool.connection_class, SSLConnection)  # type: ignore[union-attr]

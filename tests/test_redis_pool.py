@@ -193,3 +193,38 @@ async def test_a_connection_that_cannot_be_made_gives_its_place_back() -> None:
                 assert settled(pool)
         finally:
             await pool.aclose()
+
+
+def test_the_private_names_the_pool_uses_are_still_redis_py_s() -> None:
+    """``WaitingConnectionPool`` reads ``ConnectionPool._lock`` and ``_in_use_connections``."""
+    from redis.asyncio.connection import ConnectionPool
+
+    pool = ConnectionPool()
+    assert isinstance(pool._lock, asyncio.Lock)
+    assert isinstance(pool._in_use_connections, set)
+    assert callable(pool.get_available_connection)
+
+
+async def test_redis_py_s_blocking_pool_still_loses_a_cancelled_waiter_s_wake_up(redis_server: RedisServer) -> None:
+    """Why the bot has its own pool: the hand-over that ``test_a_woken_waiter_that_is_cancelled_passes_
+    its_connection_on`` checks fails with redis-py's ``BlockingConnectionPool``: the next command waits
+    out the timeout and fails while the connection is free. When this test fails, redis-py or Python
+    fixed it: replace ``pool.py`` by theirs."""
+    from redis.asyncio import BlockingConnectionPool
+
+    pool = BlockingConnectionPool.from_url(redis_server.url, max_connections=1, timeout=0.5)
+    try:
+        held = await pool.get_connection()
+        first = asyncio.create_task(pool.get_connection())
+        second = asyncio.create_task(pool.get_connection())
+        for _ in range(100):
+            if len(pool._condition._waiters or ()) >= 2:  # type: ignore[attr-defined]
+                break
+            await asyncio.sleep(0)
+        await pool.release(held)
+        first.cancel()
+        with pytest.raises(RedisConnectionError, match="No connection available"):
+            await second  # the one connection sat free all along
+        assert first.cancelled() and len(pool._in_use_connections) == 0
+    finally:
+        await pool.aclose()

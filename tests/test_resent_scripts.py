@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from services.backends.redis.keys import KeySpace
-from services.backends.redis.queue import ChatWorkQueue
+from services.backends.redis.queue import RedisWorkQueue
 from services.backends.redis.ratelimit import RedisRateLimiter
 from services.backends.redis.store import RedisSessionStore
 from tests.conftest import RedisServer
@@ -63,7 +63,7 @@ async def test_a_refused_rate_limit_hit_run_twice_still_tells_the_customer_once(
 
 async def test_a_failure_noted_twice_counts_one_attempt(client: ScriptsTwice) -> None:
     """Counted twice, one failure would send an update to the dead letters an attempt early."""
-    queue = ChatWorkQueue(redis=client, keys=KEYS, lease_ms=5000)
+    queue = RedisWorkQueue(redis=client, keys=KEYS, lease_ms=5000)
     await queue.enqueue(3, "u3", "{}", order=1)
     claim = await queue.claim("w:1")
     assert claim is not None

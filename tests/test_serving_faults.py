@@ -16,12 +16,12 @@ from redis.asyncio import Redis
 from bot.queueing.intake import Intake
 from bot.queueing.supervisor import Supervisor
 from bot.queueing.worker import Worker
-from services.backends.redis.deadletters import DeadLetterStore
+from services.backends.redis.deadletters import RedisDeadLetters
 from services.backends.redis.keys import KeySpace
-from services.backends.redis.queue import ChatWorkQueue
+from services.backends.redis.queue import RedisWorkQueue
 from services.backends.redis.scripts import redis_errors
 from services.errors import TransientError
-from services.ports import Claim
+from services.ports.queue import Claim
 from tests.worker_helpers import make_worker, update, update_json
 
 KEYS = KeySpace("rf", "123456")
@@ -32,7 +32,7 @@ async def test_a_worker_loop_restarted_after_a_crash_in_claim_still_has_its_slot
     StoreError (e.g. MISCONF: RDB snapshots failing) crashes run(); the supervisor restarts it, and with
     WORKER_CONCURRENCY=1 it waited for the slot the crashed loop kept, forever, alive and 'ready'."""
 
-    class MisconfOnce(ChatWorkQueue):
+    class MisconfOnce(RedisWorkQueue):
         crashes = 1
 
         async def claim(self, token: str) -> Claim | None:
@@ -66,7 +66,7 @@ async def test_a_ready_set_outage_at_intake_does_not_dead_letter_a_healthy_updat
     offers the update, and no offer may count as an attempt at it, or it would reach the dead letters
     unprocessed (max_attempts + VANISHED_ALLOWANCE) once the ready set is back."""
     r = fakeredis.FakeAsyncRedis()
-    queue = ChatWorkQueue(redis=r, keys=KEYS, lease_ms=5000)
+    queue = RedisWorkQueue(redis=r, keys=KEYS, lease_ms=5000)
     ready_down = True
     originals = {name: getattr(queue, name) for name in ("_watch", "_mark_ready", "_claim")}
 
@@ -91,7 +91,7 @@ async def test_a_ready_set_outage_at_intake_does_not_dead_letter_a_healthy_updat
     dispatcher = Dispatcher()
     dispatcher.message.register(on_message)
     worker = make_worker(queue, dispatcher, bot, concurrency=4, idle_wait=0.05)
-    dead = DeadLetterStore(redis=r, keys=KEYS)
+    dead = RedisDeadLetters(redis=r, keys=KEYS)
     intake = Intake(queue=queue, dead_letters=dead, identity="w1", serve=worker)
     running = asyncio.create_task(worker.run())
     try:
@@ -131,12 +131,12 @@ async def test_a_busy_worker_does_not_take_the_wake_up_an_idle_worker_needs(bot:
     def worker(identity: str) -> Worker:
         dispatcher = Dispatcher()
         dispatcher.message.register(on_message)
-        w = make_worker(ChatWorkQueue(redis=r, keys=KEYS, lease_ms=5000), dispatcher, bot, concurrency=1, idle_wait=3)
+        w = make_worker(RedisWorkQueue(redis=r, keys=KEYS, lease_ms=5000), dispatcher, bot, concurrency=1, idle_wait=3)
         w.identity = identity
         return w
 
     busy, idle = worker("busy"), worker("idle")
-    queue = ChatWorkQueue(redis=r, keys=KEYS, lease_ms=5000)
+    queue = RedisWorkQueue(redis=r, keys=KEYS, lease_ms=5000)
     tasks = [asyncio.create_task(busy.run())]
     try:
         await asyncio.sleep(0.2)  # busy: found nothing, in BLPOP; the next message's wake-up wakes it

@@ -7,7 +7,7 @@ import pytest
 from services.engine.models import Compaction, NewMessage
 from services.engine.summary_state import SummaryState
 from services.errors import ConcurrentUpdateError
-from services.ports import SessionStore
+from services.ports.sessions import SessionStore
 
 
 def turn(n: int) -> list[NewMessage]:

@@ -18,14 +18,15 @@ from bot.queueing.intake import Intake
 from bot.queueing.worker import Worker
 from bot.settings import BotSettings
 from bot.telegram.texts import TEXTS
-from services.backends.memory import MemoryBackend
-from services.backends.redis.deadletters import DeadLetterStore
+from services.backends.memory import InMemoryBackend
+from services.backends.redis.deadletters import RedisDeadLetters
 from services.backends.redis.keys import KeySpace
-from services.backends.redis.queue import ChatWorkQueue
+from services.backends.redis.queue import RedisWorkQueue
 from services.backends.redis.store import RedisSessionStore
 from services.errors import LLMUnavailableError, StoreUnavailableError
 from services.fence import CURRENT_FENCE, Fence
-from services.ports import Claim, DeadLetter, QueueItem, Step
+from services.ports.deadletters import DeadLetter
+from services.ports.queue import Claim, QueueItem, Step
 from tests.stubs.telegram_server import StubTelegram
 from tests.worker_helpers import make_worker, update, update_json
 
@@ -33,7 +34,7 @@ KEYS = KeySpace("w", "123456")
 TOKEN = "123456:TEST-token"
 
 
-class FlakyQueue(ChatWorkQueue):
+class FlakyQueue(RedisWorkQueue):
     """Redis goes away once under ``next``; ``renew`` is slow and swallows cancellation, as a client may."""
 
     fail_next_once = False
@@ -147,7 +148,7 @@ async def test_a_renewal_that_hangs_past_the_lease_cancels_the_handler(bot: Bot)
 async def test_a_poison_update_goes_to_the_dead_letters_and_the_chat_goes_on(bot: Bot) -> None:
     """Regression: an update whose handling always fails was retried forever, holding the chat."""
     redis = fakeredis.FakeAsyncRedis()
-    queue = ChatWorkQueue(redis=redis, keys=KEYS, lease_ms=1000)
+    queue = RedisWorkQueue(redis=redis, keys=KEYS, lease_ms=1000)
     dispatcher = Dispatcher()
     handled: list[str] = []
     after = asyncio.Event()
@@ -165,7 +166,7 @@ async def test_a_poison_update_goes_to_the_dead_letters_and_the_chat_goes_on(bot
     await queue.enqueue(9, "u3", update_json(3, 9, "after"), order=3)
     await run_until(worker, after)
     assert handled == ["after"]
-    letters = await DeadLetterStore(redis=redis, keys=KEYS).list()
+    letters = await RedisDeadLetters(redis=redis, keys=KEYS).list()
     assert {letter.item_id for letter in letters} == {"u1", "u2"}
     poison = next(letter for letter in letters if letter.item_id == "u1")
     assert poison.attempts == 3 and poison.chat_id == 9 and json.loads(poison.payload)["update_id"] == 1
@@ -174,7 +175,7 @@ async def test_a_poison_update_goes_to_the_dead_letters_and_the_chat_goes_on(bot
 
 async def test_transient_failures_are_retried_then_given_up(bot: Bot) -> None:
     redis = fakeredis.FakeAsyncRedis()
-    queue = ChatWorkQueue(redis=redis, keys=KEYS, lease_ms=1000)
+    queue = RedisWorkQueue(redis=redis, keys=KEYS, lease_ms=1000)
     dispatcher = Dispatcher()
     tries: list[float] = []
     after = asyncio.Event()
@@ -191,7 +192,7 @@ async def test_transient_failures_are_retried_then_given_up(bot: Bot) -> None:
     await queue.enqueue(9, "u2", update_json(2, 9, "after"), order=2)
     await run_until(worker, after)
     assert len(tries) >= 2, "transient failures do not count against WORKER_MAX_ATTEMPTS"
-    letters = await DeadLetterStore(redis=redis, keys=KEYS).list()
+    letters = await RedisDeadLetters(redis=redis, keys=KEYS).list()
     assert [letter.item_id for letter in letters] == ["u1"] and "transient" in letters[0].error
 
 
@@ -215,13 +216,13 @@ async def run_with_error_router(
 ) -> tuple[FailingChat, list[DeadLetter]]:
     """One update through the real dispatcher (error router included) until it is dead-lettered."""
     redis = fakeredis.FakeAsyncRedis()
-    queue = ChatWorkQueue(redis=redis, keys=KEYS, lease_ms=1000)
+    queue = RedisWorkQueue(redis=redis, keys=KEYS, lease_ms=1000)
     chat = FailingChat(error)
     settings = BotSettings(_env_file=None, bot_token=TOKEN, telegram_api_url=telegram.base_url)  # type: ignore[call-arg]
     bot = build_bot(settings)
-    dispatcher = build_dispatcher(chat, settings, backend=MemoryBackend())  # type: ignore[arg-type]
+    dispatcher = build_dispatcher(chat, settings, backend=InMemoryBackend())  # type: ignore[arg-type]
     worker = make_worker(queue, dispatcher, bot, **options)
-    dead = DeadLetterStore(redis=redis, keys=KEYS)
+    dead = RedisDeadLetters(redis=redis, keys=KEYS)
     await queue.enqueue(9, "u1", update_json(1, 9, "help"), order=1)
     running = asyncio.create_task(worker.run())
     try:
@@ -260,7 +261,7 @@ async def test_reply_marks_left_to_the_worker_are_written_whatever_the_outcome(b
     update's acknowledgement, or with the failed attempt's record when the handler failed afterwards
     (else the retry would send the reply again)."""
     redis = fakeredis.FakeAsyncRedis()
-    queue = ChatWorkQueue(redis=redis, keys=KEYS, lease_ms=5000)
+    queue = RedisWorkQueue(redis=redis, keys=KEYS, lease_ms=5000)
     store = RedisSessionStore(redis=redis, keys=KEYS)
     dispatcher = Dispatcher()
     finished = asyncio.Event()
@@ -288,7 +289,7 @@ async def test_reply_marks_left_to_the_worker_are_written_whatever_the_outcome(b
 async def test_a_handler_and_the_tasks_it_starts_see_their_chats_fence(bot: Bot) -> None:
     """The Bot API session checks CURRENT_FENCE right before a request is written
     (tests/test_fenced_session.py): the worker sets it for each item's work."""
-    queue = ChatWorkQueue(redis=fakeredis.FakeAsyncRedis(), keys=KEYS, lease_ms=5000)
+    queue = RedisWorkQueue(redis=fakeredis.FakeAsyncRedis(), keys=KEYS, lease_ms=5000)
     dispatcher = Dispatcher()
     finished = asyncio.Event()
     seen: list[tuple[bool, bool]] = []
@@ -313,7 +314,7 @@ async def test_reply_marks_are_written_when_a_shutdown_cancels_the_acknowledgeme
     the fence for the ack, so a cancelled ack lost them and the retry answered the turn again.)"""
     ack_started, ack_cancelled = asyncio.Event(), asyncio.Event()
 
-    class StallingAck(ChatWorkQueue):
+    class StallingAck(RedisWorkQueue):
         """The acknowledgement of a done item never returns (a Redis call in flight at shutdown)."""
 
         async def next(
@@ -360,7 +361,7 @@ async def test_after_claiming_the_last_due_chat_the_worker_waits_for_a_wake_up(b
     claims: list[int | None] = []
     claimed = asyncio.Event()
 
-    class CountingQueue(ChatWorkQueue):
+    class CountingQueue(RedisWorkQueue):
         async def claim(self, token: str) -> Claim | None:
             claim = await super().claim(token)
             claims.append(claim.chat_id if claim else None)
@@ -394,7 +395,7 @@ async def test_a_webhook_worker_serves_the_chats_it_receives_and_queues_the_rest
     (held, or no slot free) is queued and served through a claim, in order."""
     claims: list[int | None] = []
 
-    class CountingQueue(ChatWorkQueue):
+    class CountingQueue(RedisWorkQueue):
         async def claim(self, token: str) -> Claim | None:
             claim = await super().claim(token)
             claims.append(claim.chat_id if claim else None)
@@ -444,7 +445,7 @@ async def test_a_webhook_worker_serves_the_chats_it_receives_and_queues_the_rest
     dispatcher.message.register(on_message)
     # it wakes only when a chat is marked due: idle, its slot stays free
     worker = make_worker(queue, dispatcher, bot, concurrency=1, idle_wait=60)
-    intake = Intake(queue=queue, dead_letters=DeadLetterStore(redis=redis, keys=KEYS), identity="w1", serve=worker)
+    intake = Intake(queue=queue, dead_letters=RedisDeadLetters(redis=redis, keys=KEYS), identity="w1", serve=worker)
     running = asyncio.create_task(worker.run())
     try:
         await until_idle()  # running, found nothing

@@ -9,8 +9,8 @@ from typing import Any
 from aiogram import Bot, Dispatcher
 
 from bot.queueing.worker import Worker
-from services.backends.redis.deadletters import DeadLetterStore
-from services.backends.redis.queue import ChatWorkQueue
+from services.backends.redis.deadletters import RedisDeadLetters
+from services.backends.redis.queue import RedisWorkQueue
 
 
 def update(update_id: int, chat_id: int, text: str) -> dict[str, Any]:
@@ -28,7 +28,7 @@ def update_json(update_id: int, chat_id: int, text: str) -> str:
 
 
 def make_worker(
-    queue: ChatWorkQueue,
+    queue: RedisWorkQueue,
     dispatcher: Dispatcher,
     bot: Bot,
     *,
@@ -41,7 +41,7 @@ def make_worker(
     (max_attempts, give_up_seconds, ...)."""
     return Worker(
         queue=queue,
-        dead_letters=DeadLetterStore(redis=queue._redis, keys=queue._keys),
+        dead_letters=RedisDeadLetters(redis=queue._redis, keys=queue._keys),
         dispatcher=dispatcher,
         bot=bot,
         identity="w1",

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TextIO
 
-from services.ports import QueuedBackend
+from services.ports.backend import QueuedBackend
 
 
 def _when(seconds: float) -> str:

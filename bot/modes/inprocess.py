@@ -19,7 +19,7 @@ from bot.serving.webhook import build_webhook_app
 from bot.settings import Settings
 from bot.telegram.desk import HandoffDesk
 from services.errors import StoreError, SupportBotError
-from services.ports import Backend
+from services.ports.backend import Backend
 
 log = logging.getLogger("bot")
 

@@ -26,7 +26,10 @@ from bot.serving.startup import StartupError, with_startup_retries
 from bot.telegram.desk import HandoffDesk
 from services.errors import TransientError
 from services.fence import Fence
-from services.ports import DeadLetters, HandoffStore, QueuedBackend, WorkQueue
+from services.ports.backend import QueuedBackend
+from services.ports.deadletters import DeadLetters
+from services.ports.handoffs import HandoffStore
+from services.ports.queue import WorkQueue
 
 log = logging.getLogger(__name__)
 

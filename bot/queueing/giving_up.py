@@ -20,7 +20,7 @@ from bot.settings import BotSettings
 from bot.telegram.desk import HandoffDesk
 from bot.telegram.texts import Texts, pick_language, text
 from services.fence import Fence
-from services.ports import QueueItem
+from services.ports.queue import QueueItem
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,9 @@ from aiohttp import web
 
 from bot.metrics import DEAD_LETTERS, REDELIVERIES
 from services.errors import TransientError
-from services.ports import Claim, DeadLetters, HandoffStore, PollingLease, Step, WorkQueue
+from services.ports.deadletters import DeadLetters
+from services.ports.handoffs import HandoffStore
+from services.ports.queue import Claim, PollingLease, Step, WorkQueue, item_id_of
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +129,9 @@ class Intake:
             return
         try:
             if self._serve is not None and self._serve.has_room():
-                new = await self._take_and_serve(self._serve, chat_id, f"u{update_id}", payload, update_id)
+                new = await self._take_and_serve(self._serve, chat_id, item_id_of(update_id), payload, update_id)
             else:
-                new = await self._queue.enqueue(chat_id, f"u{update_id}", payload, order=update_id)
+                new = await self._queue.enqueue(chat_id, item_id_of(update_id), payload, order=update_id)
             if not new:
                 REDELIVERIES.inc()
         except TransientError:
@@ -162,7 +164,7 @@ class Intake:
         log.error("update %s moved to the dead letters: %s", update_id, error)
         await self._dead.add(
             chat_id=chat_id,
-            item_id=f"u{update_id}",
+            item_id=item_id_of(update_id),
             order=update_id,
             payload=json.dumps(update, ensure_ascii=True, default=str),
             error=f"intake: {error}",

@@ -32,7 +32,8 @@ from bot.serving.failures import is_transient
 from services.engine.retry import REQUEST_BUDGET
 from services.errors import LeaseLostError, LLMConfigurationError, LLMError, LLMUnavailableError, TransientError
 from services.fence import CURRENT_FENCE, Fence
-from services.ports import Claim, DeadLetters, QueueItem, Step, WorkQueue
+from services.ports.deadletters import DeadLetters
+from services.ports.queue import Claim, QueueItem, Step, WorkQueue
 
 log = logging.getLogger(__name__)
 

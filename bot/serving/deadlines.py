@@ -9,7 +9,8 @@ from collections.abc import Awaitable, Callable
 
 from bot.metrics import ERRORS
 from services.errors import TransientError
-from services.ports import HandoffStore, WorkQueue
+from services.ports.handoffs import HandoffStore
+from services.ports.queue import WorkQueue
 
 log = logging.getLogger(__name__)
 

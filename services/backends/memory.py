@@ -8,12 +8,21 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from services.engine.handoff_records import (
+    NEEDS_OPEN,
+    RELAYED_IDS_KEPT,
+    TRANSCRIPT_KEPT,
+    Handoff,
+    Recorded,
+    TranscriptEntry,
+)
 from services.engine.models import Compaction, NewMessage, Session, StoredMessage
 from services.engine.summary_state import SummaryState
 from services.errors import ConcurrentUpdateError
 from services.fence import Fence
-from services.handoff import NEEDS_OPEN, RELAYED_IDS_KEPT, TRANSCRIPT_KEPT, Handoff, Recorded, TranscriptEntry
-from services.ports import RATE_WINDOW_SECONDS, TURN_IDS_KEPT, CommitResult, RateDecision, RelayState, TurnStatus
+from services.ports.handoffs import RelayState
+from services.ports.ratelimit import RATE_WINDOW_SECONDS, RateDecision
+from services.ports.sessions import TURN_IDS_KEPT, CommitResult, TurnStatus
 
 
 @dataclass
@@ -270,7 +279,7 @@ class InMemoryHandoffStore:
         self._records[chat_id] = replace(record, flagged=True)
         return True
 
-    async def close(self, chat_id: int, *, item_id: str = "", fence: Fence | None = None) -> bool:
+    async def end(self, chat_id: int, *, item_id: str = "", fence: Fence | None = None) -> bool:
         record = await self.get(chat_id)
         if not record.open:
             return False
@@ -311,8 +320,8 @@ class InMemoryHandoffStore:
         self._relayed.pop(chat_id, None)
 
 
-class MemoryBackend:
-    """The in-process store and rate limiter (``services.ports.Backend``)."""
+class InMemoryBackend:
+    """The in-process store and rate limiter (``services.ports.backend.Backend``)."""
 
     def __init__(self, *, ttl_seconds: int = 0, per_minute: int = 0) -> None:
         self.store = InMemorySessionStore(ttl_seconds=ttl_seconds)

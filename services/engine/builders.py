@@ -20,7 +20,8 @@ from services.engine.summarizer import Summarizer
 from services.engine.summary_format import FormatSetting
 from services.engine.tokens import TokenCounter
 from services.errors import ConfigurationError
-from services.ports import SessionStore, TurnObserver
+from services.ports.observer import TurnObserver
+from services.ports.sessions import SessionStore
 from services.settings import LLMSettings, MemorySettings
 
 log = logging.getLogger(__name__)

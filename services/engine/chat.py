@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from prompts.support_chat import HANDOFF_MARK, HANDOFF_TOOL, HANDOFF_TOOL_SPEC
 from services.engine.compactor import Compactor
 from services.engine.models import Compaction, NewMessage, OnDelta, OnRestart, PromptPart, Session, StoredMessage
 from services.engine.policy import CompactionPolicy
@@ -26,8 +27,9 @@ from services.errors import (
     StoreError,
 )
 from services.fence import Fence
-from services.handoff import HANDOFF_MARK, HANDOFF_TOOL, HANDOFF_TOOL_SPEC
-from services.ports import ChatModel, SessionStore, TurnObserver, TurnStatus
+from services.ports.chat_model import ChatModel
+from services.ports.observer import TurnObserver
+from services.ports.sessions import SessionStore, TurnStatus
 
 log = logging.getLogger(__name__)
 

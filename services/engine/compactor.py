@@ -17,7 +17,7 @@ from services.engine.turns import CompactionReport
 from services.engine.window import Window
 from services.errors import ConcurrentUpdateError, MessageTooLongError, SummaryError
 from services.fence import Fence
-from services.ports import SessionStore
+from services.ports.sessions import SessionStore
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""What a turn produced (the engine reports every turn to a ``services.ports.TurnObserver``)."""
+"""What a turn produced (the engine reports every turn to a ``services.ports.observer.TurnObserver``)."""
 
 from __future__ import annotations
 

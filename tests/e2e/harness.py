@@ -12,7 +12,8 @@ from bot.factory import Settings, build_backend, build_bot, build_dispatcher, bu
 from bot.modes.inprocess import watch_handoffs
 from bot.settings import BotSettings
 from services.engine.chat import ChatService
-from services.ports import Backend, SessionStore
+from services.ports.backend import Backend
+from services.ports.sessions import SessionStore
 from services.settings import LLMSettings, MemorySettings, RedisSettings
 
 TOKEN = "123456:TEST-token-secret"

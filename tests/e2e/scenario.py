@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from services.ports import SessionStore
+from services.ports.sessions import SessionStore
 from tests.stubs.telegram_server import StubTelegram
 
 

@@ -15,9 +15,9 @@ from redis.asyncio import Redis
 
 from bot.factory import build_bot, build_desk, build_engine
 from bot.telegram.texts import TEXTS, Texts
-from services.backends.memory import InMemoryHandoffStore, MemoryBackend
+from prompts.support_chat import HANDOFF_TOOL
+from services.backends.memory import InMemoryBackend, InMemoryHandoffStore
 from services.errors import StoreUnavailableError
-from services.handoff import HANDOFF_TOOL
 from tests.conftest import RedisServer
 from tests.e2e.harness import RunningBot, make_settings, start_bot
 from tests.e2e.waiting import eventually
@@ -257,7 +257,7 @@ async def test_a_start_redone_after_a_failure_posts_the_ticket_once(
     telegram: StubTelegram, stub_llm: StubOpenAI
 ) -> None:
     settings = make_settings(telegram.base_url, stub_llm.base_url, None, bot={"operator_chat_id": GROUP})
-    backend = MemoryBackend()
+    backend = InMemoryBackend()
     backend.handoffs = OpenFailsOnce()
     chat = build_engine(settings, backend.store)
     desk = build_desk(chat, settings.bot, backend)

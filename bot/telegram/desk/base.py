@@ -26,10 +26,11 @@ from bot.metrics import (
 from bot.settings import BotSettings
 from bot.telegram.render import TELEGRAM_TEXT_LIMIT
 from bot.telegram.texts import Texts, pick_language
+from services.engine.handoff_memory import HandoffMemory
+from services.engine.handoff_records import Handoff
 from services.errors import SupportBotError
 from services.fence import Fence
-from services.handoff import Handoff, HandoffMemory
-from services.ports import HandoffStore
+from services.ports.handoffs import HandoffStore
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from bot.metrics import HANDOFFS_CLOSED
 from bot.serving.failures import is_transient
 from bot.telegram.desk.base import DeskBase
 from bot.telegram.texts import text
+from services.engine.handoff_records import EndedBy, Handoff
 from services.fence import Fence
-from services.handoff import EndedBy, Handoff
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class Ending(DeskBase):
         if by in ("operator", "timeout", "lost"):
             full = await self.store.get(chat_id, transcript=True)
             await self.memory.fold_transcript(chat_id, full.transcript, fence=fence)
-        if await self.store.close(chat_id, item_id=f"{by} {item_id}", fence=fence):
+        if await self.store.end(chat_id, item_id=f"{by} {item_id}", fence=fence):
             HANDOFFS_CLOSED.labels(by).inc()
         await self._ended(bot, chat_id, record, by=by, fence=fence)
 

@@ -12,8 +12,9 @@ from aiogram.types import User
 from bot.metrics import HANDOFF_TICKETS, HANDOFFS_OPENED
 from bot.telegram.desk.base import DeskBase, split_text, topic_name
 from bot.telegram.texts import Texts
+from bot.telegram.ticket import ticket_text
+from services.engine.handoff_records import Handoff, TranscriptEntry
 from services.fence import Fence
-from services.handoff import Handoff, TranscriptEntry, ticket_text
 
 log = logging.getLogger(__name__)
 

@@ -23,6 +23,7 @@ from services.engine.chat import ChatService
 from services.engine.turns import TurnResult
 from services.errors import LeaseLostError
 from services.fence import Fence
+from services.ports.queue import item_id_of
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ async def on_text(
     assert message.text is not None  # guaranteed by the F.text filter
     started = time.perf_counter()
     chat_id = message.chat.id
-    turn_id = f"u{event_update.update_id}"
+    turn_id = item_id_of(event_update.update_id)
     customer_text = message.text
     if message.chat.type in GROUP_TYPES:
         customer_text = strip_mention(customer_text, (await bot.me()).username)

@@ -10,7 +10,8 @@ from bot.telegram.desk import HandoffDesk
 from bot.telegram.texts import Texts
 from services.engine.chat import ChatService
 from services.fence import Fence
-from services.ports import Backend
+from services.ports.backend import Backend
+from services.ports.queue import item_id_of
 
 
 async def on_start(message: Message, say: Texts) -> None:
@@ -32,7 +33,7 @@ async def on_new(
 ) -> None:
     if desk.enabled:
         async with desk.lock(message.chat.id):
-            await desk.finish(bot, message.chat.id, by="new", item_id=f"u{event_update.update_id}", fence=fence)
+            await desk.finish(bot, message.chat.id, by="new", item_id=item_id_of(event_update.update_id), fence=fence)
             await chat.reset(message.chat.id, fence=fence)
     else:
         await chat.reset(message.chat.id, fence=fence)

@@ -13,6 +13,7 @@ from bot.telegram.desk import HandoffDesk
 from bot.telegram.middlewares.ratelimit import RateLimitMiddleware
 from bot.telegram.texts import Texts
 from services.fence import Fence
+from services.ports.queue import item_id_of
 
 
 async def in_operator_group(message: Message, desk: HandoffDesk) -> bool:
@@ -37,7 +38,7 @@ async def to_another_bot(message: Message, bot: Bot) -> bool:
 async def on_operator_close(
     message: Message, bot: Bot, desk: HandoffDesk, event_update: Update, fence: Fence | None = None
 ) -> None:
-    await desk.close_from_operator(bot, message, f"u{event_update.update_id}", fence)
+    await desk.close_from_operator(bot, message, item_id_of(event_update.update_id), fence)
 
 
 async def on_operator_note(
@@ -48,7 +49,7 @@ async def on_operator_note(
     event_update: Update,
     fence: Fence | None = None,
 ) -> None:
-    await desk.note_from_operator(bot, message, command.args or "", f"u{event_update.update_id}", fence)
+    await desk.note_from_operator(bot, message, command.args or "", item_id_of(event_update.update_id), fence)
 
 
 async def on_another_bots_command(message: Message) -> None:
@@ -59,7 +60,7 @@ async def on_operator_group(
     message: Message, bot: Bot, desk: HandoffDesk, event_update: Update, fence: Fence | None = None
 ) -> None:
     """Everything else in the operator group ends here: it never reaches the model."""
-    await desk.from_operator(bot, message, f"u{event_update.update_id}", fence)
+    await desk.from_operator(bot, message, item_id_of(event_update.update_id), fence)
 
 
 async def on_operator(
@@ -75,7 +76,7 @@ async def on_operator(
         reason=desk.ops("op_reason_command"),
         trigger="command",
         say=say,
-        item_id=f"u{event_update.update_id}",
+        item_id=item_id_of(event_update.update_id),
         fence=fence,
     )
 
@@ -90,7 +91,7 @@ async def on_customer(
 ) -> None:
     """Copied to the operators' topic (the customer's rate limit still applies: the relay router's
     middleware; the operators' messages have none)."""
-    await desk.from_customer(bot, message, f"u{event_update.update_id}", fence)
+    await desk.from_customer(bot, message, item_id_of(event_update.update_id), fence)
 
 
 def make_router() -> Router:

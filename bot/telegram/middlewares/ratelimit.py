@@ -14,7 +14,8 @@ from aiogram.types import Message, TelegramObject, Update
 from bot.metrics import RATE_LIMITED
 from bot.telegram.texts import Texts
 from services.fence import Fence
-from services.ports import RateLimiter
+from services.ports.queue import item_id_of
+from services.ports.ratelimit import RateLimiter
 
 
 class RateLimitMiddleware(BaseMiddleware):
@@ -30,7 +31,7 @@ class RateLimitMiddleware(BaseMiddleware):
             return await handler(event, data)
         limiter: RateLimiter = data["limiter"]
         update: Update = data["event_update"]
-        decision = await limiter.hit(event.chat.id, key=f"u{update.update_id}")
+        decision = await limiter.hit(event.chat.id, key=item_id_of(update.update_id))
         if decision.allowed:
             return await handler(event, data)
         RATE_LIMITED.inc()

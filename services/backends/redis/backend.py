@@ -1,14 +1,14 @@
 """The Redis backend object: one client shared by the store, the rate limiter, the queue, the poller
-lease and the dead letters (``services.ports.Backend``, plus what queued mode needs)."""
+lease and the dead letters (``services.ports.backend.Backend``, plus what queued mode needs)."""
 
 from __future__ import annotations
 
-from services.backends.redis.deadletters import DeadLetterStore
+from services.backends.redis.deadletters import RedisDeadLetters
 from services.backends.redis.handoffs import RedisHandoffStore
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.poller import RedisPollingLease
-from services.backends.redis.quarantine import QuarantineStore
-from services.backends.redis.queue import ChatWorkQueue
+from services.backends.redis.quarantine import RedisQuarantine
+from services.backends.redis.queue import RedisWorkQueue
 from services.backends.redis.ratelimit import RedisRateLimiter
 from services.backends.redis.scripts import AnyRedis, redis_errors
 from services.backends.redis.store import RedisSessionStore
@@ -27,12 +27,12 @@ class RedisBackend:
         self.cluster = cluster
         self.store = RedisSessionStore(redis=redis, ttl_seconds=ttl_seconds, keys=keys)
         self.limiter = RedisRateLimiter(redis=redis, per_minute=per_minute, keys=keys, ttl_seconds=ttl_seconds)
-        self.dead_letters = DeadLetterStore(redis=redis, keys=keys)
-        self.quarantined = QuarantineStore(redis=redis, keys=keys)
+        self.dead_letters = RedisDeadLetters(redis=redis, keys=keys)
+        self.quarantined = RedisQuarantine(redis=redis, keys=keys)
         self.handoffs = RedisHandoffStore(redis=redis, keys=keys, ttl_seconds=ttl_seconds)
 
-    def queue(self, *, lease_ms: int = 30_000) -> ChatWorkQueue:
-        return ChatWorkQueue(redis=self.redis, keys=self.keys, lease_ms=lease_ms, ttl_seconds=self.ttl_seconds)
+    def queue(self, *, lease_ms: int = 30_000) -> RedisWorkQueue:
+        return RedisWorkQueue(redis=self.redis, keys=self.keys, lease_ms=lease_ms, ttl_seconds=self.ttl_seconds)
 
     def polling_lease(self, *, token: str, lease_ms: int) -> RedisPollingLease:
         return RedisPollingLease(redis=self.redis, keys=self.keys, token=token, lease_ms=lease_ms)

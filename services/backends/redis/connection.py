@@ -20,7 +20,6 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.maint_notifications import MaintNotificationsConfig
 from redis.utils import HIREDIS_AVAILABLE
 
-from services.backends.redis.inline_write import inline_write_class
 from services.backends.redis.pool import WaitingConnectionPool
 from services.backends.redis.scripts import AnyRedis, redis_errors
 
@@ -54,8 +53,7 @@ def redis_client(
 
     At most ``max_connections`` per server. On one server a command waits for a free connection
     (``WaitingConnectionPool``) rather than failing at once: redis-py's default pool refuses the
-    101st concurrent command, which under a burst of webhook requests turned into 503s. Its
-    connections bound each write without a task per command (``inline_write``)."""
+    101st concurrent command, which under a burst of webhook requests turned into 503s."""
     if cluster:
         client = RedisCluster.from_url(
             url,
@@ -64,7 +62,6 @@ def redis_client(
             socket_timeout=command_timeout,
             **_COMMON,
         )
-        _write_inline_on_every_node(client)
         return client
     pool = WaitingConnectionPool.from_url(
         url,
@@ -75,17 +72,7 @@ def redis_client(
         socket_timeout=command_timeout,
         **_COMMON,
     )
-    pool.connection_class = inline_write_class(pool.connection_class)
     return Redis.from_pool(pool)  # the client owns the pool: closing it closes every connection
-
-
-def _write_inline_on_every_node(client: RedisCluster) -> None:
-    # RedisCluster has no connection_class option: every node it discovers is built from its
-    # connection_kwargs (one dict, shared with its nodes manager), the start-up node already was
-    kwargs = client.connection_kwargs
-    kwargs["connection_class"] = inline_write_class(kwargs["connection_class"])
-    for node in client.nodes_manager.startup_nodes.values():
-        node.connection_class = kwargs["connection_class"]
 
 
 def reply_parser() -> str:

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import AnyRedis, redis_errors, register
-from services.ports import DeadLetter
+from services.ports.deadletters import DeadLetter
 
 DEAD_LETTERS_KEPT = 10_000
 """The oldest records beyond this many are dropped (the index is trimmed with the records)."""
@@ -36,7 +36,7 @@ return n
 """
 
 
-class DeadLetterStore:
+class RedisDeadLetters:
     """Dead-letter records in Redis (one hash slot: records and their time index)."""
 
     def __init__(self, *, redis: AnyRedis, keys: KeySpace | None = None) -> None:

@@ -1,4 +1,4 @@
-"""Handoff records in Redis (``services.ports.HandoffStore``).
+"""Handoff records in Redis (``services.ports.handoffs.HandoffStore``).
 
 Per chat (hash tag ``{chat:<id>}``, so with the session): ``handoff`` (hash), ``handoff_log`` (the
 transcript) and ``handoff_relayed`` (message ids already relayed). Every write there is one Lua script
@@ -12,10 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from services.backends.redis.keys import KeySpace
-from services.backends.redis.scripts import FENCE_LOST, LUA_FENCE, LUA_NOW, AnyRedis, redis_errors, register
-from services.errors import CorruptSessionError, LeaseLostError
-from services.fence import Fence, token_of
-from services.handoff import (
+from services.backends.redis.scripts import LUA_FENCE, LUA_NOW, AnyRedis, Status, redis_errors, register
+from services.engine.handoff_records import (
     NEEDS_OPEN,
     RELAYED_IDS_KEPT,
     TRANSCRIPT_KEPT,
@@ -23,7 +21,9 @@ from services.handoff import (
     Recorded,
     TranscriptEntry,
 )
-from services.ports import RelayState
+from services.errors import CorruptSessionError, LeaseLostError
+from services.fence import Fence, token_of
+from services.ports.handoffs import RelayState
 
 _EXPIRE = """
 local function expire_all(ttl, keys)
@@ -63,7 +63,7 @@ return 1
 # KEYS: handoff, handoff_log, handoff_relayed, lease. ARGV: item id, entry JSON ('' = a relay mark
 # only), is operator, ttl, token, needs open ('1': a message or note, written only while the handoff
 # is open; '0': the ticket or a mark, written while the record exists; never after /forget).
-# Returns {1, first reply latency ms or -1} | {0, -1} already relayed or not open | {FENCE_LOST, -1}.
+# Returns {DONE, first reply latency ms or -1} | {NOTHING, -1} already relayed or not open | {FENCE_LOST, -1}.
 _RECORD = (
     LUA_NOW
     + _EXPIRE
@@ -71,9 +71,9 @@ _RECORD = (
     + """
 if not holds(KEYS[4], ARGV[5]) then return {FENCE_LOST, -1} end
 local state = redis.call('HGET', KEYS[1], 'state')
-if not state and redis.call('EXISTS', KEYS[1]) == 0 then return {0, -1} end
-if ARGV[6] == '1' and state ~= 'open' then return {0, -1} end
-if redis.call('ZSCORE', KEYS[3], ARGV[1]) then return {0, -1} end
+if not state and redis.call('EXISTS', KEYS[1]) == 0 then return {NOTHING, -1} end
+if ARGV[6] == '1' and state ~= 'open' then return {NOTHING, -1} end
+if redis.call('ZSCORE', KEYS[3], ARGV[1]) then return {NOTHING, -1} end
 redis.call('ZREM', KEYS[3], '~' .. ARGV[1])
 redis.call('ZADD', KEYS[3], now, ARGV[1])
 redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -RELAYED_IDS_KEPT - 1)
@@ -87,7 +87,7 @@ if ARGV[3] == '1' and not redis.call('HGET', KEYS[1], 'first_reply') then
   first = now - (tonumber(redis.call('HGET', KEYS[1], 'opened') or now) or now)
 end
 expire_all(tonumber(ARGV[4]), {KEYS[1], KEYS[2], KEYS[3]})
-return {1, first}
+return {DONE, first}
 """.replace("RELAYED_IDS_KEPT", str(RELAYED_IDS_KEPT)).replace("TRANSCRIPT_KEPT", str(TRANSCRIPT_KEPT))
 )
 
@@ -172,22 +172,18 @@ return 1
 """
 
 
-def _fenced(source: str) -> str:
-    return source.replace("FENCE_LOST", str(FENCE_LOST))
-
-
 class RedisHandoffStore:
     def __init__(self, *, redis: AnyRedis, keys: KeySpace, ttl_seconds: int = 0) -> None:
         self._redis = redis
         self._keys = keys
         self._ttl = ttl_seconds
-        self._set_topic = register(redis, _fenced(_SET_TOPIC))
-        self._open = register(redis, _fenced(_OPEN))
-        self._record = register(redis, _fenced(_RECORD))
-        self._flag = register(redis, _fenced(_FLAG))
-        self._close = register(redis, _fenced(_CLOSE))
+        self._set_topic = register(redis, _SET_TOPIC)
+        self._open = register(redis, _OPEN)
+        self._record = register(redis, _RECORD)
+        self._flag = register(redis, _FLAG)
+        self._close = register(redis, _CLOSE)
         self._get = register(redis, _GET)
-        self._begin = register(redis, _fenced(_BEGIN))
+        self._begin = register(redis, _BEGIN)
         self._relay_state = register(redis, _RELAY_STATE)
         self._track = register(redis, _TRACK)
         self._due = register(redis, _DUE)
@@ -197,7 +193,7 @@ class RedisHandoffStore:
         with redis_errors(f"cannot write the handoff of chat {chat_id}"):
             result = await script(keys=keys, args=args)
         status = result[0] if isinstance(result, list) else result
-        if int(status) == FENCE_LOST:
+        if int(status) == Status.FENCE_LOST:
             raise LeaseLostError(f"chat {chat_id}: this worker no longer holds the lease; nothing written")
         return result
 
@@ -254,7 +250,9 @@ class RedisHandoffStore:
         status, first = await self._run(
             chat_id, self._record, [keys.handoff, keys.handoff_log, keys.handoff_relayed, keys.lease], args
         )
-        return Recorded(new=int(status) == 1, first_reply_seconds=int(first) / 1000 if int(first) >= 0 else None)
+        return Recorded(
+            new=int(status) == Status.DONE, first_reply_seconds=int(first) / 1000 if int(first) >= 0 else None
+        )
 
     async def begin_relay(self, chat_id: int, item_id: str, *, fence: Fence | None = None) -> None:
         keys = self._keys.chat(chat_id)
@@ -270,7 +268,7 @@ class RedisHandoffStore:
         keys = self._keys.chat(chat_id)
         return int(await self._run(chat_id, self._flag, [keys.handoff, keys.lease], [token_of(fence)])) == 1
 
-    async def close(self, chat_id: int, *, item_id: str = "", fence: Fence | None = None) -> bool:
+    async def end(self, chat_id: int, *, item_id: str = "", fence: Fence | None = None) -> bool:
         keys = self._keys.chat(chat_id)
         script_keys = [keys.handoff, keys.handoff_log, keys.lease]
         return int(await self._run(chat_id, self._close, script_keys, [token_of(fence), item_id])) == 1

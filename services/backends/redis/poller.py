@@ -27,7 +27,7 @@ return 0
 
 
 class RedisPollingLease:
-    """``services.ports.PollingLease`` on Redis. Errors surface as StoreUnavailableError."""
+    """``services.ports.queue.PollingLease`` on Redis. Errors surface as StoreUnavailableError."""
 
     def __init__(self, *, redis: AnyRedis, keys: KeySpace, token: str, lease_ms: int) -> None:
         self._redis = redis

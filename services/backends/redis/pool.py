@@ -1,11 +1,12 @@
 """A bounded connection pool that waits for a connection only when every one is busy.
 
-redis-py's ``BlockingConnectionPool`` takes a condition, starts a timer and enters two context managers
-for every command, free connections or not. This pool hands a free connection out as ``ConnectionPool``
-does; only when all ``max_connections`` are busy does a command queue, first come first served, for at
-most ``timeout`` seconds (then ``ConnectionError("No connection available.")``, as before). A release
-keeps the freed place for the first waiter. redis-py's optional OpenTelemetry connection counts are not
-kept. What it saves per command: ``benchmarks/redis_pool.py``.
+Kept because redis-py's ``BlockingConnectionPool`` loses a wake-up on Python 3.11: a waiter woken by a
+release and cancelled before it runs keeps the freed place, so the next command waits out the whole
+timeout (``tests/test_redis_pool.py``). Here a free connection is handed out as
+``ConnectionPool`` does; when all ``max_connections`` are busy a command queues (FIFO) for at most
+``timeout`` seconds, and a cancelled waiter passes its place on. It uses ``ConnectionPool``'s private
+``_lock`` and ``_in_use_connections`` (a test checks they exist).
+Cost per command: ``benchmarks/redis_pool.py``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from typing import Any
 
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import AnyRedis, redis_errors
-from services.ports import Quarantined
+from services.ports.deadletters import Quarantined
 
 
 def _text(value: Any) -> str:
@@ -18,7 +18,7 @@ def _strings(found: dict[Any, Any]) -> dict[str, str]:
     return {_text(k): _text(v) for k, v in found.items()}
 
 
-class QuarantineStore:
+class RedisQuarantine:
     """Errors surface as StoreUnavailableError."""
 
     def __init__(self, *, redis: AnyRedis, keys: KeySpace) -> None:

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from typing import Literal, cast
 
 from services.backends.redis.keys import KeySpace
-from services.backends.redis.scripts import LUA_MARK_REPLIED, LUA_NOW, AnyRedis, redis_errors, register
+from services.backends.redis.scripts import LUA_MARK_REPLIED, LUA_NOW, AnyRedis, Status, redis_errors, register
 from services.errors import StoreUnavailableError
-from services.ports import Claim, QueueItem, Step, Taken
+from services.ports.queue import Claim, QueueItem, Step, Taken
 
 SEEN_KEPT = 5000
 """How many recent item ids per chat are remembered to recognise redeliveries."""
@@ -43,7 +43,7 @@ local function take_head(lease, inbox, attempts)
   local head = entry[1]
   if not head then
     redis.call('DEL', lease, attempts)
-    return {0}
+    return {NOTHING}
   end
   local id = string.match(head, '^{"id":"([^"]*)"') or head
   local started = redis.call('HINCRBY', attempts, 'a:' .. id, 1)
@@ -56,26 +56,26 @@ local function take_head(lease, inbox, attempts)
   local wait = tonumber(redis.call('HGET', attempts, 'w:' .. id) or '0') - now
   if wait < 0 then wait = 0 end
   local given_up = tonumber(redis.call('HGET', attempts, 'g:' .. id) or '0')
-  return {1, head, started, transient, age, entry[2], failed, asked, wait, given_up}
+  return {DONE, head, started, transient, age, entry[2], failed, asked, wait, given_up}
 end
 """
 """Defines ``take_head(lease, inbox, attempts)``: the inbox head with its attempt counted, or the chat
-released when the inbox is empty (needs ``now``). → {0} | {1, head, started, transient, age_ms, order,
+released when the inbox is empty (needs ``now``). → {NOTHING} | {DONE, head, started, transient, age_ms, order,
 failed, model requests, ms until it may be retried, given-up stage}"""
 
 # KEYS: inbox, seen. ARGV: item_id, item_json, seen_ttl, order. → 1 new, 0 already seen
 _ENQUEUE = LUA_NOW + _STORE_ITEM + "return store_item(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])"
 
 # KEYS: inbox, seen, lease, attempts. ARGV: item_id, item_json, seen_ttl, order, token, lease_ms.
-# Store the item, then take the chat's lease if nobody holds it. → {new, -3} busy | {new, 0} inbox empty
-# (the item was processed before), released | {new, 1, head, started, transient, age_ms, order, failed}
+# Store the item, then take the chat's lease if nobody holds it. → {new, BUSY} | {new, NOTHING} inbox empty
+# (the item was processed before), released | {new, DONE, head, started, transient, age_ms, order, failed}
 _ENQUEUE_TAKE = (
     LUA_NOW
     + _STORE_ITEM
     + _TAKE_HEAD
     + """
 local new = store_item(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
-if not redis.call('SET', KEYS[3], ARGV[5], 'NX', 'PX', ARGV[6]) then return {new, -3} end
+if not redis.call('SET', KEYS[3], ARGV[5], 'NX', 'PX', ARGV[6]) then return {new, BUSY} end
 local step = take_head(KEYS[3], KEYS[1], KEYS[4])
 table.insert(step, 1, new)
 return step
@@ -108,17 +108,17 @@ return {due[1], watchdog, #due - 1}
 
 # KEYS: lease, inbox, attempts, replied. ARGV: token, lease_ms, acquire (1 = take the lease first), done
 # member ('' = none), done item id, replied ttl, replied score, turn ids whose replies went out...
-# → {-3} lease busy | {-1} lease lost | {0} inbox empty, released
-#   | {1, head, started, transient, age_ms, order, failed}
+# → {BUSY} | {LEASE_LOST} | {NOTHING} inbox empty, released
+#   | {DONE, head, started, transient, age_ms, order, failed}
 _NEXT = (
     LUA_NOW
     + LUA_MARK_REPLIED
     + _TAKE_HEAD
     + """
 if ARGV[3] == '1' then
-  if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {-3} end
+  if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {BUSY} end
 elseif redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return {-1}
+  return {LEASE_LOST}
 end
 if #ARGV > 7 then mark_replied(KEYS[4], ARGV[7], tonumber(ARGV[6]), {unpack(ARGV, 8)}) end
 if ARGV[4] ~= '' then
@@ -141,9 +141,9 @@ _NOTE = (
     LUA_NOW
     + LUA_MARK_REPLIED
     + """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return LEASE_LOST end
 if #ARGV > 8 then mark_replied(KEYS[3], ARGV[8], tonumber(ARGV[7]), {unpack(ARGV, 9)}) end
-if redis.call('HGET', KEYS[2], 'n:' .. ARGV[2]) == ARGV[4] then return 0 end
+if redis.call('HGET', KEYS[2], 'n:' .. ARGV[2]) == ARGV[4] then return NOTHING end
 redis.call('HSET', KEYS[2], 'n:' .. ARGV[2], ARGV[4])
 if tonumber(ARGV[5]) > 0 then redis.call('HINCRBY', KEYS[2], 'r:' .. ARGV[2], ARGV[5]) end
 if tonumber(ARGV[6]) > 0 then redis.call('HSET', KEYS[2], 'w:' .. ARGV[2], now + tonumber(ARGV[6])) end
@@ -152,18 +152,18 @@ if kind == 's' then kind = 't' else
   if kind == 't' then redis.call('HSETNX', KEYS[2], 'f:' .. ARGV[2], now) end
 end
 redis.call('HINCRBY', KEYS[2], kind .. ':' .. ARGV[2], 1)
-return 1
+return DONE
 """
 )
 
 # KEYS: lease, attempts. ARGV: token, item id, stage (1 dead-lettered, 2 and the customer told). Only
 # raises the stage, only while holding the lease.
 _GIVEN_UP = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return LEASE_LOST end
 if tonumber(redis.call('HGET', KEYS[2], 'g:' .. ARGV[2]) or '0') < tonumber(ARGV[3]) then
   redis.call('HSET', KEYS[2], 'g:' .. ARGV[2], ARGV[3])
 end
-return 1
+return DONE
 """
 
 # KEYS: ready. ARGV: member, delay (ms). The chat is due again at ``due`` (a retry not sooner than asked);
@@ -172,7 +172,7 @@ _DEFER = (
     LUA_NOW
     + """
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-return 1
+return DONE
 """
 )
 
@@ -241,7 +241,7 @@ def encode_item(item_id: str, payload: str) -> str:
     return json.dumps({"id": item_id, "t": int(time.time() * 1000), "p": payload}, separators=(",", ":"))
 
 
-class ChatWorkQueue:
+class RedisWorkQueue:
     """The per-chat work queue. Redis errors surface as StoreUnavailableError (transient)."""
 
     def __init__(
@@ -292,10 +292,10 @@ class ChatWorkQueue:
                 args=[item_id, encode_item(item_id, payload), self._seen_ttl, order, token, self.lease_ms],
             )
             new, status = bool(int(result[0])), int(result[1])
-            if status == -3:
+            if status == Status.BUSY:
                 await self._make_due(chat_id)
                 return Taken(new)
-        if status == 0:  # processed before: released at once, its watchdog goes too
+        if status == Status.NOTHING:  # processed before: released at once, its watchdog goes too
             with contextlib.suppress(StoreUnavailableError), redis_errors("cannot drop a watchdog"):
                 await self._drop_watchdog(keys=[self._keys.ready], args=[str(chat_id), watchdog])
             return Taken(new)
@@ -327,14 +327,14 @@ class ChatWorkQueue:
         with redis_errors(f"chat {claim.chat_id}: queue step failed"):
             result = await self._next(keys=[keys.lease, keys.inbox, keys.attempts, keys.replied], args=args)
             status = int(result[0])
-            if status == 0:
+            if status == Status.NOTHING:
                 await self._drop_watchdog(keys=[self._keys.ready], args=[str(claim.chat_id), claim.watchdog])
                 return Step("released")
-            if status == -1:
+            if status == Status.LEASE_LOST:
                 # whoever holds the chat now (or nobody, if the lease expired) must find it due
                 await self._make_due(claim.chat_id)
                 return Step("lost")
-        if status == -3:
+        if status == Status.BUSY:
             return Step("busy")  # another worker holds it; the watchdog brings it back in time
         return Step("item", _decode_item(result))
 

@@ -6,7 +6,7 @@ import time
 
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import LUA_NOW, AnyRedis, redis_errors, register
-from services.ports import RATE_WINDOW_SECONDS, RateDecision
+from services.ports.ratelimit import RATE_WINDOW_SECONDS, RateDecision
 
 # KEYS: hits (zset), notice (string). ARGV: limit, window_ms, member, key_ttl_ms.
 _HIT = (

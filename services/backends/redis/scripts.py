@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from enum import IntEnum
 from typing import Any, TypeAlias
 
 import redis
@@ -28,7 +30,7 @@ from redis.exceptions import (
 )
 
 from services.errors import CorruptSessionError, StoreError, StoreUnavailableError
-from services.ports import TURN_IDS_KEPT
+from services.ports.sessions import TURN_IDS_KEPT
 
 AnyRedis: TypeAlias = Redis | RedisCluster
 """A client of one Redis server or of a Redis Cluster (``REDIS_CLUSTER``); every component takes either."""
@@ -67,9 +69,36 @@ class SlotScript:
         return await self._script(keys=list(keys), args=list(args))
 
 
+class Status(IntEnum):
+    """The status a Lua script returns (alone, or first in its reply), named once for both sides: the
+    Lua text writes the name (``register`` puts the number in), Python compares with the member."""
+
+    DONE = 1
+    """Written; for a queue step: an item follows."""
+    NOTHING = 0
+    """Nothing written: a duplicate, already relayed, not open; for a queue step: the inbox is empty
+    and the chat released."""
+    STALE = -1
+    """The session changed since it was loaded (its version moved on): nothing written."""
+    LEASE_LOST = -1  # an alias of STALE (the same number): a queue step found the lease gone
+    FENCE_LOST = -2
+    """A fenced write whose caller no longer holds the chat's lease: nothing written."""
+    BUSY = -3
+    """Another worker holds the chat's lease."""
+
+
+_STATUS_NAMES = re.compile(r"\b(" + "|".join(Status.__members__) + r")\b")
+
+
+def with_status(source: str) -> str:
+    """``source`` with every ``Status`` name replaced by its number."""
+    return _STATUS_NAMES.sub(lambda match: str(int(Status[match[1]])), source)
+
+
 def register(redis: AnyRedis, source: str) -> SlotScript:
-    """The one way the code base registers a Lua script (a test checks there is no other)."""
-    return SlotScript(redis, source)
+    """The one way the code base registers a Lua script (a test checks there is no other); the
+    ``Status`` names in ``source`` become their numbers."""
+    return SlotScript(redis, with_status(source))
 
 
 LUA_NOW = "local t = redis.call('TIME'); local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
@@ -92,10 +121,6 @@ end
 """.replace("TURN_IDS_KEPT", str(TURN_IDS_KEPT))
 """Defines ``mark_replied(key, score, ttl, turn_ids)``: records that these turns' replies went out (the
 store's own mark, and the marks a worker writes with an update's acknowledgement)."""
-
-FENCE_LOST = -2
-"""What a fenced script returns when the caller no longer holds the chat's lease."""
-
 
 _TRANSIENT_REPLY_ERRORS = (ClusterDownError, TryAgainError, ReadOnlyError, OutOfMemoryError, AskError)
 """Error replies after which the same command succeeds later (failover, memory freed), as redis-py

@@ -17,10 +17,10 @@ from typing import Any
 
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import (
-    FENCE_LOST,
     LUA_FENCE,
     LUA_MARK_REPLIED,
     AnyRedis,
+    Status,
     redis_errors,
     register,
 )
@@ -28,7 +28,7 @@ from services.engine.models import Compaction, NewMessage, Session, StoredMessag
 from services.engine.summary_state import SummaryState
 from services.errors import ConcurrentUpdateError, CorruptSessionError, LeaseLostError
 from services.fence import Fence, token_of
-from services.ports import TURN_IDS_KEPT, CommitResult, TurnStatus
+from services.ports.sessions import TURN_IDS_KEPT, CommitResult, TurnStatus
 
 _EXPIRE = """
 local function expire_all(ttl, keys)
@@ -40,7 +40,7 @@ end
 """
 
 # KEYS: meta, msgs, turns, lease. ARGV: expected_version, ttl, fold, summary, summary_tokens, turn_id,
-# token, messages...  Returns {1, version} | {0, version} duplicate | {-1, version} stale | {-2, 0} fence.
+# token, messages...  Returns {DONE, version} | {NOTHING, version} duplicate | {STALE, version} | {FENCE_LOST, 0}.
 _COMMIT = (
     _EXPIRE
     + LUA_FENCE
@@ -48,7 +48,7 @@ _COMMIT = (
 if not holds(KEYS[4], ARGV[7]) then return {FENCE_LOST, 0} end
 local version = version_of(KEYS[1])
 if ARGV[6] ~= '' and redis.call('ZSCORE', KEYS[3], ARGV[6]) then return {0, version} end
-if version ~= tonumber(ARGV[1]) then return {-1, version} end
+if version ~= tonumber(ARGV[1]) then return {STALE, version} end
 local seq = tonumber(redis.call('HGET', KEYS[1], 'next_seq') or '0') or 0
 for i = 8, #ARGV do
   -- messages arrive as JSON objects without their sequence number; it is prefixed here
@@ -76,7 +76,7 @@ _COMPACT = (
     + """
 if not holds(KEYS[3], ARGV[6]) then return {FENCE_LOST, 0} end
 local version = version_of(KEYS[1])
-if version ~= tonumber(ARGV[1]) then return {-1, version} end
+if version ~= tonumber(ARGV[1]) then return {STALE, version} end
 local fold = tonumber(ARGV[3])
 if fold > 0 then redis.call('LTRIM', KEYS[2], fold, -1) end
 version = version + 1
@@ -185,12 +185,12 @@ class RedisSessionStore:
         self._redis = redis
         self._ttl = ttl_seconds
         self._keys = keys or KeySpace()
-        self._commit = register(redis, _COMMIT.replace("FENCE_LOST", str(FENCE_LOST)))
-        self._compact = register(redis, _COMPACT.replace("FENCE_LOST", str(FENCE_LOST)))
-        self._mark_replied = register(redis, _MARK_REPLIED.replace("FENCE_LOST", str(FENCE_LOST)))
-        self._reset = register(redis, _RESET.replace("FENCE_LOST", str(FENCE_LOST)))
-        self._forget = register(redis, _FORGET.replace("FENCE_LOST", str(FENCE_LOST)))
-        self._quarantine = register(redis, _QUARANTINE.replace("FENCE_LOST", str(FENCE_LOST)))
+        self._commit = register(redis, _COMMIT)
+        self._compact = register(redis, _COMPACT)
+        self._mark_replied = register(redis, _MARK_REPLIED)
+        self._reset = register(redis, _RESET)
+        self._forget = register(redis, _FORGET)
+        self._quarantine = register(redis, _QUARANTINE)
         self._load = register(redis, _LOAD)
         self._turn_status = register(redis, _TURN_STATUS)
         self._load_turn = register(redis, _LOAD_TURN)
@@ -245,7 +245,7 @@ class RedisSessionStore:
             *encoded,
         ]
         status, version = await self._run(self._commit, chat_id, [keys.meta, keys.msgs, keys.turns, keys.lease], args)
-        return CommitResult(version=version, duplicate=status == 0)
+        return CommitResult(version=version, duplicate=status == Status.NOTHING)
 
     async def apply_compaction(
         self, chat_id: int, *, expected_version: int, compaction: Compaction, fence: Fence | None = None
@@ -265,9 +265,9 @@ class RedisSessionStore:
     async def _run(self, script: Any, chat_id: int, keys: list[str], args: list[Any]) -> tuple[int, int]:
         with redis_errors(f"cannot write chat {chat_id}"):
             status, version = await script(keys=keys, args=args)
-        if int(status) == FENCE_LOST:
+        if int(status) == Status.FENCE_LOST:
             raise LeaseLostError(_fence_lost_text(chat_id))
-        if int(status) == -1:
+        if int(status) == Status.STALE:
             raise ConcurrentUpdateError(f"chat {chat_id} changed (now version {version}); nothing written")
         return int(status), int(version)
 

@@ -1,0 +1,29 @@
+"""The ticket posted as a handoff topic's first message (plain text in the operators' language)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from services.engine.models import StoredMessage
+from services.engine.summary_state import SummaryState, render_summary
+
+
+def ticket_text(
+    *,
+    title: str,
+    summary: SummaryState | None,
+    recent: Sequence[StoredMessage],
+    reason: str,
+    language: str,
+    labels: dict[str, str],
+) -> str:
+    """The ticket posted as the topic's first message (plain text; ``labels`` are the operator texts)."""
+    lines = [title, "", f"{labels['reason']}: {reason}", f"{labels['language']}: {language}", ""]
+    lines.append(f"{labels['summary']}:")
+    lines.append(render_summary(summary) if summary is not None else labels["no_summary"])
+    if recent:
+        lines += ["", f"{labels['recent']}:"]
+        for message in recent:
+            who = labels["customer"] if message.role == "user" else labels["assistant"]
+            lines.append(f"{who}: {message.content}")
+    return "\n".join(lines)

@@ -1,0 +1,28 @@
+"""The chat model contract: the language model as the engine uses it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from services.engine.models import Completion, OnDelta, PromptPart
+
+
+class ChatModel(Protocol):
+    """The language model as the engine uses it (services.engine.llm.LLMClient over AsyncOpenAI)."""
+
+    async def chat(
+        self,
+        messages: Sequence[PromptPart],
+        *,
+        on_delta: OnDelta | None = None,
+        tools: Sequence[dict[str, Any]] = (),
+    ) -> Completion:
+        """The reply to ``messages`` (or a call of one of ``tools``); raises LLMError subclasses."""
+        ...
+
+    async def summarize(self, messages: Sequence[PromptPart], *, schema: dict[str, Any]) -> Completion:
+        """A structured (JSON) completion for the summarizer."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,123 @@
+"""Rules of the source tree, read with ``ast``: one spelling of the item id of an update, no file of
+bot/ or services/ over 420 lines (explicit exceptions), and a dependency's underscore names used only
+by a module whose docstring says why (the word "private")."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FOLDERS = ("bot", "services", "benchmarks", "eval", "tools")
+SOURCES = sorted(path for folder in FOLDERS for path in (ROOT / folder).rglob("*.py"))
+
+
+def item_ids_built(tree: ast.AST) -> list[int]:
+    """Lines of ``f"u{...}"`` in ``tree``."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.JoinedStr)
+        and len(node.values) == 2
+        and isinstance(node.values[0], ast.Constant)
+        and node.values[0].value == "u"
+    ]
+
+
+def test_the_item_id_of_an_update_is_built_in_one_place() -> None:
+    """``f"u{update_id}"`` only in ``services.ports.queue.item_id_of``."""
+    found = {
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in SOURCES
+        for line in item_ids_built(ast.parse(path.read_text(), filename=str(path)))
+    }
+    assert len(found) >= 1, "the scan sees the helper"
+    helper = next(
+        node
+        for node in ast.parse((ROOT / "services/ports/queue.py").read_text()).body
+        if isinstance(node, ast.FunctionDef) and node.name == "item_id_of"
+    )
+    assert sorted(found) == [f"services/ports/queue.py:{line}" for line in item_ids_built(helper)]
+
+
+PACKAGES = ("bot", "services")
+MAX_LINES = 420
+LONG_FILES = {
+    "bot/queueing/worker.py": "being split (issue 27)",
+}
+"""Files of bot/ or services/ allowed over ``MAX_LINES``, each with why; the two here are being split."""
+
+
+def package_sources() -> list[Path]:
+    return sorted(path for folder in PACKAGES for path in (ROOT / folder).rglob("*.py"))
+
+
+def test_no_file_of_bot_or_services_is_over_420_lines() -> None:
+    long = {
+        path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines())
+        for path in package_sources()
+        if len(path.read_text().splitlines()) > MAX_LINES
+    }
+    assert {name: lines for name, lines in long.items() if name not in LONG_FILES} == {}
+
+
+def test_the_long_file_exceptions_still_exist() -> None:
+    assert all((ROOT / name).is_file() for name in LONG_FILES), "drop an exception whose file went"
+
+
+def own_underscore_names() -> set[str]:
+    """Every ``_name`` the project itself defines (functions, classes, attributes, variables)."""
+    names: set[str] = set()
+    for path in sorted(path for folder in (*PACKAGES, "prompts") for path in (ROOT / folder).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+    return {name for name in names if name.startswith("_")}
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def dependency_privates(tree: ast.Module, own: set[str]) -> list[str]:
+    """Underscore names of other packages this module uses: imported (``from redis.x import _y``,
+    ``import a._b``) or read as attributes that the project never defines (``pool._in_use``)."""
+    used: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if not node.module.startswith((*PACKAGES, "prompts")):
+                parts = node.module.split(".") + [alias.name for alias in node.names]
+                used += [part for part in parts if is_private(part)]
+        elif isinstance(node, ast.Import):
+            used += [alias.name for alias in node.names if any(is_private(p) for p in alias.name.split("."))]
+        elif isinstance(node, ast.Attribute) and is_private(node.attr) and node.attr not in own:
+            used.append(f"{node.attr} (line {node.lineno})")
+    return used
+
+
+def says_why(tree: ast.Module) -> bool:
+    """The module's docstring names its use of a dependency's private names (the word "private")."""
+    docstring = ast.get_docstring(tree) or ""
+    return "private" in docstring.lower()
+
+
+def test_no_use_of_a_dependencys_underscore_names_outside_a_module_that_says_why() -> None:
+    own = own_underscore_names()
+    found = {}
+    for path in package_sources():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        if (used := dependency_privates(tree, own)) and not says_why(tree):
+            found[path.relative_to(ROOT).as_posix()] = used
+    assert found == {}
+
+
+def test_the_private_name_check_sees_one() -> None:
+    tree = ast.parse("from redis.asyncio.connection import _Helper\nimport x\nx.pool._in_use_connections\n")
+    assert dependency_privates(tree, set()) == ["_Helper", "_in_use_connections (line 3)"]
+    assert dependency_privates(tree, {"_in_use_connections"}) == ["_Helper"]
