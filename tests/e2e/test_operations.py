@@ -59,6 +59,7 @@ async def test_metrics_health_and_clean_json_logs(
         "gauges": True,
         "poller": True,
         "redis": True,
+        "model_provider": True,
     }
     await asyncio.sleep(0.3)
     status, metrics = await get(f"http://127.0.0.1:{port}/metrics")
