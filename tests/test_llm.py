@@ -8,10 +8,18 @@ from services.engine.builders import build_llm_client
 from services.engine.llm import LLMClient
 from services.engine.models import PromptPart
 from services.engine.summary_state import SummaryState
-from services.errors import LLMBadReplyError, LLMUnavailableError
+from services.errors import LLMBadReplyError, LLMConfigurationError, LLMIncompleteReplyError, LLMUnavailableError
 from services.settings import LLMSettings, MemorySettings
 from tests.conftest import free_port
-from tests.stubs.openai_server import StubOpenAI
+from tests.stubs.openai_server import (
+    INVALID_API_KEY,
+    MODEL_NOT_FOUND,
+    SERVER_ERROR,
+    StubBroken,
+    StubError,
+    StubOpenAI,
+    rate_limited,
+)
 
 PROMPT = [PromptPart("developer", "be nice", 0), PromptPart("user", "hi", 0)]
 
@@ -121,18 +129,10 @@ async def test_both_http_transports_stream_a_reply(stub_llm: StubOpenAI, transpo
 
 # --- provider faults at the edge of the client (issue 26) ---------------------------------------------
 
-from services.errors import LLMConfigurationError, LLMIncompleteReplyError  # noqa: E402
-from tests.stubs.openai_server import (  # noqa: E402
-    INVALID_API_KEY,
-    MODEL_NOT_FOUND,
-    SERVER_ERROR,
-    StubBroken,
-    StubError,
-    rate_limited,
-)
-
 
 def transport_client(url: str, transport: str, **kwargs: object) -> LLMClient:
+    if transport == "aiohttp" and not hasattr(openai, "DefaultAioHttpClient"):
+        pytest.skip("this openai release has no aiohttp transport (the lowest-versions step)")
     http_client = openai.DefaultAioHttpClient(timeout=5) if transport == "aiohttp" else None
     return LLMClient(
         client=AsyncOpenAI(api_key="k", base_url=url, max_retries=0, timeout=5, http_client=http_client),

@@ -79,7 +79,6 @@ def test_redis_pool_benchmark_smoke() -> None:
     out = run_script("benchmarks.redis_pool", "--count", "640", "--repeat", "1")
     assert re.search(r"blocking +CPU µs per command: median +\d", out)
     assert re.search(r"waiting +CPU µs per command: median +\d", out)
-    assert re.search(r"waiting-wait-for +CPU µs per command: median +\d", out)
 
 
 def test_tokens_benchmark_smoke(tmp_path: Path) -> None:
