@@ -4,7 +4,7 @@ TransientError); only Telegram's own errors are named here, because this is Tele
 
 from __future__ import annotations
 
-from aiogram.exceptions import TelegramNetworkError, TelegramRetryAfter, TelegramServerError
+from aiogram.exceptions import ClientDecodeError, TelegramNetworkError, TelegramRetryAfter, TelegramServerError
 
 from services.errors import TransientError
 
@@ -13,6 +13,7 @@ _TRANSIENT: tuple[type[BaseException], ...] = (
     TelegramNetworkError,
     TelegramServerError,
     TelegramRetryAfter,
+    ClientDecodeError,  # not a Bot API answer: a proxy's error page or a cut body, as transient as a 5xx
     OSError,
 )
 
