@@ -87,7 +87,8 @@ def build_backend(settings: Settings, *, cluster: bool = False) -> InMemoryBacke
 
 def build_engine(settings: Settings, store: SessionStore) -> ChatService:
     """The engine as the bot runs it, on the backend's store: every turn and every LLM call in flight
-    lands in the metrics. With ``OPERATOR_CHAT_ID`` the model is offered the handoff tool."""
+    lands in the metrics, a refused summary call in the provider watch. With ``OPERATOR_CHAT_ID`` the
+    model is offered the handoff tool."""
     llm = build_llm_client(settings.llm, settings.memory)
     llm.on_in_flight = LLM_IN_FLIGHT.set
     chat = build_chat_service(
@@ -102,6 +103,8 @@ def build_engine(settings: Settings, store: SessionStore) -> ChatService:
         summary_response_format=settings.llm.summary_response_format,
     )
     watch_summarizer(chat.summarizer)
+    chat.summarizer.on_refused = lambda status, detail: PROVIDER.refused("summary", status, detail)
+    chat.summarizer.on_accepted = lambda: PROVIDER.accepted("summary")
     return chat
 
 

@@ -50,7 +50,11 @@ class ProviderWatch:
         if last is None or now - last >= LOG_EVERY_SECONDS:
             self._logged[(call, status)] = now
             fix = FIXES.get(status or 0, "check OPENAI_API_KEY, OPENAI_MODEL and OPENAI_BASE_URL")
-            log.error("the model provider refuses the bot's %s calls (%s): %s; questions wait", call, detail, fix)
+            meanwhile = "questions wait"
+            if call == "summary":
+                fix = fix.replace("OPENAI_MODEL", "SUMMARY_MODEL (else OPENAI_MODEL)")
+                meanwhile = "old turns are kept by their identifiers only"
+            log.error("the model provider refuses the bot's %s calls (%s): %s; %s", call, detail, fix, meanwhile)
 
     def accepted(self, call: str) -> None:
         """A ``call`` went through: the refusal, if any, is over."""

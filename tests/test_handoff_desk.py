@@ -14,9 +14,12 @@ from aiogram.types import Chat, Message, User
 from bot.settings import BotSettings
 from bot.telegram.desk import HandoffDesk
 from bot.telegram.texts import TEXTS, Texts
+from prompts import default_registry
 from services.backends.memory import InMemoryBackend
 from services.engine.handoff_memory import HandoffMemory
-from services.errors import StoreUnavailableError, TransientError
+from services.engine.summarizer import Summarizer
+from services.engine.tokens import TokenCounter
+from services.errors import LLMUnavailableError, StoreUnavailableError, TransientError
 
 CHAT, GROUP, TOPIC = 31337, -1001234567890, 500
 
@@ -149,30 +152,30 @@ async def test_a_close_retried_after_a_blip_still_tells_the_customer_and_the_top
     assert bot.sent.count((CHAT, TEXTS["en"]["handoff_closed"])) == 1
 
 
-class FailingSummarizer:
-    async def fold(self, *args: Any, **kwargs: Any) -> Any:
-        from services.errors import SummaryError
-
-        raise SummaryError("the model is down")
+class FailingModel:
+    async def summarize(self, *args: Any, **kwargs: Any) -> Any:
+        raise LLMUnavailableError("HTTP 503: the model is down", status=503)
 
 
-async def test_a_close_whose_transcript_cannot_be_folded_is_retried_not_done() -> None:
+async def test_a_close_while_summaries_fail_ends_the_handoff_with_the_transcript_kept_by_identifiers() -> None:
     from services.engine.handoff_records import TranscriptEntry
-    from services.errors import SummaryUnavailableError
 
     backend = InMemoryBackend()
     await opened(backend)
-    await backend.handoffs.record(CHAT, "u2", TranscriptEntry("operator", "a replacement ships Friday"))
+    await backend.handoffs.record(CHAT, "u2", TranscriptEntry("operator", "a replacement ships Friday, order 7718"))
     settings = BotSettings(_env_file=None, operator_chat_id=GROUP)  # type: ignore[call-arg]
-    memory = HandoffMemory(store=backend.store, summarizer=FailingSummarizer())  # type: ignore[arg-type]
+    prompt = default_registry().get("summary")
+    summarizer = Summarizer(
+        llm=FailingModel(), counter=TokenCounter.for_encoding("o200k_base"), prompt=prompt, max_tokens=300
+    )
+    memory = HandoffMemory(store=backend.store, summarizer=summarizer)
     desk = HandoffDesk(store=backend.handoffs, memory=memory, settings=settings)
     bot = FakeBot()
-    with pytest.raises(SummaryUnavailableError) as failure:
-        await desk.close_from_operator(bot, operator_message("/close"), "u11", None)  # type: ignore[arg-type]
-    assert isinstance(failure.value, TransientError), "the worker retries it"
-    record = await backend.handoffs.get(CHAT)
-    assert record.open and len(record.transcript) == 1
-    assert (CHAT, TEXTS["en"]["handoff_closed"]) not in bot.sent
+    await desk.close_from_operator(bot, operator_message("/close"), "u11", None)  # type: ignore[arg-type]
+    assert not (await backend.handoffs.get(CHAT)).open, "the customer is not left in relay mode"
+    assert (CHAT, TEXTS["en"]["handoff_closed"]) in bot.sent
+    summary = (await backend.store.load(CHAT)).summary
+    assert summary is not None and "7718" in " ".join(summary.key_facts)
 
 
 @pytest.mark.parametrize("resume", [False, True])

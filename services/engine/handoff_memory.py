@@ -1,5 +1,7 @@
 """The engine's part of a handoff: a fresh summary for the ticket, and the handoff transcript folded
-into the conversation summary when it ends (beside the compactor, which folds turns the same way)."""
+into the conversation summary when it ends (beside the compactor, which folds turns the same way).
+While summaries fail or the summary breaker is open, both fold extractively (identifiers kept), so a
+handoff can start and end without the summary model."""
 
 from __future__ import annotations
 
@@ -8,9 +10,9 @@ from collections.abc import Sequence
 
 from services.engine.handoff_records import TranscriptEntry
 from services.engine.models import Compaction, StoredMessage
-from services.engine.summarizer import Summarizer
+from services.engine.summarizer import Summarizer, SummaryOutcome
 from services.engine.summary_state import SummaryState
-from services.errors import ConcurrentUpdateError, SummaryError, SummaryUnavailableError
+from services.errors import ConcurrentUpdateError, SummaryError
 from services.fence import Fence
 from services.ports.sessions import SessionStore
 
@@ -52,26 +54,18 @@ class HandoffMemory:
         session = await self._store.load(chat_id)
         summary = session.summary
         if session.messages:
-            try:
-                summary = (await self._summarizer.fold(session.summary, session.messages)).summary
-            except SummaryError as exc:
-                log.warning("chat %s: ticket summary failed (%s); the stored one is used", chat_id, exc)
+            summary = (await self._fold(chat_id, "ticket", session.summary, session.messages)).summary
         return summary, list(session.messages[-RECENT_TURNS_IN_TICKET:])
 
     async def fold_transcript(self, chat_id: int, entries: Sequence[TranscriptEntry], *, fence: Fence | None) -> None:
-        """Fold the handoff into the summary (fenced, version-checked, retried on a concurrent change).
-        ``SummaryUnavailableError`` (transient: the ending is retried) if the summarizer failed."""
+        """Fold the handoff into the summary (fenced, version-checked, retried on a concurrent change);
+        extractively if no summary can be made."""
         if not entries:
             return
         messages = transcript_messages(entries)
         for attempt in range(1, self._attempts + 1):
             session = await self._store.load(chat_id)
-            try:
-                outcome = await self._summarizer.fold(session.summary, messages)
-            except SummaryError as exc:
-                raise SummaryUnavailableError(
-                    f"chat {chat_id}: the handoff transcript could not be summarized: {exc}"
-                ) from exc
+            outcome = await self._fold(chat_id, "transcript", session.summary, messages)
             compaction = Compaction(0, outcome.summary, outcome.block_tokens)
             try:
                 await self._store.apply_compaction(
@@ -81,3 +75,17 @@ class HandoffMemory:
             except ConcurrentUpdateError:
                 if attempt == self._attempts:
                     raise
+
+    async def _fold(
+        self, chat_id: int, what: str, previous: SummaryState | None, messages: Sequence[StoredMessage]
+    ) -> SummaryOutcome:
+        """A summary of ``messages`` over ``previous``: by the model if the breaker allows, else (or if
+        it fails) extractively."""
+        if self._summarizer.breaker.allow():
+            try:
+                return await self._summarizer.fold(previous, messages)
+            except SummaryError as exc:
+                log.warning("chat %s: %s summary failed (%s); folded by identifiers", chat_id, what, exc)
+        else:
+            log.info("chat %s: summary calls are paused; %s folded by identifiers", chat_id, what)
+        return self._summarizer.extractive(previous, messages)

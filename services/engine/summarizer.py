@@ -24,7 +24,7 @@ from services.engine.summary_format import (
 )
 from services.engine.summary_state import SummaryState, merge_summaries, render_summary
 from services.engine.tokens import TokenCounter
-from services.errors import LLMError, SummaryError
+from services.errors import LLMConfigurationError, LLMError, SummaryError
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,9 @@ class Summarizer:
     """Previous summary + the turns being folded → new structured summary (validated, merged, with
     every identifier of the folded turns guaranteed present, and re-compressed if over its cap).
     Every model request is reported to ``on_attempt`` with its outcome (ok, invalid, rejected,
-    failed); every fold's success or failure to ``breaker``."""
+    failed); a refusal of the bot (LLMConfigurationError: key, access, model, quota) also to
+    ``on_refused`` (status, detail) and each answer to ``on_accepted``, so the operator sees it as
+    for chat calls; every fold's success or failure to ``breaker``."""
 
     def __init__(
         self,
@@ -72,6 +74,8 @@ class Summarizer:
         self.formats = FormatChoice(response_format)
         self.breaker = breaker or CircuitBreaker()
         self.on_attempt: Callable[[str], None] = lambda _outcome: None
+        self.on_refused: Callable[[int | None, str], None] = lambda _status, _detail: None
+        self.on_accepted: Callable[[], None] = lambda: None
 
     def block_part(self, summary: SummaryState, *, tokens: int | None = None) -> PromptPart:
         """The summary as the user-role data block of the chat prompt (``tokens``: its known cost)."""
@@ -81,11 +85,15 @@ class Summarizer:
         return PromptPart("user", content, tokens)
 
     async def fold(self, previous: SummaryState | None, messages: Sequence[StoredMessage]) -> SummaryOutcome:
-        """Raises SummaryError if the model fails or answers without a valid summary twice."""
+        """Raises SummaryError if the model fails or answers without a valid summary twice. Any
+        exception is a failure for the breaker; a cancelled fold has no outcome (its trial is released)."""
         try:
             outcome = await self._fold(previous, messages)
-        except SummaryError:
+        except Exception:
             self.breaker.failed()
+            raise
+        except BaseException:
+            self.breaker.release()
             raise
         self.breaker.succeeded()
         return outcome
@@ -188,7 +196,10 @@ class Summarizer:
                 raise SummaryError(f"summarizer call rejected: {exc}") from exc
             except LLMError as exc:
                 self.on_attempt("failed")
+                if isinstance(exc, LLMConfigurationError):
+                    self.on_refused(exc.status, str(exc))
                 raise SummaryError(f"summarizer call failed: {exc}") from exc
+            self.on_accepted()
             usage.append(completion.usage or Usage())
             summary, bare, problem = read_summary(completion.text)
             downgraded = not bare and self.formats.downgrade(kind, "the reply is not bare JSON")
