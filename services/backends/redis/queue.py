@@ -5,7 +5,7 @@ sender's order) and kept until processed or dead-lettered; a ``seen`` set stores
 ``ready`` set holds the chats that may have work, by when they are due. ``claim`` takes a due chat's
 lease and pushes its score one lease ahead (a watchdog, for a worker that dies); ``next`` acks an item
 and returns the next or releases the lease. Every per-chat step is fenced by the lease; every script
-touches one chat's keys or one global key (Redis Cluster); their texts are in ``queue_scripts``.
+touches one chat's keys or one global key (Redis Cluster); the Lua is in ``queue_scripts``.
 """
 
 from __future__ import annotations
