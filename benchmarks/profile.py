@@ -49,6 +49,8 @@ _RULES: list[tuple[str, str]] = [
     ("reply rendering (markdown)", "bot/telegram/render.py"),
     ("webhook intake", "/bot/queueing/intake.py"),
     ("worker loop and Update parsing (bot/queueing/worker.py)", "/bot/queueing/worker.py"),
+    ("worker loop and Update parsing (bot/queueing/worker.py)", "/bot/queueing/heartbeat.py"),
+    ("worker loop and Update parsing (bot/queueing/worker.py)", "/bot/queueing/retrying.py"),
     ("event loop, sockets, other", "/bot/__main__.py"),
     ("event loop, sockets, other", "/bot/modes/"),
     ("our code (services/, bot/)", "/services/"),

@@ -8,15 +8,16 @@ import re
 import fakeredis
 import pytest
 
-from services.backends.redis import handoffs, queue, store
+from services.backends.redis import handoffs, queue_scripts, scripts, store
 from services.backends.redis.scripts import Status, register, with_status
 
 SCRIPTS = [
     (module.__name__, name, value)
-    for module in (queue, store, handoffs)
+    for module in (queue_scripts, store, handoffs, scripts)
     for name, value in vars(module).items()
-    if name.startswith("_") and isinstance(value, str) and "redis.call" in value
+    if isinstance(value, str) and "redis.call" in value and (module is scripts or not name.startswith("LUA_"))
 ]
+"""Every Lua text of the Redis backends, each once (the shared ``LUA_`` snippets under ``scripts``)."""
 
 
 def test_the_names_become_their_numbers() -> None:

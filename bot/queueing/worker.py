@@ -1,11 +1,11 @@
 """Queue worker: claims chats from Redis and feeds their updates, in order, to the aiogram Dispatcher.
 
 Every update is processed under the chat's lease with a fencing token (``services.fence``): the
-heartbeat renews the lease and cancels the handler the moment it cannot be kept, and Redis refuses
-every write once another worker owns the chat. Transient failures (Redis, the network, Telegram
-5xx/429) are retried with backoff for up to ``give_up_seconds``, others ``max_attempts`` times; then the
-update goes to the dead letters, so no update is retried forever and no chat waits forever; a customer
-who was promised an answer is then told it could not be given (``giving_up``, exactly once).
+heartbeat (``heartbeat``) renews the lease and cancels the handler the moment it cannot be kept, and
+Redis refuses every write once another worker owns the chat. A failed update is retried as
+``retrying.RetryPolicy`` says, then goes to the dead letters, so no update is retried forever and no
+chat waits forever; a customer who was promised an answer is then told it could not be given
+(``giving_up``, exactly once).
 """
 
 from __future__ import annotations
@@ -21,28 +21,23 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from aiogram import Bot, Dispatcher
 from aiogram.types import Update
 
 from bot.metrics import DEAD_LETTERS, LEASES_LOST, QUEUE_WAIT
+from bot.queueing.heartbeat import Serving, start_heartbeat
+from bot.queueing.retrying import MAX_BACKOFF, GiveUpReason, Outcome, RetryPolicy
 from bot.serving.failures import is_transient
 from services.engine.retry import REQUEST_BUDGET
-from services.errors import LeaseLostError, LLMConfigurationError, LLMError, LLMUnavailableError, TransientError
+from services.errors import LeaseLostError, TransientError
 from services.fence import CURRENT_FENCE, Fence
 from services.ports.deadletters import DeadLetters
 from services.ports.queue import Claim, QueueItem, Step, WorkQueue
 
 log = logging.getLogger(__name__)
 
-MAX_BACKOFF = 30.0
-BASE_BACKOFF = 0.2
-VANISHED_ALLOWANCE = 2
-"""Attempts that vanish (worker killed, or paused past its lease) are also what an ordinary crash or
-failover looks like, so they are allowed a little more often than outright failures."""
-Outcome = Literal["done", "retry", "transient", "abandon"]
 INTERNAL_PREFIX = "internal:"
 """Items the bot queues for itself (``internal:<kind>:...``, e.g. a handoff's reply deadline passed):
 handled by the worker's ``internal`` hook under the chat's lease, never fed to the dispatcher (no
@@ -57,21 +52,6 @@ calls ``mark told`` once that message went out); bot.queueing.giving_up."""
 def worker_identity() -> str:
     """Who this worker is, in leases, logs and dead letters: host, pid and a random suffix."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-@dataclass
-class _Serving:
-    """One chat being served: its fence and the handler task the heartbeat may have to cancel."""
-
-    claim: Claim
-    fence: Fence
-    lost: asyncio.Event = field(default_factory=asyncio.Event)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    work: asyncio.Task[None] | None = None
-    item: QueueItem | None = None
-    """The item taken from the inbox and not yet finished."""
-    failure: BaseException | None = None
-    """How the last attempt failed (its Retry-After and model requests go on the item's record)."""
 
 
 class Worker:
@@ -96,7 +76,6 @@ class Worker:
     ) -> None:
         self._internal = internal
         self._giving_up = giving_up
-        self._max_requests = max_model_requests
         self._queue = queue
         self._dead = dead_letters
         self._dispatcher = dispatcher
@@ -105,8 +84,7 @@ class Worker:
         self._concurrency = concurrency
         self._idle_wait = idle_wait
         self._grace = grace
-        self._max_attempts = max_attempts
-        self._give_up = give_up_seconds
+        self._retrying = RetryPolicy(max_attempts, give_up_seconds, max_model_requests)
         self._lease = queue.lease_ms / 1000
         # nothing is sent in the last part of a lease: room for one request and some clock skew
         self._margin = min(1.0, self._lease / 5)
@@ -219,9 +197,8 @@ class Worker:
         if step.kind not in ("item", "released"):
             return  # busy: another worker holds it
         fence = Fence(claim.token, valid_until=sent + self._lease, margin=self._margin, defer_reply_marks=True)
-        serving = _Serving(claim, fence)
-        heartbeat = asyncio.create_task(self._heartbeat(serving), name=f"heartbeat-{claim.chat_id}")
-        heartbeat.add_done_callback(lambda task: self._heartbeat_ended(task, serving))
+        serving = Serving(claim, fence)
+        heartbeat = start_heartbeat(serving, self._queue, self._lease)
         try:
             await self._serve_items(serving, step)
         except asyncio.CancelledError:
@@ -239,7 +216,7 @@ class Worker:
             serving.done.set()
             heartbeat.cancel()
 
-    async def _serve_items(self, serving: _Serving, step: Step) -> None:
+    async def _serve_items(self, serving: Serving, step: Step) -> None:
         claim = serving.claim
         while step.kind == "item":
             assert step.item is not None
@@ -247,7 +224,7 @@ class Worker:
             if self._stopping.is_set() or serving.lost.is_set():
                 await self._set_aside(serving)
                 return
-            if item.retry_in > 0 and (item.given_up or self._give_up_reason(item) is None):
+            if item.retry_in > 0 and (item.given_up or self._retrying.give_up_reason(item) is None):
                 if item.retry_in > self._lease / 3:  # a long wait: the chat goes back, due at that time
                     await self._queue.note(claim, item, "set_aside")
                     serving.item = None
@@ -275,7 +252,7 @@ class Worker:
             self.retried += 1
             # a handler that failed after its reply went out: the mark goes with the attempt's record
             replied = serving.fence.take_deferred_replies()
-            requests, retry_in = self._next_try(item, outcome, serving.failure)
+            requests, retry_in = self._retrying.next_try(item, outcome, serving.failure)
             serving.failure = None
             kind: Literal["transient", "failed"] = "transient" if outcome == "transient" else "failed"
             await self._queue.note(claim, item, kind, replied=replied, model_requests=requests, retry_in=retry_in)
@@ -284,31 +261,15 @@ class Worker:
             LEASES_LOST.inc()
             log.warning("chat %s: lease lost between updates; another worker goes on", claim.chat_id)
 
-    def _next_try(self, item: QueueItem, outcome: Outcome, failure: BaseException | None) -> tuple[int, float]:
-        """(model requests the failed attempt made, seconds before the next): the backoff grows with how
-        long the item has been failing (stateless: any worker continues it), never sooner than the
-        provider's Retry-After. A provider that refuses the bot (its key, its quota) is not counted
-        against the question: the question waits for the operator's fix, up to the give-up time."""
-        if outcome == "transient":
-            wait = min(max(BASE_BACKOFF, item.failing_for), MAX_BACKOFF, max(self._give_up, BASE_BACKOFF))
-        else:
-            wait = min(BASE_BACKOFF * 2**item.failures, MAX_BACKOFF)
-        requests = 0
-        if isinstance(failure, LLMError) and not isinstance(failure, LLMConfigurationError):
-            requests = failure.requests
-        if isinstance(failure, LLMUnavailableError) and failure.retry_after is not None:
-            wait = max(wait, failure.retry_after)
-        return requests, wait
-
-    async def _attempt(self, serving: _Serving, item: QueueItem) -> Outcome:
+    async def _attempt(self, serving: Serving, item: QueueItem) -> Outcome:
         """Process one update once. The outcome says what to do with it next."""
         if item.given_up:  # dead-lettered already: only the customer's final message is left to send
-            if item.given_up >= 2 or item.failures >= self._max_attempts:
+            if item.given_up >= 2 or item.failures >= self._retrying.max_attempts:
                 if item.given_up < 2:
                     log.error("chat %s: could not tell the customer %s was given up", serving.claim.chat_id, item.id)
                 return "done"
             return await self._tell_given_up(serving, item)
-        give_up = self._give_up_reason(item)
+        give_up = self._retrying.give_up_reason(item)
         if give_up is not None:
             return await self._dead_letter(serving, item, give_up)
         if item.id.startswith(INTERNAL_PREFIX):
@@ -329,14 +290,14 @@ class Worker:
                 queued=True,
                 fence=serving.fence,
                 transient_failures=item.transient_failures,
-                final_attempt=item.failures + 1 >= self._max_attempts,
+                final_attempt=self._retrying.is_final_attempt(item),
             ),
             serving.fence,
-            request_budget=max(1, self._max_requests - item.model_requests),
+            request_budget=max(1, self._retrying.max_model_requests - item.model_requests),
         )
         return await self._outcome(serving, f"update {update.update_id}", item.started)
 
-    async def _outcome(self, serving: _Serving, what: str, started: int = 1) -> Outcome:
+    async def _outcome(self, serving: Serving, what: str, started: int = 1) -> Outcome:
         """Wait for the item's work task and classify how it ended."""
         assert serving.work is not None
         try:
@@ -360,7 +321,7 @@ class Worker:
         log.error("%s failed (attempt %d)", what, started, exc_info=failure)
         return "retry"
 
-    async def _set_aside(self, serving: _Serving) -> None:
+    async def _set_aside(self, serving: Serving) -> None:
         """Give the chat back with its current item unfinished (stopping): not counted as a failure."""
         if serving.item is not None and not serving.lost.is_set():
             replied = serving.fence.take_deferred_replies()
@@ -368,23 +329,7 @@ class Worker:
                 await self._queue.note(serving.claim, serving.item, "set_aside", replied=replied)
         await self._queue.hand_back(serving.claim)
 
-    def _give_up_reason(self, item: QueueItem) -> tuple[str, bool] | None:
-        """Why ``item`` is given up now, and whether its customer is still to be told (a customer whose
-        update failed outright was told on its final attempt), or None."""
-        if item.failures >= self._max_attempts:
-            return f"failed {item.failures} times", False
-        if item.vanished_attempts >= self._max_attempts + VANISHED_ALLOWANCE:
-            return f"{item.vanished_attempts} attempts ended with their worker dead or cut off", True
-        if item.model_requests >= self._max_requests:
-            return f"the model was asked {item.model_requests} times (LLM_MAX_REQUESTS_PER_QUESTION)", True
-        if item.transient_failures and item.failing_for + item.retry_in > self._give_up:
-            waited = f"transient failures for {item.failing_for:.0f}s ({item.transient_failures} attempts)"
-            return (
-                waited if item.failing_for > self._give_up else f"{waited}; the next try is past the give-up time"
-            ), True
-        return None
-
-    async def _dead_letter(self, serving: _Serving, item: QueueItem, give_up: tuple[str, bool]) -> Outcome:
+    async def _dead_letter(self, serving: Serving, item: QueueItem, give_up: GiveUpReason) -> Outcome:
         """Keep the update for an operator, tell its customer (``giving_up``), and move on (``next``
         acknowledges it)."""
         reason, tell = give_up
@@ -408,7 +353,7 @@ class Worker:
         await self._queue.given_up(claim, item, 1)
         return await self._tell_given_up(serving, item)
 
-    async def _tell_given_up(self, serving: _Serving, item: QueueItem) -> Outcome:
+    async def _tell_given_up(self, serving: Serving, item: QueueItem) -> Outcome:
         """The customer's final message (retried like any attempt when it cannot be sent now)."""
         assert self._giving_up is not None
         claim = serving.claim
@@ -419,45 +364,6 @@ class Worker:
         work = self._giving_up(claim.chat_id, item, serving.fence, item.given_up >= 2, told)
         serving.work = _fenced_task(work, serving.fence)
         return await self._outcome(serving, f"the final message for {item.id}", item.started)
-
-    async def _heartbeat(self, serving: _Serving) -> None:
-        """Renew the lease every third of it; each renewal must land inside what is left of the lease
-        (retried at once on failure). When the lease cannot be kept the handler is cancelled."""
-        claim, fence = serving.claim, serving.fence
-        while not serving.done.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(serving.done.wait(), self._lease / 3)
-            while not serving.done.is_set():
-                remaining = fence.remaining()
-                if remaining <= 0:
-                    self._lose(serving, "could not renew it in time")
-                    return
-                sent = time.monotonic()
-                try:
-                    kept = await asyncio.wait_for(self._queue.renew(claim), timeout=remaining)
-                except (TransientError, TimeoutError) as exc:
-                    log.warning("chat %s: lease renewal failed (%s); retrying", claim.chat_id, type(exc).__name__)
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(serving.done.wait(), min(0.05, max(fence.remaining(), 0)))
-                    continue
-                if not kept:
-                    self._lose(serving, "another worker holds it")
-                    return
-                fence.valid_until = sent + self._lease
-                break
-
-    def _heartbeat_ended(self, task: asyncio.Task[None], serving: _Serving) -> None:
-        if task.cancelled() or task.exception() is None:
-            return
-        log.error("chat %s: heartbeat crashed", serving.claim.chat_id, exc_info=task.exception())
-        self._lose(serving, "its heartbeat crashed")  # nothing renews the lease any more
-
-    def _lose(self, serving: _Serving, why: str) -> None:
-        log.warning("chat %s: lease lost (%s); cancelling its update", serving.claim.chat_id, why)
-        serving.lost.set()
-        serving.fence.valid_until = 0.0
-        if serving.work is not None:
-            serving.work.cancel()
 
 
 def _parse(payload: str) -> object:
