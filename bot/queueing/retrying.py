@@ -23,7 +23,7 @@ GiveUpReason = tuple[str, bool]
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
+class AttemptRules:
     """The limits of one worker (``max_attempts``, ``give_up_seconds``, LLM_MAX_REQUESTS_PER_QUESTION)."""
 
     max_attempts: int = 3

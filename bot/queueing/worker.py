@@ -3,7 +3,7 @@
 Every update is processed under the chat's lease with a fencing token (``services.fence``): the
 heartbeat (``heartbeat``) renews the lease and cancels the handler the moment it cannot be kept, and
 Redis refuses every write once another worker owns the chat. A failed update is retried as
-``retrying.RetryPolicy`` says, then goes to the dead letters, so no update is retried forever and no
+``retrying.AttemptRules`` says, then goes to the dead letters, so no update is retried forever and no
 chat waits forever; a customer who was promised an answer is then told it could not be given
 (``giving_up``, exactly once).
 """
@@ -28,7 +28,7 @@ from aiogram.types import Update
 
 from bot.metrics import DEAD_LETTERS, LEASES_LOST, QUEUE_WAIT
 from bot.queueing.heartbeat import Serving, start_heartbeat
-from bot.queueing.retrying import MAX_BACKOFF, GiveUpReason, Outcome, RetryPolicy
+from bot.queueing.retrying import MAX_BACKOFF, AttemptRules, GiveUpReason, Outcome
 from bot.serving.failures import is_transient
 from services.engine.retry import REQUEST_BUDGET
 from services.errors import LeaseLostError, TransientError
@@ -84,7 +84,7 @@ class Worker:
         self._concurrency = concurrency
         self._idle_wait = idle_wait
         self._grace = grace
-        self._retrying = RetryPolicy(max_attempts, give_up_seconds, max_model_requests)
+        self._retrying = AttemptRules(max_attempts, give_up_seconds, max_model_requests)
         self._lease = queue.lease_ms / 1000
         # nothing is sent in the last part of a lease: room for one request and some clock skew
         self._margin = min(1.0, self._lease / 5)
