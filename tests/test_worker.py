@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import fakeredis
@@ -26,7 +26,7 @@ from services.backends.redis.store import RedisSessionStore
 from services.errors import LLMUnavailableError, StoreUnavailableError
 from services.fence import CURRENT_FENCE, Fence
 from services.ports.deadletters import DeadLetter
-from services.ports.queue import Claim, QueueItem, Step
+from services.ports.queue import FINISHED, TOLD, Claim, QueueItem, Step
 from tests.stubs.telegram_server import StubTelegram
 from tests.worker_helpers import make_worker, update, update_json
 
@@ -194,6 +194,38 @@ async def test_transient_failures_are_retried_then_given_up(bot: Bot) -> None:
     assert len(tries) >= 2, "transient failures do not count against WORKER_MAX_ATTEMPTS"
     letters = await RedisDeadLetters(redis=redis, keys=KEYS).list()
     assert [letter.item_id for letter in letters] == ["u1"] and "transient" in letters[0].error
+
+
+async def test_a_given_up_update_s_final_steps_are_retried_until_all_are_done(bot: Bot) -> None:
+    """The customer told, then the operators' ticket failed (Telegram unreachable): the next attempt
+    makes the ticket without telling the customer again, and then nothing is repeated (review 26:
+    with the customer marked told first, the ticket was never made)."""
+    redis = fakeredis.FakeAsyncRedis()
+    queue = RedisWorkQueue(redis=redis, keys=KEYS, lease_ms=5000)
+    dispatcher = Dispatcher()
+    after = asyncio.Event()
+    calls: list[bool] = []
+
+    async def on_message(message: Message) -> None:
+        if message.text == "telegram down":
+            raise TelegramNetworkError(method=SendMessage(chat_id=9, text="x"), message="unreachable")
+        after.set()
+
+    async def giving_up(
+        chat_id: int, item: QueueItem, fence: Fence, told: bool, mark: Callable[[int], Awaitable[None]]
+    ) -> None:
+        calls.append(told)
+        if not told:
+            await mark(TOLD)
+            raise TelegramNetworkError(method=SendMessage(chat_id=-100, text="ticket"), message="unreachable")
+        await mark(FINISHED)
+
+    dispatcher.message.register(on_message)
+    worker = make_worker(queue, dispatcher, bot, max_attempts=3, give_up_seconds=0.3, giving_up=giving_up)
+    await queue.enqueue(9, "u1", update_json(1, 9, "telegram down"), order=1)
+    await queue.enqueue(9, "u2", update_json(2, 9, "after"), order=2)
+    await run_until(worker, after)
+    assert calls == [False, True], "told once, the ticket retried once, then done"
 
 
 class FailingChat:

@@ -20,7 +20,7 @@ from bot.settings import BotSettings
 from bot.telegram.desk import HandoffDesk
 from bot.telegram.texts import Texts, pick_language, text
 from services.fence import Fence
-from services.ports.queue import QueueItem
+from services.ports.queue import FINISHED, TOLD, QueueItem
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def tell_given_up(bot: Bot, desk: HandoffDesk, settings: BotSettings) -> GiveUp:
     """The worker's ``giving_up`` hook."""
 
     async def tell(
-        chat_id: int, item: QueueItem, fence: Fence, told: bool, mark_told: Callable[[], Coroutine[Any, Any, None]]
+        chat_id: int, item: QueueItem, fence: Fence, told: bool, mark: Callable[[int], Coroutine[Any, Any, None]]
     ) -> None:
         message = customer_message(item, bot, chat_id)
         if message is None or desk.is_operator_group(chat_id):
@@ -56,9 +56,10 @@ def tell_given_up(bot: Bot, desk: HandoffDesk, settings: BotSettings) -> GiveUp:
                 log.warning("chat %s: cannot tell the customer %s was given up: %s", chat_id, item.id, exc)
                 return
             GIVEN_UP_TOLD.inc()
-            await mark_told()
-        if desk.enabled:
+            await mark(TOLD)
+        if desk.enabled:  # "a person will look at it": retried like the message until the ticket is made
             await _to_operators(bot, desk, settings, message, item, say, fence)
+        await mark(FINISHED)
 
     return tell
 

@@ -34,7 +34,7 @@ from services.engine.retry import REQUEST_BUDGET
 from services.errors import LeaseLostError, TransientError
 from services.fence import CURRENT_FENCE, Fence
 from services.ports.deadletters import DeadLetters
-from services.ports.queue import Claim, QueueItem, Step, WorkQueue
+from services.ports.queue import DEAD_LETTERED, FINISHED, TOLD, Claim, QueueItem, Step, WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +44,9 @@ handled by the worker's ``internal`` hook under the chat's lease, never fed to t
 Telegram update can carry such an id: theirs are ``u<update id>``)."""
 Internal = Callable[[int, str, Fence], Coroutine[Any, Any, None]]
 """(chat id, item id, fence) → handles one internal item."""
-GiveUp = Callable[[int, QueueItem, Fence, bool, Callable[[], Coroutine[Any, Any, None]]], Coroutine[Any, Any, None]]
-"""(chat id, item, fence, told already, mark told) → tells the customer their update was given up (and
-calls ``mark told`` once that message went out); bot.queueing.giving_up."""
+GiveUp = Callable[[int, QueueItem, Fence, bool, Callable[[int], Coroutine[Any, Any, None]]], Coroutine[Any, Any, None]]
+"""(chat id, item, fence, told already, mark) → tells the customer their update was given up and the
+operators too, calling ``mark(TOLD)`` and ``mark(FINISHED)`` as each is done; bot.queueing.giving_up."""
 
 
 def worker_identity() -> str:
@@ -264,9 +264,14 @@ class Worker:
     async def _attempt(self, serving: Serving, item: QueueItem) -> Outcome:
         """Process one update once. The outcome says what to do with it next."""
         if item.given_up:  # dead-lettered already: only the customer's final message is left to send
-            if item.given_up >= 2 or item.failures >= self._retrying.max_attempts:
-                if item.given_up < 2:
-                    log.error("chat %s: could not tell the customer %s was given up", serving.claim.chat_id, item.id)
+            if item.given_up >= FINISHED or item.failures >= self._retrying.max_attempts:
+                if item.given_up < FINISHED:
+                    log.error(
+                        "chat %s: could not finish telling that %s was given up (%s)",
+                        serving.claim.chat_id,
+                        item.id,
+                        "customer told, no ticket" if item.given_up >= TOLD else "customer not told",
+                    )
                 return "done"
             return await self._tell_given_up(serving, item)
         give_up = self._retrying.give_up_reason(item)
@@ -350,7 +355,7 @@ class Worker:
         log.error("chat %s: update %s moved to the dead letters: %s", claim.chat_id, item.id, reason)
         if not tell or self._giving_up is None or item.id.startswith(INTERNAL_PREFIX):
             return "done"
-        await self._queue.given_up(claim, item, 1)
+        await self._queue.given_up(claim, item, DEAD_LETTERED)
         return await self._tell_given_up(serving, item)
 
     async def _tell_given_up(self, serving: Serving, item: QueueItem) -> Outcome:
@@ -358,10 +363,10 @@ class Worker:
         assert self._giving_up is not None
         claim = serving.claim
 
-        async def told() -> None:
-            await self._queue.given_up(claim, item, 2)
+        async def mark(stage: int) -> None:
+            await self._queue.given_up(claim, item, stage)
 
-        work = self._giving_up(claim.chat_id, item, serving.fence, item.given_up >= 2, told)
+        work = self._giving_up(claim.chat_id, item, serving.fence, item.given_up >= TOLD, mark)
         serving.work = _fenced_task(work, serving.fence)
         return await self._outcome(serving, f"the final message for {item.id}", item.started)
 

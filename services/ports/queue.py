@@ -7,6 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+DEAD_LETTERED, TOLD, FINISHED = 1, 2, 3
+"""How far giving up an item got: kept for an operator; its customer told it could not be answered; and,
+with handoff on, the operators' ticket made (so a redelivery repeats none of it and misses none)."""
+
 
 @dataclass(frozen=True, slots=True)
 class QueueItem:
@@ -30,7 +34,7 @@ class QueueItem:
     retry_in: float = 0.0
     """Seconds until it may be tried again (the provider's Retry-After or the backoff; 0: now)."""
     given_up: int = 0
-    """How far giving it up got: 0 not given up, 1 dead-lettered, 2 and the customer told."""
+    """How far giving it up got: 0 not given up, then DEAD_LETTERED, TOLD, FINISHED."""
 
     @property
     def vanished_attempts(self) -> int:
@@ -109,7 +113,7 @@ class WorkQueue(Protocol):
         ...
 
     async def given_up(self, claim: Claim, item: QueueItem, stage: int) -> None:
-        """Record how far giving ``item`` up got (1 dead-lettered, 2 the customer told)."""
+        """Record how far giving ``item`` up got (DEAD_LETTERED, TOLD, FINISHED; never lowered)."""
         ...
 
     async def defer(self, claim: Claim, seconds: float) -> None:

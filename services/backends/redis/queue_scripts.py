@@ -141,7 +141,7 @@ return DONE
 """
 )
 
-# KEYS: lease, attempts. ARGV: token, item id, stage (1 dead-lettered, 2 and the customer told). Only
+# KEYS: lease, attempts. ARGV: token, item id, stage (ports.queue: DEAD_LETTERED, TOLD, FINISHED). Only
 # raises the stage, only while holding the lease.
 GIVEN_UP = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return LEASE_LOST end
