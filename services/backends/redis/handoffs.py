@@ -228,7 +228,7 @@ class RedisHandoffStore:
         args = [topic_id, self._ttl, token_of(fence), group_id]
         await self._run(chat_id, self._set_topic, [keys.handoff, keys.lease], args)
 
-    async def open(
+    async def start(
         self, chat_id: int, *, reason: str, trigger: str, language: str, item_id: str = "", fence: Fence | None = None
     ) -> bool:
         keys = self._keys.chat(chat_id)
