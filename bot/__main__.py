@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging(settings.bot.log_level, settings.bot.log_format)
     log.info("support-bot starting: %s", describe(args.command, settings))
     if args.command in ("run", "console"):
-        log.info("event loop: %s", install_event_loop())  # before any loop starts (uvloop when installed)
+        log.info("event loop: %s", install_event_loop(settings.runtime))  # before any loop starts
     missing = missing_settings(args.command, settings)
     if missing:
         log.error("%s", missing_message(args.command, missing))

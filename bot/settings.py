@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.settings import LLMSettings, MemorySettings, RedisSettings
@@ -208,6 +208,31 @@ class WorkerSettings(BaseSettings):
         return self
 
 
+class RuntimeSettings(BaseSettings):
+    """The speed-ups of the ``fast`` extra (bot/serving/fastpath.py), read on their own before the
+    other settings: the event loop must be chosen before any loop starts. Each can be turned off to
+    measure what it brings (``benchmarks/load.py --variant``)."""
+
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore", env_ignore_empty=True)
+
+    event_loop: Literal["auto", "asyncio"] = Field(
+        default="auto", description="auto: uvloop when installed; asyncio: the standard event loop"
+    )
+    json_codec: Literal["auto", "json"] = Field(
+        default="auto", description="aiogram's JSON codec. auto: orjson when installed; json: the standard library"
+    )
+    gc_freeze: bool = Field(
+        default=True,
+        description="once wired, move the start-up objects out of the cyclic garbage collector's way "
+        "(gc.freeze), so full collections do not stop the event loop for long",
+    )
+
+    @field_validator("event_loop", "json_codec", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+
 @dataclass
 class Settings:
     """Every settings group, read once from the environment / .env (light to import: the entry point
@@ -218,3 +243,4 @@ class Settings:
     memory: MemorySettings = field(default_factory=MemorySettings)
     redis: RedisSettings = field(default_factory=RedisSettings)
     workers: WorkerSettings = field(default_factory=WorkerSettings)
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)

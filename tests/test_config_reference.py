@@ -4,13 +4,15 @@ showing its real default. The checks are also run against settings and files mad
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 from typing import Literal
 
 import pytest
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings
 
+from bot.settings import RuntimeSettings
 from tools import config_reference as ref
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,3 +157,27 @@ def test_check_mode_fails_on_a_stale_page(tmp_path: Path) -> None:
     assert ref.main(["--output", str(page)]) == 0
     assert ref.main(["--check", "--output", str(page)]) == 0
     assert page.read_text(encoding="utf-8") == (ROOT / ref.OUTPUT).read_text(encoding="utf-8")
+
+
+def test_no_module_reads_the_environment_past_the_settings_classes() -> None:
+    """A setting read with os.environ or os.getenv would be missing from the generated reference and from
+    .env.example: the code reads the environment only through the settings classes."""
+    readers = []
+    for package in ("bot", "services", "prompts"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+                if name in ("environ", "getenv", "environb", "getenvb"):
+                    readers.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not readers, f"read the environment through a settings class instead: {readers}"
+
+
+def test_the_speed_ups_are_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVENT_LOOP", "AsyncIO")
+    monkeypatch.setenv("GC_FREEZE", "off")
+    runtime = RuntimeSettings(_env_file=None)  # type: ignore[call-arg]
+    assert (runtime.event_loop, runtime.json_codec, runtime.gc_freeze) == ("asyncio", "auto", False)
+    monkeypatch.setenv("JSON_CODEC", "ujson")
+    with pytest.raises(ValidationError, match="json_codec"):
+        RuntimeSettings(_env_file=None)  # type: ignore[call-arg]

@@ -149,3 +149,22 @@ def test_promtool_accepts_the_suggested_alerts(tmp_path: Path) -> None:
     rules.write_text(alert_rules(), encoding="utf-8")
     checked = subprocess.run(["promtool", "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def architecture_tree() -> str:
+    """The code block under "## The tree" in docs/architecture.md."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    return page.split("## The tree", 1)[1].split("```")[1]
+
+
+def test_the_architecture_tree_names_every_module() -> None:
+    """Every module of bot/ and services/ is named in the tree by its file name (``worker.py`` or,
+    in a list of one package's modules, ``worker``)."""
+    tree = architecture_tree()
+    unnamed = [
+        path.relative_to(ROOT).as_posix()
+        for package in ("bot", "services")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path.name != "__init__.py" and not re.search(rf"\b{re.escape(path.stem)}(\.py)?\b", tree)
+    ]
+    assert unnamed == [], "add them to docs/architecture.md's tree"

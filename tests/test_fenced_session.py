@@ -14,6 +14,7 @@ from aiogram import Bot
 
 from bot.factory import build_bot
 from bot.settings import BotSettings
+from bot.telegram.session import FencedSession
 from services.errors import LeaseLostError
 from services.fence import CURRENT_FENCE, Fence
 from tests.stubs.telegram_server import StubTelegram
@@ -24,7 +25,8 @@ async def one_connection_bot(telegram: StubTelegram, monkeypatch: pytest.MonkeyP
     """The bot as the factory builds it, with its connection pool cut to one connection."""
     monkeypatch.setenv("BOT_TOKEN", "123456:" + "A" * 35)
     bot = build_bot(BotSettings(_env_file=None, telegram_api_url=telegram.base_url))  # type: ignore[call-arg]
-    bot.session._connector_init["limit"] = 1  # type: ignore[attr-defined]
+    assert isinstance(bot.session, FencedSession)
+    bot.session.limit = 1
     yield bot
     await bot.session.close()
 
@@ -98,3 +100,8 @@ async def test_a_late_typing_indicator_is_not_refused(one_connection_bot: Bot, t
     call = one_connection_bot.send_chat_action(7, "typing")
     assert await asyncio.create_task(call, context=in_chat_context(expired))
     assert len(telegram.of("sendChatAction", 7)) == 1
+
+
+def test_a_proxy_is_refused_rather_than_left_unfenced() -> None:
+    with pytest.raises(TypeError, match="proxy"):
+        FencedSession(proxy="socks5://127.0.0.1:1080")

@@ -56,7 +56,7 @@ async def opened(backend: InMemoryBackend) -> None:
     h = backend.handoffs
     await h.set_topic(CHAT, GROUP, TOPIC)
     await h.bind_topic(GROUP, TOPIC, CHAT)
-    await h.open(CHAT, reason="r", trigger="command", language="en", item_id="u1")
+    await h.start(CHAT, reason="r", trigger="command", language="en", item_id="u1")
 
 
 def operator_message(text: str) -> Message:

@@ -22,8 +22,8 @@ async def test_open_record_close_keeps_the_topic(backend: Backend) -> None:
     handoffs = backend.handoffs
     assert (await handoffs.get(CHAT)).state == "none"
     await handoffs.set_topic(CHAT, GROUP, 77)
-    assert await handoffs.open(CHAT, reason="asked", trigger="command", language="ru")
-    assert not await handoffs.open(CHAT, reason="again", trigger="model", language="en"), "already open"
+    assert await handoffs.start(CHAT, reason="asked", trigger="command", language="ru")
+    assert not await handoffs.start(CHAT, reason="again", trigger="model", language="en"), "already open"
     record = await handoffs.get(CHAT)
     assert (record.state, record.topic_id, record.reason, record.trigger, record.language) == (
         "open",
@@ -53,7 +53,7 @@ async def test_open_record_close_keeps_the_topic(backend: Backend) -> None:
     assert await handoffs.end(CHAT) and not await handoffs.end(CHAT)
     record = await handoffs.get(CHAT)
     assert (record.state, record.topic_id) == ("closed", 77)
-    assert await handoffs.open(CHAT, reason="second", trigger="model", language="en")
+    assert await handoffs.start(CHAT, reason="second", trigger="model", language="en")
     record = await handoffs.get(CHAT)
     assert record.transcript == () and not record.flagged and record.topic_id == 77
 
@@ -82,7 +82,7 @@ async def test_forget_chat_deletes_the_handoff(backend: Backend) -> None:
     await backend.store.commit_turn(CHAT, expected_version=0, messages=[NewMessage("user", "order 7718", 5)])
     await backend.handoffs.set_topic(CHAT, GROUP, 77)
     await backend.handoffs.bind_topic(GROUP, 77, CHAT)
-    await backend.handoffs.open(CHAT, reason="asked", trigger="command", language="en")
+    await backend.handoffs.start(CHAT, reason="asked", trigger="command", language="en")
     await backend.handoffs.track(CHAT, open=True, reply_within=900)
     await backend.handoffs.record(CHAT, "u1", TranscriptEntry("customer", "order 7718 cracked"))
     await backend.forget_chat(CHAT)
@@ -104,7 +104,7 @@ async def test_writes_of_a_worker_without_the_lease_are_refused(backend: Backend
     await backend.redis.set(keys.lease, "someone-else")
     fence = Fence("me", valid_until=time.monotonic() + 30)
     for write in (
-        backend.handoffs.open(CHAT, reason="r", trigger="command", language="en", fence=fence),
+        backend.handoffs.start(CHAT, reason="r", trigger="command", language="en", fence=fence),
         backend.handoffs.set_topic(CHAT, GROUP, 1, fence=fence),
         backend.handoffs.record(CHAT, "u1", TranscriptEntry("customer", "x"), fence=fence),
         backend.handoffs.end(CHAT, fence=fence),
@@ -119,7 +119,7 @@ async def test_writes_of_a_worker_without_the_lease_are_refused(backend: Backend
 async def test_nothing_is_recorded_for_a_handoff_forgotten_or_closed_meanwhile(backend: Backend) -> None:
     h = backend.handoffs
     await h.set_topic(CHAT, GROUP, 77)
-    await h.open(CHAT, reason="asked", trigger="command", language="en", item_id="u1")
+    await h.start(CHAT, reason="asked", trigger="command", language="en", item_id="u1")
     assert (await h.get(CHAT)).opened_by == "u1"
     await h.end(CHAT, item_id="u5")
     closed = await h.get(CHAT)
@@ -142,7 +142,7 @@ async def test_nothing_is_recorded_for_a_handoff_forgotten_or_closed_meanwhile(b
 async def test_the_transcript_keeps_its_newest_entries_and_goes_with_the_close(backend: Backend) -> None:
     h = backend.handoffs
     await h.set_topic(CHAT, GROUP, 77)
-    await h.open(CHAT, reason="asked", trigger="command", language="en")
+    await h.start(CHAT, reason="asked", trigger="command", language="en")
     for n in range(TRANSCRIPT_KEPT + 5):
         await h.record(CHAT, f"u{n}", TranscriptEntry("customer", f"line {n}"))
     transcript = (await h.get(CHAT)).transcript
@@ -168,7 +168,7 @@ async def test_forget_chat_redone_after_a_failure_still_unbinds_the_topic(backen
     h = backend.handoffs
     await h.set_topic(CHAT, GROUP, 77)
     await h.bind_topic(GROUP, 77, CHAT)
-    await h.open(CHAT, reason="asked", trigger="command", language="en")
+    await h.start(CHAT, reason="asked", trigger="command", language="en")
     real_unbind = h.unbind
     calls = {"n": 0}
 
@@ -191,7 +191,7 @@ async def test_forget_chat_does_not_need_to_read_the_transcript(backend: Backend
         pytest.skip("the in-process store holds no serialized transcript")
     h = backend.handoffs
     await h.set_topic(CHAT, GROUP, 77)
-    await h.open(CHAT, reason="asked", trigger="command", language="en")
+    await h.start(CHAT, reason="asked", trigger="command", language="en")
     await backend.redis.rpush(backend.keys.chat(CHAT).handoff_log, "not json")
     with pytest.raises(CorruptSessionError):
         await h.get(CHAT)

@@ -5,6 +5,9 @@ by a module whose docstring says why (the word "private")."""
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,20 +64,93 @@ def test_no_file_of_bot_or_services_is_over_420_lines() -> None:
     assert long == {}
 
 
-def own_underscore_names() -> set[str]:
-    """Every ``_name`` the project itself defines (functions, classes, attributes, variables)."""
+_PLAIN_BASES = {"object", "Exception", "ValueError", "RuntimeError", "Protocol", "Generic", "ABC", "NamedTuple"}
+"""Bases that give a class no private attributes of a dependency's to write into."""
+
+
+def _dotted(node: ast.expr) -> str:
+    while isinstance(node, ast.Subscript):  # Generic[T], Protocol[T]
+        node = node.value
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _imported(tree: ast.Module) -> dict[str, str]:
+    """Local name → what it names, ``module:attribute`` or a module, by the module's imports."""
+    names: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names |= {alias.asname or alias.name: f"{node.module}:{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {(alias.asname or alias.name).split(".")[0]: alias.name.split(".")[0] for alias in node.names}
+    return names
+
+
+def _dependency_class(base: str, imported: dict[str, str]) -> type | None:
+    head, _, rest = base.partition(".")
+    target = imported.get(head)
+    if target is None or target.startswith((*PACKAGES, "prompts")):
+        return None
+    module_name, _, attribute = target.partition(":")
+    value: object = importlib.import_module(module_name)
+    for part in [part for part in (attribute, *rest.split(".")) if part]:
+        value = getattr(value, part)
+    return value if isinstance(value, type) else None
+
+
+def _used_by(classes: list[type], name: str) -> bool:
+    """Whether ``name`` occurs in the source of these dependency classes or of their bases."""
+    for cls in {klass for top in classes for klass in top.__mro__}:
+        try:
+            source = inspect.getsource(cls)
+        except (OSError, TypeError):  # a built-in class
+            continue
+        if re.search(rf"\b{re.escape(name)}\b", source):
+            return True
+    return False
+
+
+def underscore_names_defined(trees: list[ast.Module]) -> set[str]:
+    """Every ``_name`` these modules define: functions, classes, variables, arguments, and attributes
+    stored on ``self``/``cls`` in their classes. Not their own: an attribute stored on another object
+    (``session._request_class = ...``), or on a subclass of a dependency's class when that class uses
+    the name (``self._connector_type = ...`` in a subclass of aiogram's session)."""
+    classes = {node.name for tree in trees for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
     names: set[str] = set()
-    for path in sorted(path for folder in (*PACKAGES, "prompts") for path in (ROOT / folder).rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    for tree in trees:
+        imported = _imported(tree)
+        for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 names.add(node.name)
-            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-                names.add(node.attr)
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 names.add(node.id)
             elif isinstance(node, ast.arg):
                 names.add(node.arg)
+            if not isinstance(node, ast.ClassDef):
+                continue
+            bases = [_dotted(base) for base in node.bases]
+            foreign = [
+                found
+                for base in bases
+                if base not in classes | _PLAIN_BASES and (found := _dependency_class(base, imported)) is not None
+            ]
+            names |= {
+                inner.attr
+                for inner in ast.walk(node)
+                if isinstance(inner, ast.Attribute)
+                and isinstance(inner.ctx, ast.Store)
+                and isinstance(inner.value, ast.Name)
+                and inner.value.id in ("self", "cls")
+                and not _used_by(foreign, inner.attr)
+            }
     return {name for name in names if name.startswith("_")}
+
+
+def own_underscore_names() -> set[str]:
+    """Every ``_name`` the project itself defines (see underscore_names_defined)."""
+    paths = sorted(path for folder in (*PACKAGES, "prompts") for path in (ROOT / folder).rglob("*.py"))
+    return underscore_names_defined([ast.parse(path.read_text(), filename=str(path)) for path in paths])
 
 
 def is_private(name: str) -> bool:
@@ -117,3 +193,19 @@ def test_the_private_name_check_sees_one() -> None:
     tree = ast.parse("from redis.asyncio.connection import _Helper\nimport x\nx.pool._in_use_connections\n")
     assert dependency_privates(tree, set()) == ["_Helper", "_in_use_connections (line 3)"]
     assert dependency_privates(tree, {"_in_use_connections"}) == ["_Helper"]
+
+
+def test_a_dependency_s_attribute_written_on_its_subclass_is_not_the_project_s_own() -> None:
+    source = (
+        "from aiogram.client.session.aiohttp import AiohttpSession\n"
+        "class Mine:\n    def __init__(self):\n        self._mine = 1\n"
+        "class Sub(AiohttpSession):\n    def __init__(self):\n        self._connector_type = self._new = 1\n"
+        "class SubOfMine(Mine):\n    def go(self, session):\n        self._also_mine = 2\n"
+        "        session._request_class = 3\n"
+    )
+    tree = ast.parse(source)
+    assert set(filter(is_private, underscore_names_defined([tree]))) == {"_mine", "_new", "_also_mine"}
+    assert dependency_privates(tree, underscore_names_defined([tree])) == [
+        "_connector_type (line 7)",
+        "_request_class (line 11)",
+    ]

@@ -1,9 +1,10 @@
 """Optional speed-ups from the ``fast`` extra (``pip install '.[fast]'``; the lock files install it):
 uvloop as the event loop, orjson as aiogram's JSON codec, and hiredis, the C reply parser redis-py
 uses by itself whenever it is installed. uvloop and orjson are used when installed;
-``EVENT_LOOP=asyncio`` and ``JSON_CODEC=json`` (environment variables) turn them off, e.g. to measure
-what they bring (``benchmarks/load.py --variant``). Besides, the start-up heap is frozen out of the cyclic
-garbage collector's way (``GC_FREEZE=off`` turns that off)."""
+``EVENT_LOOP=asyncio`` and ``JSON_CODEC=json`` turn them off, e.g. to measure what they bring
+(``benchmarks/load.py --variant``). Besides, the start-up heap is frozen out of the cyclic garbage
+collector's way (``GC_FREEZE=off`` turns that off). The three are bot.settings.RuntimeSettings, read
+by each function when called (the event loop is chosen before the other settings matter)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import asyncio
 import gc
 import json
 import logging
-import os
 from collections.abc import Callable
 from typing import Any
+
+from bot.settings import RuntimeSettings
 
 log = logging.getLogger(__name__)
 
@@ -21,10 +23,10 @@ JsonLoads = Callable[..., Any]
 JsonDumps = Callable[..., str]
 
 
-def install_event_loop() -> str:
+def install_event_loop(settings: RuntimeSettings | None = None) -> str:
     """Make uvloop the event loop of every loop created from now on, if installed and not turned off;
     returns the loop in use. Must run before the bot starts its loop."""
-    if os.environ.get("EVENT_LOOP", "auto").lower() == "asyncio":
+    if (settings or RuntimeSettings()).event_loop == "asyncio":
         return "asyncio"
     try:
         import uvloop
@@ -34,9 +36,9 @@ def install_event_loop() -> str:
     return "uvloop"
 
 
-def json_codec() -> tuple[JsonLoads, JsonDumps, str]:
+def json_codec(settings: RuntimeSettings | None = None) -> tuple[JsonLoads, JsonDumps, str]:
     """(loads, dumps, name) for aiogram's session: orjson if installed and not turned off."""
-    if os.environ.get("JSON_CODEC", "auto").lower() != "json":
+    if (settings or RuntimeSettings()).json_codec != "json":
         try:
             import orjson
         except ImportError:
@@ -61,14 +63,14 @@ def json_codec() -> tuple[JsonLoads, JsonDumps, str]:
     return json.loads, json.dumps, "json"
 
 
-def freeze_startup_heap() -> int:
+def freeze_startup_heap(settings: RuntimeSettings | None = None) -> int:
     """Collect once, then move every object alive now (imported modules, pydantic models and their
     validators, the wired services) into the collector's permanent generation; returns how many.
     Call it once, when the process is wired and about to serve. A full collection walks every tracked
     object, the start-up ones included, with the event loop stopped, and every turn in flight waits
     (``benchmarks/load.py --variant no-freeze:GC_FREEZE=off`` shows it in p99). Frozen objects are
     still freed by reference counting; only cycles among them stay. Logs the count."""
-    if os.environ.get("GC_FREEZE", "on").lower() in ("off", "0", "false", "no"):
+    if not (settings or RuntimeSettings()).gc_freeze:
         return 0
     gc.collect()
     gc.freeze()

@@ -8,10 +8,15 @@ gone sends nothing and fails with LeaseLostError."""
 
 from __future__ import annotations
 
+import ssl
 from typing import TYPE_CHECKING, Any
 
+import aiogram
+import certifi
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiohttp import ClientRequest, ClientSession, ClientTimeout, TCPConnector
+from aiohttp.hdrs import USER_AGENT
+from aiohttp.http import SERVER_SOFTWARE
 
 from services.errors import LeaseLostError
 from services.fence import CURRENT_FENCE
@@ -69,13 +74,31 @@ class FencedRequest(ClientRequest):
 
 
 class FencedSession(AiohttpSession):
-    """aiogram's AiohttpSession (same arguments) with the FencedConnector and FencedRequest."""
+    """aiogram's AiohttpSession (same arguments but ``proxy``) whose aiohttp session is built here, with the
+    FencedConnector and FencedRequest passed through ClientSession's public ``connector=`` and
+    ``request_class=`` (aiogram has no parameter for either). The connector gets aiogram's settings: the
+    certifi CA bundle, ``limit`` connections and a one-hour DNS cache."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._connector_type = FencedConnector
+    def __init__(self, *, limit: int = 100, **kwargs: Any) -> None:
+        if kwargs.get("proxy") is not None:
+            raise TypeError("FencedSession does not support a proxy (its connector is the FencedConnector)")
+        super().__init__(limit=limit, **kwargs)
+        self.limit = limit
+        self._fenced: ClientSession | None = None
 
     async def create_session(self) -> ClientSession:
-        session = await super().create_session()
-        session._request_class = FencedRequest
-        return session
+        if self._fenced is None or self._fenced.closed:
+            connector = FencedConnector(
+                ssl=ssl.create_default_context(cafile=certifi.where()), limit=self.limit, ttl_dns_cache=3600
+            )
+            self._fenced = ClientSession(
+                connector=connector,
+                request_class=FencedRequest,
+                headers={USER_AGENT: f"{SERVER_SOFTWARE} aiogram/{aiogram.__version__}"},
+            )
+        return self._fenced
+
+    async def close(self) -> None:
+        if self._fenced is not None and not self._fenced.closed:
+            await self._fenced.close()
+        await super().close()  # aiogram's own session is never made; closes nothing

@@ -226,7 +226,7 @@ class InMemoryHandoffStore:
     async def set_topic(self, chat_id: int, group_id: int, topic_id: int, *, fence: Fence | None = None) -> None:
         self._records[chat_id] = replace(await self.get(chat_id), topic_id=topic_id, topic_group=group_id)
 
-    async def open(
+    async def start(
         self, chat_id: int, *, reason: str, trigger: str, language: str, item_id: str = "", fence: Fence | None = None
     ) -> bool:
         record = await self.get(chat_id)
@@ -314,7 +314,7 @@ class InMemoryHandoffStore:
             del self._topics[group_id, topic_id]
         await self.track(chat_id, open=False)
 
-    def forget(self, chat_id: int) -> None:
+    def _drop(self, chat_id: int) -> None:
         """Drop the chat's record, transcript and relayed ids (part of /forget)."""
         self._records.pop(chat_id, None)
         self._relayed.pop(chat_id, None)
@@ -337,7 +337,7 @@ class InMemoryBackend:
         record = await self.handoffs.get(chat_id, transcript=False)
         await self.handoffs.unbind(chat_id, record.topic_group, record.topic_id)
         await self.store.forget(chat_id, fence=fence)
-        self.handoffs.forget(chat_id)
+        self.handoffs._drop(chat_id)
 
     async def close(self) -> None:
         await self.store.close()

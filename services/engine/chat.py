@@ -82,7 +82,6 @@ class ChatService:
         self.summarizer = summarizer
         self._tools: tuple[dict[str, object], ...] = (HANDOFF_TOOL_SPEC,) if handoff_tool else ()
         self._llm = llm
-        self._summarizer = summarizer
         self._counter = counter
         self._instruction = PromptPart(
             instruction_role, instruction, counter.count_message(instruction_role, instruction)
@@ -330,7 +329,7 @@ class ChatService:
     def _summary_part(self, session: Session) -> PromptPart | None:
         if session.summary is None:
             return None
-        return self._summarizer.block_part(session.summary, tokens=session.summary_tokens or None)
+        return self.summarizer.block_part(session.summary, tokens=session.summary_tokens or None)
 
     async def compact_if_needed(self, chat_id: int, *, fence: Fence | None = None) -> CompactionReport | None:
         """Proactive compaction now (see ``Compactor.compact_if_needed``)."""

@@ -25,7 +25,7 @@ class HandoffStore(Protocol):
         """Remember the chat's forum topic and its group (reused by its next handoff in that group)."""
         ...
 
-    async def open(
+    async def start(
         self, chat_id: int, *, reason: str, trigger: str, language: str, item_id: str = "", fence: Fence | None = None
     ) -> bool:
         """Start a handoff (a fresh transcript; ``item_id``, the update that opened it, is kept as

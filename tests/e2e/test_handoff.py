@@ -241,16 +241,16 @@ async def test_no_operator_reply_in_time(
         await bot.stop()
 
 
-class OpenFailsOnce(InMemoryHandoffStore):
-    """A handoff store whose first ``open`` fails as an unreachable Redis would (a worker dying there)."""
+class StartFailsOnce(InMemoryHandoffStore):
+    """A handoff store whose first ``start`` fails as an unreachable Redis would (a worker dying there)."""
 
     failed = False
 
-    async def open(self, chat_id: int, **kwargs: Any) -> bool:
+    async def start(self, chat_id: int, **kwargs: Any) -> bool:
         if not self.failed:
             self.failed = True
             raise StoreUnavailableError("Redis unreachable")
-        return await super().open(chat_id, **kwargs)
+        return await super().start(chat_id, **kwargs)
 
 
 async def test_a_start_redone_after_a_failure_posts_the_ticket_once(
@@ -258,7 +258,7 @@ async def test_a_start_redone_after_a_failure_posts_the_ticket_once(
 ) -> None:
     settings = make_settings(telegram.base_url, stub_llm.base_url, None, bot={"operator_chat_id": GROUP})
     backend = InMemoryBackend()
-    backend.handoffs = OpenFailsOnce()
+    backend.handoffs = StartFailsOnce()
     chat = build_engine(settings, backend.store)
     desk = build_desk(chat, settings.bot, backend)
     bot = build_bot(settings.bot)

@@ -33,7 +33,7 @@ def _ending_mark(record: Handoff) -> str:
 
 
 class Ending(DeskBase):
-    async def finish(self, bot: Bot, chat_id: int, *, by: EndedBy, item_id: str, fence: Fence | None) -> None:
+    async def end_or_resume(self, bot: Bot, chat_id: int, *, by: EndedBy, item_id: str, fence: Fence | None) -> None:
         """End the chat's open handoff (``/new``), or send what the ending of its last one did not
         (a failed attempt); nothing if there is none. Expects the chat's lock held."""
         record = await self._get(chat_id)

@@ -87,7 +87,7 @@ class Starting(DeskBase):
                 await self._send(bot, self.group, chunk, fence, thread=topic)
             await self.store.record(chat_id, ticket_id, TranscriptEntry("event", "ticket posted"), fence=fence)
             HANDOFF_TICKETS.inc()
-        opened = await self.store.open(
+        opened = await self.store.start(
             chat_id, reason=reason, trigger=trigger, language=say.language, item_id=item_id, fence=fence
         )
         if opened:

@@ -14,7 +14,6 @@ from aiogram.types import Message, Update
 from bot.settings import BotSettings
 from bot.telegram.desk import HandoffDesk
 from bot.telegram.drafts import DraftStreamer
-from bot.telegram.middlewares.access import GROUP_TYPES, strip_mention
 from bot.telegram.middlewares.ratelimit import RateLimitMiddleware
 from bot.telegram.optional import typing as show_typing
 from bot.telegram.render import send_reply
@@ -36,15 +35,13 @@ async def on_text(
     say: Texts,
     event_update: Update,
     desk: HandoffDesk,
+    customer_text: str,
     fence: Fence | None = None,
 ) -> None:
-    assert message.text is not None  # guaranteed by the F.text filter
+    """``customer_text``: the message's text as AccessMiddleware read it (without the bot's mention)."""
     started = time.perf_counter()
     chat_id = message.chat.id
     turn_id = item_id_of(event_update.update_id)
-    customer_text = message.text
-    if message.chat.type in GROUP_TYPES:
-        customer_text = strip_mention(customer_text, (await bot.me()).username)
     drafts = None
     if message.chat.type == "private" and settings.drafts_enabled:
         drafts = DraftStreamer(

@@ -33,7 +33,9 @@ async def on_new(
 ) -> None:
     if desk.enabled:
         async with desk.lock(message.chat.id):
-            await desk.finish(bot, message.chat.id, by="new", item_id=item_id_of(event_update.update_id), fence=fence)
+            await desk.end_or_resume(
+                bot, message.chat.id, by="new", item_id=item_id_of(event_update.update_id), fence=fence
+            )
             await chat.reset(message.chat.id, fence=fence)
     else:
         await chat.reset(message.chat.id, fence=fence)

@@ -1,4 +1,5 @@
-"""Who the bot talks to: optional user/chat allowlists, and in groups only messages addressed to it."""
+"""Who the bot talks to: optional user/chat allowlists, and in groups only messages addressed to it;
+what it was told: the text without the mention that addressed it (``customer_text`` in the handler data)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ async def addressed_to_bot(message: Message, bot: Bot) -> bool:
     return False
 
 
-def strip_mention(text: str, username: str | None) -> str:
+def _strip_mention(text: str, username: str | None) -> str:
     if not username:
         return text
     return " ".join(word for word in text.split(" ") if word.lower() != f"@{username.lower()}").strip() or text
@@ -40,8 +41,9 @@ def strip_mention(text: str, username: str | None) -> str:
 
 class AccessMiddleware(BaseMiddleware):
     """Outer middleware on messages (after the language middleware): refuses strangers once per message,
-    skips group chatter. The operator group (``OPERATOR_CHAT_ID``) passes: the handoff router takes
-    all of it and none of it reaches the model."""
+    skips group chatter, and puts a text message's ``customer_text`` (in a group, without the bot's
+    mention) into the handler data. The operator group (``OPERATOR_CHAT_ID``) passes: the handoff
+    router takes all of it and none of it reaches the model."""
 
     async def __call__(
         self,
@@ -63,4 +65,7 @@ class AccessMiddleware(BaseMiddleware):
             return None
         if event.chat.type in GROUP_TYPES and settings.group_require_mention and not await addressed_to_bot(event, bot):
             return None
+        if event.text is not None:
+            in_group = event.chat.type in GROUP_TYPES
+            data["customer_text"] = _strip_mention(event.text, (await bot.me()).username) if in_group else event.text
         return await handler(event, data)

@@ -39,7 +39,7 @@ _SET_TOPIC = (
 if not holds(KEYS[2], ARGV[3]) then return FENCE_LOST end
 redis.call('HSET', KEYS[1], 'topic', ARGV[1], 'group', ARGV[4])
 expire_all(tonumber(ARGV[2]), {KEYS[1]})
-return 1
+return DONE
 """
 )
 
@@ -50,13 +50,13 @@ _OPEN = (
     + LUA_FENCE
     + """
 if not holds(KEYS[3], ARGV[5]) then return FENCE_LOST end
-if redis.call('HGET', KEYS[1], 'state') == 'open' then return 0 end
+if redis.call('HGET', KEYS[1], 'state') == 'open' then return NOTHING end
 redis.call('DEL', KEYS[2])
 redis.call('HDEL', KEYS[1], 'first_reply', 'flagged', 'closed_by')
 redis.call('HSET', KEYS[1], 'state', 'open', 'reason', ARGV[1], 'trigger', ARGV[2], 'language', ARGV[3], 'opened', now,
   'opened_by', ARGV[6])
 expire_all(tonumber(ARGV[4]), {KEYS[1]})
-return 1
+return DONE
 """
 )
 
@@ -99,10 +99,10 @@ _BEGIN = (
     + LUA_FENCE
     + """
 if not holds(KEYS[2], ARGV[3]) then return FENCE_LOST end
-if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
+if redis.call('EXISTS', KEYS[3]) == 0 then return NOTHING end
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then redis.call('ZADD', KEYS[1], now, '~' .. ARGV[1]) end
 expire_all(tonumber(ARGV[2]), {KEYS[1]})
-return 1
+return DONE
 """
 )
 
@@ -116,10 +116,10 @@ _FLAG = (
     LUA_FENCE
     + """
 if not holds(KEYS[2], ARGV[1]) then return FENCE_LOST end
-if redis.call('HGET', KEYS[1], 'state') ~= 'open' then return 0 end
-if redis.call('HGET', KEYS[1], 'flagged') then return 0 end
+if redis.call('HGET', KEYS[1], 'state') ~= 'open' then return NOTHING end
+if redis.call('HGET', KEYS[1], 'flagged') then return NOTHING end
 redis.call('HSET', KEYS[1], 'flagged', '1')
-return 1
+return DONE
 """
 )
 
@@ -129,10 +129,10 @@ _CLOSE = (
     LUA_FENCE
     + """
 if not holds(KEYS[3], ARGV[1]) then return FENCE_LOST end
-if redis.call('HGET', KEYS[1], 'state') ~= 'open' then return 0 end
+if redis.call('HGET', KEYS[1], 'state') ~= 'open' then return NOTHING end
 redis.call('HSET', KEYS[1], 'state', 'closed', 'closed_by', ARGV[2])
 redis.call('DEL', KEYS[2])
-return 1
+return DONE
 """
 )
 
@@ -151,7 +151,7 @@ if ARGV[2] == '1' then redis.call('SADD', KEYS[1], ARGV[1])
 elseif ARGV[2] == '0' then redis.call('SREM', KEYS[1], ARGV[1]) end
 if ARGV[3] == '' then redis.call('ZREM', KEYS[2], ARGV[1])
 else redis.call('ZADD', KEYS[2], now + math.floor(tonumber(ARGV[3]) * 1000), ARGV[1]) end
-return 1
+return DONE
 """
 )
 
@@ -168,7 +168,7 @@ _UNBIND = """
 if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], ARGV[2]) == ARGV[1] then redis.call('HDEL', KEYS[1], ARGV[2]) end
 redis.call('SREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
-return 1
+return DONE
 """
 
 
@@ -228,12 +228,14 @@ class RedisHandoffStore:
         args = [topic_id, self._ttl, token_of(fence), group_id]
         await self._run(chat_id, self._set_topic, [keys.handoff, keys.lease], args)
 
-    async def open(
+    async def start(
         self, chat_id: int, *, reason: str, trigger: str, language: str, item_id: str = "", fence: Fence | None = None
     ) -> bool:
         keys = self._keys.chat(chat_id)
         args = [reason[:1000], trigger, language, self._ttl, token_of(fence), item_id]
-        return int(await self._run(chat_id, self._open, [keys.handoff, keys.handoff_log, keys.lease], args)) == 1
+        return (
+            int(await self._run(chat_id, self._open, [keys.handoff, keys.handoff_log, keys.lease], args)) == Status.DONE
+        )
 
     async def record(
         self, chat_id: int, item_id: str, entry: TranscriptEntry | None, *, fence: Fence | None = None
@@ -266,12 +268,12 @@ class RedisHandoffStore:
 
     async def flag(self, chat_id: int, *, fence: Fence | None = None) -> bool:
         keys = self._keys.chat(chat_id)
-        return int(await self._run(chat_id, self._flag, [keys.handoff, keys.lease], [token_of(fence)])) == 1
+        return int(await self._run(chat_id, self._flag, [keys.handoff, keys.lease], [token_of(fence)])) == Status.DONE
 
     async def end(self, chat_id: int, *, item_id: str = "", fence: Fence | None = None) -> bool:
         keys = self._keys.chat(chat_id)
         script_keys = [keys.handoff, keys.handoff_log, keys.lease]
-        return int(await self._run(chat_id, self._close, script_keys, [token_of(fence), item_id])) == 1
+        return int(await self._run(chat_id, self._close, script_keys, [token_of(fence), item_id])) == Status.DONE
 
     async def bind_topic(self, group_id: int, topic_id: int, chat_id: int) -> None:
         with redis_errors("cannot bind a handoff topic"):

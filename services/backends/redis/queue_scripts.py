@@ -11,13 +11,13 @@ SEEN_KEPT = 5000
 
 _STORE_ITEM = """
 local function store_item(inbox, seen, item_id, item_json, seen_ttl, order)
-  if redis.call('ZSCORE', seen, item_id) then return 0 end
+  if redis.call('ZSCORE', seen, item_id) then return NOTHING end
   redis.call('ZADD', seen, now, item_id)
   redis.call('ZREMRANGEBYRANK', seen, 0, -SEEN_KEPT - 1)
   if tonumber(seen_ttl) > 0 then redis.call('EXPIRE', seen, seen_ttl) end
   redis.call('ZADD', inbox, order, item_json)
   redis.call('PERSIST', inbox)
-  return 1
+  return DONE
 end
 """.replace("SEEN_KEPT", str(SEEN_KEPT))
 """Defines ``store_item(...)`` → 1 stored, 0 already taken in (needs ``now``)."""
@@ -163,9 +163,9 @@ return DONE
 
 # KEYS: lease. ARGV: token, lease_ms.
 RENEW_LEASE = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return NOTHING end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
+return DONE
 """
 
 # KEYS: ready. ARGV: member, lease_ms → the chat's score: a watchdog a lease away for a chat whose lease
@@ -197,16 +197,16 @@ DROP_WATCHDOG = (
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if score and tonumber(score) == tonumber(ARGV[2]) and tonumber(score) > now then
   redis.call('ZREM', KEYS[1], ARGV[1])
-  return 1
+  return DONE
 end
-return 0
+return NOTHING
 """
 )
 
 # KEYS: lease. ARGV: token.
 DROP_LEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
+return 0  -- DEL's count, not a status
 """
 
 # KEYS: ready. → {depth_due, oldest_due_age_ms}

@@ -47,7 +47,7 @@ _COMMIT = (
     + """
 if not holds(KEYS[4], ARGV[7]) then return {FENCE_LOST, 0} end
 local version = version_of(KEYS[1])
-if ARGV[6] ~= '' and redis.call('ZSCORE', KEYS[3], ARGV[6]) then return {0, version} end
+if ARGV[6] ~= '' and redis.call('ZSCORE', KEYS[3], ARGV[6]) then return {NOTHING, version} end
 if version ~= tonumber(ARGV[1]) then return {STALE, version} end
 local seq = tonumber(redis.call('HGET', KEYS[1], 'next_seq') or '0') or 0
 for i = 8, #ARGV do
@@ -65,7 +65,7 @@ if ARGV[6] ~= '' then
   redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -TURN_IDS_KEPT - 1)
 end
 expire_all(tonumber(ARGV[2]), {KEYS[1], KEYS[2], KEYS[3]})
-return {1, version}
+return {DONE, version}
 """.replace("TURN_IDS_KEPT", str(TURN_IDS_KEPT))
 )
 
@@ -82,7 +82,7 @@ if fold > 0 then redis.call('LTRIM', KEYS[2], fold, -1) end
 version = version + 1
 redis.call('HSET', KEYS[1], 'version', version, 'summary', ARGV[4], 'summary_tokens', ARGV[5])
 expire_all(tonumber(ARGV[2]), {KEYS[1], KEYS[2]})
-return {1, version}
+return {DONE, version}
 """
 )
 
@@ -93,7 +93,7 @@ _MARK_REPLIED = (
     + """
 if not holds(KEYS[2], ARGV[4]) then return {FENCE_LOST, 0} end
 mark_replied(KEYS[1], ARGV[2], tonumber(ARGV[3]), {ARGV[1]})
-return {1, 0}
+return {DONE, 0}
 """
 )
 
@@ -108,7 +108,7 @@ redis.call('HDEL', KEYS[1], 'summary', 'summary_tokens')
 local version = version_of(KEYS[1]) + 1
 redis.call('HSET', KEYS[1], 'version', version)
 expire_all(tonumber(ARGV[1]), {KEYS[1]})
-return {1, version}
+return {DONE, version}
 """
 )
 
@@ -124,7 +124,7 @@ redis.call('DEL', KEYS[1])
 for i = 3, #KEYS do redis.call('DEL', KEYS[i]) end
 redis.call('HSET', KEYS[1], 'version', version)
 expire_all(tonumber(ARGV[1]), {KEYS[1]})
-return {1, version}
+return {DONE, version}
 """
 )
 
@@ -137,7 +137,7 @@ _QUARANTINE = (
     + LUA_FENCE
     + """
 if not holds(KEYS[6], ARGV[2]) then return {FENCE_LOST, 0} end
-if redis.call('HGET', KEYS[5], 'id') == ARGV[5] then return {1, version_of(KEYS[1])} end
+if redis.call('HGET', KEYS[5], 'id') == ARGV[5] then return {DONE, version_of(KEYS[1])} end
 local raw, seq = nil, nil
 if redis.call('TYPE', KEYS[1]).ok == 'hash' then
   raw, seq = redis.call('HGET', KEYS[1], 'version'), redis.call('HGET', KEYS[1], 'next_seq')
@@ -151,7 +151,7 @@ redis.call('HSET', KEYS[1], 'version', version)
 -- sequence numbers go on: recent turn ids still point at reply numbers of the quarantined messages
 if tonumber(seq or '') then redis.call('HSET', KEYS[1], 'next_seq', seq) end
 expire_all(tonumber(ARGV[1]), {KEYS[1], KEYS[3], KEYS[4], KEYS[5]})
-return {1, version}
+return {DONE, version}
 """
 )
 
