@@ -29,7 +29,9 @@ async def client(stub_llm: StubOpenAI) -> AsyncIterator[LLMClient]:
 
 
 @pytest.mark.parametrize("code", ["invalid_api_key", "model_not_found", "insufficient_quota"])
-async def test_a_configuration_problem_sent_as_400_is_a_refusal(client: LLMClient, stub_llm: StubOpenAI, code: str) -> None:
+async def test_a_configuration_problem_sent_as_400_is_a_refusal(
+    client: LLMClient, stub_llm: StubOpenAI, code: str
+) -> None:
     stub_llm.chat_replies.append(StubError(400, code=code, type="invalid_request_error"))
     with pytest.raises(LLMConfigurationError, match=code) as caught:
         await client.chat(PROMPT)
