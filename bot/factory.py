@@ -4,6 +4,7 @@ else builds a component from settings or looks at a backend's concrete type."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from aiogram import Bot, Dispatcher
 from aiogram.client.default import DefaultBotProperties
@@ -11,7 +12,7 @@ from aiogram.client.telegram import TelegramAPIServer
 from aiogram.fsm.storage.memory import SimpleEventIsolation
 
 from bot.metrics import LLM_IN_FLIGHT, PrometheusObserver, watch_summarizer
-from bot.provider_health import PROVIDER
+from bot.provider_health import PROVIDER, probe_while_refused
 from bot.serving.fastpath import json_codec
 from bot.serving.startup import with_startup_retries
 from bot.settings import BotSettings
@@ -87,18 +88,18 @@ def build_backend(settings: Settings, *, cluster: bool = False) -> InMemoryBacke
 
 def build_engine(settings: Settings, store: SessionStore) -> ChatService:
     """The engine as the bot runs it, on the backend's store: every turn and every LLM call in flight
-    lands in the metrics, a refused summary call in the provider watch. With ``OPERATOR_CHAT_ID`` the
-    model is offered the handoff tool."""
+    lands in the metrics, a refused summary call in the provider watch, and every request the provider
+    accepts clears its refusal (a turn that made no model call clears nothing). With ``OPERATOR_CHAT_ID``
+    the model is offered the handoff tool."""
     llm = build_llm_client(settings.llm, settings.memory)
     llm.on_in_flight = LLM_IN_FLIGHT.set
+    llm.on_accepted = PROVIDER.accepted
     chat = build_chat_service(
         llm=llm,
         store=store,
         memory=settings.memory,
         instruction_role=settings.llm.openai_instruction_role,
-        observer=PrometheusObserver(
-            drift_warn_ratio=settings.bot.token_drift_warn_ratio, on_answered=lambda: PROVIDER.accepted("chat")
-        ),
+        observer=PrometheusObserver(drift_warn_ratio=settings.bot.token_drift_warn_ratio),
         handoff=settings.bot.handoff_enabled,
         summary_response_format=settings.llm.summary_response_format,
     )
@@ -106,6 +107,20 @@ def build_engine(settings: Settings, store: SessionStore) -> ChatService:
     chat.summarizer.on_refused = lambda status, detail: PROVIDER.refused("summary", status, detail)
     chat.summarizer.on_accepted = lambda: PROVIDER.accepted("summary")
     return chat
+
+
+def provider_probe(settings: Settings) -> Callable[[], Awaitable[None]]:
+    """The background task of both modes that probes a refusing provider (``probe_while_refused``), on
+    a client of its own (same settings; closed when the task ends), so it never waits for a turn's slot."""
+
+    async def run() -> None:
+        llm = build_llm_client(settings.llm, settings.memory)
+        try:
+            await probe_while_refused(PROVIDER, llm, every=settings.llm.llm_probe_interval_seconds)
+        finally:
+            await llm.close()
+
+    return run
 
 
 def build_bot(settings: BotSettings) -> Bot:

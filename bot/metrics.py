@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -154,11 +153,8 @@ def record_turn(result: TurnResult, *, drift_warn_ratio: float = 0.15) -> float 
 class PrometheusObserver:
     """The bot's TurnObserver: every turn the engine handles lands in the metrics above."""
 
-    def __init__(self, *, drift_warn_ratio: float = 0.15, on_answered: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, *, drift_warn_ratio: float = 0.15) -> None:
         self._drift_warn_ratio = drift_warn_ratio
-        self._on_answered = on_answered
-        """Told after each turn the model answered (the factory clears the provider watch with it)."""
 
     def turn_finished(self, result: TurnResult) -> None:
         record_turn(result, drift_warn_ratio=self._drift_warn_ratio)
-        self._on_answered()

@@ -1,10 +1,13 @@
 """Whether the model provider accepts the bot: a refusal (LLMConfigurationError: key, access, model,
 quota) is an outage only an operator can end, so it is an ERROR line naming what to fix (once a minute
-per cause), the ``sb_llm_provider_refusing`` gauge and /readyz's ``model_provider`` check; the next
-call the provider accepts clears them. One watch per process (``PROVIDER``), like the metrics."""
+per cause), the ``sb_llm_provider_refusing`` gauge and /readyz's ``model_provider`` check. The next
+request the provider accepts clears them (the LLM client reports it); while refused, a 1-token probe
+(``probe_while_refused``) asks every LLM_PROBE_INTERVAL_SECONDS, so a fix shows without customer
+traffic. One watch per process (``PROVIDER``), like the metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -12,6 +15,8 @@ from collections.abc import Callable
 from prometheus_client import Counter, Gauge
 
 from bot.metrics import LLM_PROVIDER_REFUSALS, LLM_PROVIDER_REFUSING
+from services.engine.llm import Call, LLMClient
+from services.errors import LLMConfigurationError, LLMError
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +38,19 @@ class ProviderWatch:
         self._refusing = refusing
         self._refusals = refusals
         self._clock = clock
-        self._refused: dict[str, int | None] = {}
-        self._logged: dict[tuple[str, int | None], float] = {}
+        self._refused: dict[Call, int | None] = {}
+        self._logged: dict[tuple[Call, int | None], float] = {}
 
     @property
     def healthy(self) -> bool:
         return not self._refused
 
-    def refused(self, call: str, status: int | None, detail: str) -> None:
+    @property
+    def refusing(self) -> tuple[Call, ...]:
+        """The call kinds refused now."""
+        return tuple(self._refused)
+
+    def refused(self, call: Call, status: int | None, detail: str) -> None:
         """The provider refused a ``call``: count it, raise the gauge, log what to fix (throttled)."""
         self._refused[call] = status
         self._refusing.labels(call).set(1)
@@ -56,7 +66,7 @@ class ProviderWatch:
                 meanwhile = "old turns are kept by their identifiers only"
             log.error("the model provider refuses the bot's %s calls (%s): %s; %s", call, detail, fix, meanwhile)
 
-    def accepted(self, call: str) -> None:
+    def accepted(self, call: Call) -> None:
         """A ``call`` went through: the refusal, if any, is over."""
         if self._refused.pop(call, "none") != "none":
             log.warning("the model provider accepts the bot's %s calls again", call)
@@ -65,3 +75,19 @@ class ProviderWatch:
 
 
 PROVIDER = ProviderWatch(refusing=LLM_PROVIDER_REFUSING, refusals=LLM_PROVIDER_REFUSALS)
+
+
+async def probe_while_refused(watch: ProviderWatch, llm: LLMClient, *, every: float) -> None:
+    """Every ``every`` seconds, each refused call kind is probed (``LLMClient.probe``): accepted clears
+    it, refused keeps it (and counts); anything else (429, 5xx, unreachable) says nothing either way."""
+    while True:
+        await asyncio.sleep(every)
+        for call in watch.refusing:
+            try:
+                await llm.probe(call)
+            except LLMConfigurationError as exc:
+                watch.refused(call, exc.status, str(exc))
+            except LLMError as exc:
+                log.info("model provider probe of %s calls: no verdict (%s)", call, exc)
+            else:
+                watch.accepted(call)

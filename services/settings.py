@@ -84,6 +84,12 @@ class LLMSettings(BaseSettings):
         description="LLM calls at once per process (the rest wait); with REDIS_URL keep it at least "
         "WORKER_CONCURRENCY: each chat a worker serves makes one call at a time",
     )
+    llm_probe_interval_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="while the provider refuses the bot (key, model, quota), a 1-token request of the refused "
+        "model is sent this often; once one is accepted the refusal (metric, /readyz) clears without customer traffic",
+    )
 
     @property
     def effective_summary_model(self) -> str:

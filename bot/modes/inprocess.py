@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiogram import Bot, Dispatcher
 from aiohttp import web
 
-from bot.factory import build_backend, build_bot, build_dispatcher, build_engine, set_commands
+from bot.factory import build_backend, build_bot, build_dispatcher, build_engine, provider_probe, set_commands
 from bot.provider_health import PROVIDER
 from bot.serving.deadlines import watch_deadlines
 from bot.serving.fastpath import freeze_startup_heap
@@ -30,25 +31,34 @@ def watch_handoffs(dispatcher: Dispatcher, bot: Bot, every: float = 1.0) -> None
     desk: HandoffDesk = dispatcher["desk"]
     if not desk.enabled:
         return
-    tasks: list[asyncio.Task[None]] = []
 
     async def act(chat_id: int) -> None:
         await desk.overdue(bot, chat_id, None)
 
-    async def watch() -> None:
-        while True:  # supervised: whatever escapes the watcher, it starts again
+    run_beside(dispatcher, "handoff-deadlines", lambda: watch_deadlines(desk.store, act, every), every)
+
+
+def run_beside(dispatcher: Dispatcher, name: str, run: Callable[[], Awaitable[None]], backoff: float = 1.0) -> None:
+    """Run ``run()`` while the dispatcher runs, supervised: whatever escapes it, it starts again."""
+    tasks: list[asyncio.Task[None]] = []
+
+    async def keep() -> None:
+        while True:
             try:
-                await watch_deadlines(desk.store, act, every)
+                await run()
             except Exception:
-                log.exception("handoff deadlines: the watcher failed; restarting it")
-                await asyncio.sleep(every)
+                log.exception("%s: the task failed; restarting it", name)
+            await asyncio.sleep(backoff)
 
     async def start() -> None:
-        tasks.append(asyncio.create_task(watch(), name="handoff-deadlines"))
+        tasks.append(asyncio.create_task(keep(), name=name))
 
     async def stop() -> None:
         for task in tasks:
             task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         tasks.clear()
 
     dispatcher.startup.register(start)
@@ -78,6 +88,7 @@ async def run_polling(settings: Settings) -> None:
         raise
     dispatcher = build_dispatcher(chat, settings.bot, backend=backend)
     watch_handoffs(dispatcher, bot)
+    run_beside(dispatcher, "provider-probe", provider_probe(settings))
     await bot.delete_webhook(drop_pending_updates=False)  # getUpdates is refused while a webhook is set
     await set_commands(bot, settings.bot)
     polling = asyncio.Event()
@@ -105,6 +116,7 @@ def run_webhook(settings: Settings) -> None:
     bot = build_bot(settings.bot)
     dispatcher = build_dispatcher(chat, settings.bot, backend=backend)
     watch_handoffs(dispatcher, bot)
+    run_beside(dispatcher, "provider-probe", provider_probe(settings))
 
     async def on_startup() -> None:
         try:

@@ -12,7 +12,15 @@ from collections.abc import Awaitable
 from aiogram import Bot
 from aiohttp import web
 
-from bot.factory import Settings, build_bot, build_dispatcher, build_engine, open_redis_backend, set_commands
+from bot.factory import (
+    Settings,
+    build_bot,
+    build_dispatcher,
+    build_engine,
+    open_redis_backend,
+    provider_probe,
+    set_commands,
+)
 from bot.metrics import DEAD_LETTERS_WAITING, HANDOFFS_OPEN, QUEUE_DUE, QUEUE_OLDEST_AGE
 from bot.provider_health import PROVIDER
 from bot.queueing.giving_up import tell_given_up
@@ -116,6 +124,7 @@ async def _run(settings: Settings, backend: QueuedBackend, bot: Bot) -> None:
     supervisor.start("worker", worker.run)
     handoffs = backend.handoffs if desk.enabled else None
     supervisor.start("gauges", lambda: _queue_gauges(queue, dead_letters, handoffs))
+    supervisor.start("provider-probe", provider_probe(settings))
     if desk.enabled:  # every worker watches (each due handoff is queued once: its deadline goes)
         supervisor.start("handoff-deadlines", lambda: watch_deadlines(backend.handoffs, enqueue_overdue(queue)))
     poller: Poller | None = None
@@ -146,6 +155,7 @@ async def _run(settings: Settings, backend: QueuedBackend, bot: Bot) -> None:
     if runner is not None:
         await runner.cleanup()  # stop intake first: Telegram retries elsewhere
     await supervisor.stop("gauges")
+    await supervisor.stop("provider-probe")
     if desk.enabled:
         await supervisor.stop("handoff-deadlines")
     if poller is not None:

@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 CHAT_COMPLETIONS = "/chat/completions"
 TokenLimitParam = Literal["max_completion_tokens", "max_tokens"]
+Call = Literal["chat", "summary"]
+PROBE = (PromptPart("user", "ping", 0),)
 
 
 class NotBefore:
@@ -100,8 +102,13 @@ class LLMClient:
         self.in_flight = 0
         self.on_in_flight: Callable[[int], None] = lambda _count: None
         """Told the number of calls running after each change (the bot sets a gauge with it)."""
+        self.on_accepted: Callable[[Call], None] = lambda _call: None
+        """Told after each request the provider accepted (HTTP 2xx): its key, model and quota work, so
+        the bot clears a refusal of that call kind with it."""
 
-    async def _post(self, model: str, messages: Sequence[PromptPart], extra: dict[str, Any], stream: bool) -> Any:
+    async def _post(
+        self, call: Call, model: str, messages: Sequence[PromptPart], extra: dict[str, Any], stream: bool
+    ) -> Any:
         """POST /chat/completions through the official client's generic ``post`` (its documented way to
         call an endpoint with a body we build ourselves): auth, retries with backoff, timeouts, error
         classes and SSE decoding stay the client's. Unlike the typed ``chat.completions.create`` it
@@ -110,11 +117,14 @@ class LLMClient:
         a worker a large share of its CPU per turn (``benchmarks/load.py --profile``)."""
         body: dict[str, Any] = {"model": model, "messages": [m.as_openai() for m in messages], **extra}
         if not stream:
-            return await self._client.post(CHAT_COMPLETIONS, body=body, cast_to=object)
-        body |= {"stream": True, "stream_options": {"include_usage": True}}
-        return await self._client.post(
-            CHAT_COMPLETIONS, body=body, cast_to=object, stream=True, stream_cls=AsyncStream[object]
-        )
+            answer = await self._client.post(CHAT_COMPLETIONS, body=body, cast_to=object)
+        else:
+            body |= {"stream": True, "stream_options": {"include_usage": True}}
+            answer = await self._client.post(
+                CHAT_COMPLETIONS, body=body, cast_to=object, stream=True, stream_cls=AsyncStream[object]
+            )
+        self.on_accepted(call)
+        return answer
 
     @contextlib.asynccontextmanager
     async def _slot(self) -> AsyncIterator[None]:
@@ -130,6 +140,19 @@ class LLMClient:
 
     async def close(self) -> None:
         await self._client.close()
+
+    async def probe(self, call: Call) -> None:
+        """One request of ``call``'s model asking for a single token, its answer unread: returns when
+        the provider accepts it (``on_accepted`` is told), raises its LLMError otherwise (a refusal is
+        LLMConfigurationError). Not retried; while the provider asked to wait it is not asked."""
+        if (wait := self._gate.remaining()) > 0:
+            raise LLMUnavailableError(f"the LLM provider asked to wait {wait:.1f} s", retry_after=wait)
+        model = self.chat_model if call == "chat" else self.summary_model
+        async with self._slot():
+            try:
+                await self._post(call, model, PROBE, {self._token_limit_param: 1}, stream=False)
+            except Exception as exc:
+                _raise_classified(exc, mid_answer=False)
 
     async def chat(
         self,
@@ -148,7 +171,7 @@ class LLMClient:
         budget = REQUEST_BUDGET.get()
         if on_delta is None:
             return await self._with_retries(
-                lambda _progress: self._complete(self.chat_model, messages, extra), budget=budget
+                lambda _progress: self._complete("chat", self.chat_model, messages, extra), budget=budget
             )
         stream = on_delta
         return await self._with_retries(
@@ -171,7 +194,9 @@ class LLMClient:
         elif kind == "json_object":
             extra["response_format"] = {"type": "json_object"}
         try:
-            return await self._with_retries(lambda _progress: self._complete(self.summary_model, messages, extra))
+            return await self._with_retries(
+                lambda _progress: self._complete("summary", self.summary_model, messages, extra)
+            )
         except LLMRequestRejectedError as exc:
             if kind != "plain" and rejects_response_format(exc):
                 raise ResponseFormatRejectedError(str(exc), status=exc.status, requests=exc.requests) from exc
@@ -216,10 +241,12 @@ class LLMClient:
                 )
             await asyncio.sleep(remaining)
 
-    async def _complete(self, model: str, messages: Sequence[PromptPart], extra: dict[str, Any]) -> Completion:
+    async def _complete(
+        self, call: Call, model: str, messages: Sequence[PromptPart], extra: dict[str, Any]
+    ) -> Completion:
         started = time.perf_counter()
         try:
-            body = await self._post(model, messages, extra, stream=False)
+            body = await self._post(call, model, messages, extra, stream=False)
         except Exception as exc:
             _raise_classified(exc, mid_answer=False)
         return self._checked(read_completion(body), model, started)
@@ -235,7 +262,7 @@ class LLMClient:
         started = time.perf_counter()
         reader = StreamReader()
         try:
-            stream = await self._post(model, messages, extra, stream=True)
+            stream = await self._post("chat", model, messages, extra, stream=True)
         except Exception as exc:
             _raise_classified(exc, mid_answer=False)
         try:

@@ -25,6 +25,8 @@ from services.errors import (
 
 _CONFIGURATION_STATUSES = frozenset({401, 402, 403, 404})
 _REJECTED_STATUSES = frozenset({400, 409, 413, 422})
+_CONFIGURATION_CODES = frozenset({"invalid_api_key", "model_not_found", "insufficient_quota"})
+"""Error codes that name the bot's own setup, whatever the status (some providers send them with 400)."""
 
 
 def translate_openai_error(exc: openai.OpenAIError) -> LLMError:
@@ -32,7 +34,7 @@ def translate_openai_error(exc: openai.OpenAIError) -> LLMError:
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         what = f"LLM provider answered HTTP {status} ({type(exc).__name__}{_code_of(exc)})"
-        if status in _CONFIGURATION_STATUSES or (status == 429 and exc.code == "insufficient_quota"):
+        if status in _CONFIGURATION_STATUSES or (status < 500 and exc.code in _CONFIGURATION_CODES):
             return LLMConfigurationError(what, status=status)
         if status == 429 or status >= 500 or status == 408:
             return LLMUnavailableError(what, status=status, retry_after=retry_after_of(exc.response.headers))

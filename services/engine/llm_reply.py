@@ -1,8 +1,9 @@
 """Reading a chat-completion answer, whole or streamed, without trusting its shape.
 
 Every field is read totally (a missing or odd field never raises KeyError/TypeError/ValueError), and
-only an answer with a finish reason is complete: anything else is LLMIncompleteReplyError (a stream
-cut by a proxy ends cleanly, just without one)."""
+only an answer with one of OpenAI's finish reasons is complete: none (a stream cut by a proxy ends
+cleanly, just without one) or another (``error``, ``abort``: generation failed) is
+LLMIncompleteReplyError."""
 
 from __future__ import annotations
 
@@ -11,6 +12,14 @@ from typing import Any
 
 from services.engine.models import ToolCall, Usage
 from services.errors import LLMIncompleteReplyError
+
+FINISH_REASONS = frozenset(
+    {"stop", "length", "tool_calls", "function_call", "content_filter", "eos", "eos_token", "end_turn", "stop_sequence"}
+)
+"""The finish reasons of an answer that ended as the model meant (or hit a limit the caller checks):
+OpenAI's, and the end-of-sequence names OpenAI-compatible servers and proxies send for ``stop``
+(TGI's ``eos_token``, ``eos``; Anthropic-style ``end_turn`` / ``stop_sequence``). Anything else
+(``error``, ``abort``, an unknown word) is a generation that failed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +36,7 @@ def read_completion(body: object) -> Reply:
     message = choice.get("message") if choice is not None else None
     if choice is None or not isinstance(message, dict):
         raise LLMIncompleteReplyError(f"the LLM answer has no readable choice ({type(body).__name__})")
-    finish = _finish(choice)
-    if not finish:
-        raise LLMIncompleteReplyError("the LLM answer has no finish reason")
+    finish = _complete_finish(_finish(choice))
     usage = usage_of(body.get("usage") if isinstance(body, dict) else None)
     return Reply(_text(message.get("content")), finish, usage, _tool_call(message.get("tool_calls")))
 
@@ -71,7 +78,15 @@ class StreamReader:
         if not self.finish_reason:
             raise LLMIncompleteReplyError("the LLM stream ended without a finish reason")
         call = ToolCall(self.tool_name, "".join(self.tool_arguments)) if self.tool_name else None
-        return Reply("".join(self.parts), self.finish_reason, self.usage, call)
+        return Reply("".join(self.parts), _complete_finish(self.finish_reason), self.usage, call)
+
+
+def _complete_finish(finish: str) -> str:
+    if not finish:
+        raise LLMIncompleteReplyError("the LLM answer has no finish reason")
+    if finish not in FINISH_REASONS:
+        raise LLMIncompleteReplyError(f"the LLM answer ended with finish reason {finish[:40]!r}: generation failed")
+    return finish
 
 
 def usage_of(usage: object) -> Usage | None:

@@ -57,6 +57,7 @@ async def test_metrics_health_and_clean_json_logs(
     assert status == 200 and json.loads(ready)["checks"] == {
         "worker": True,
         "gauges": True,
+        "provider-probe": True,
         "poller": True,
         "redis": True,
         "model_provider": True,

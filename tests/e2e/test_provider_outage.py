@@ -180,14 +180,47 @@ async def test_retry_after_is_honoured_across_queued_attempts(
 async def test_in_process_mode_a_refused_key_says_temporarily_unavailable_and_degrades_readyz(
     telegram: StubTelegram, stub_llm: StubOpenAI, tmp_path: Path, processes: list[BotProcess]
 ) -> None:
+    """... and once the key is fixed /readyz recovers with no one writing (the probe)."""
     stub_llm.api_key = API_KEY
     env = base_env(telegram, stub_llm) | {"BOT_MODE": "polling", "POLLING_TIMEOUT_SECONDS": "1"}
-    process, ops = await started(env, tmp_path, processes)
+    process, ops = await started(env | {"LLM_PROBE_INTERVAL_SECONDS": "0.2"}, tmp_path, processes)
+    await _recovers_without_traffic(telegram, stub_llm, ops, 880500, EN["llm_unavailable"])
+    assert telegram.texts_to(880500) == [EN["llm_unavailable"]]
+    await process.wait_log("OPENAI_API_KEY", within=5)
+
+
+async def _recovers_without_traffic(
+    telegram: StubTelegram, stub_llm: StubOpenAI, ops: str, chat: int, told: str
+) -> None:
+    """The key is rotated, a question is refused (the customer hears ``told``), the key is fixed and no
+    one writes: the probe clears the gauge and /readyz."""
     stub_llm.api_key = "sk-rotated-key"
-    chat = 880500
     telegram.send_text(chat, "hello")
-    await telegram.wait_messages(chat, 1, within=20)
-    assert telegram.texts_to(chat) == [EN["llm_unavailable"]]
+    await telegram.wait_for(lambda: told in telegram.texts_to(chat), within=20)
     state = await readyz(ops)
     assert state["status"] == "degraded" and state["checks"]["model_provider"] is False, state
-    await process.wait_log("OPENAI_API_KEY", within=5)
+    stub_llm.api_key = API_KEY
+
+    async def ready() -> bool:
+        return (await readyz(ops))["checks"]["model_provider"] is True
+
+    await eventually(ready, within=5, what="/readyz's model_provider check to recover")
+    assert await metric(ops, 'sb_llm_provider_refusing{call="chat"}') == 0.0
+
+
+async def test_queued_mode_recovers_from_a_refusal_without_traffic(
+    telegram: StubTelegram,
+    stub_llm: StubOpenAI,
+    redis_server: RedisServer,
+    real_redis: Redis,
+    tmp_path: Path,
+    processes: list[BotProcess],
+) -> None:
+    """The question is given up before the key is fixed, so only the probe can clear the watch."""
+    stub_llm.api_key = API_KEY
+    env = queued_env(
+        telegram, stub_llm, redis_server.url, WORKER_GIVE_UP_SECONDS="0.5", LLM_PROBE_INTERVAL_SECONDS="0.2"
+    )
+    _process, ops = await started(env, tmp_path, processes)
+    await _recovers_without_traffic(telegram, stub_llm, ops, 880700, EN["given_up"])
+    assert await real_redis.zcard(KEYS.dead_index) == 1

@@ -39,11 +39,13 @@ class StubError:
     body: dict[str, Any] | str | None = None
     code: str | None = None
     type: str = "server_error"
+    message: str | None = None
 
     def payload(self) -> dict[str, Any] | str:
         if self.body is not None:
             return self.body
-        return {"error": {"message": f"stub error {self.status}", "type": self.type, "param": None, "code": self.code}}
+        message = self.message or f"stub error {self.status}"
+        return {"error": {"message": message, "type": self.type, "param": None, "code": self.code}}
 
 
 def rate_limited(*, retry_after: str | None = None, retry_after_ms: str | None = None) -> StubError:
@@ -54,6 +56,16 @@ def rate_limited(*, retry_after: str | None = None, retry_after_ms: str | None =
     if retry_after_ms is not None:
         headers["retry-after-ms"] = retry_after_ms
     return StubError(429, headers, code="rate_limit_exceeded", type="requests")
+
+
+def insufficient_quota() -> StubError:
+    """429 ``insufficient_quota`` as OpenAI sends it when the account's credit or quota is used up: a
+    refusal until billing is fixed, with no retry-after (unlike ``rate_limited``)."""
+    message = (
+        "You exceeded your current quota, please check your plan and billing details. For more information on "
+        "this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors."
+    )
+    return StubError(429, code="insufficient_quota", type="insufficient_quota", message=message)
 
 
 INVALID_API_KEY = StubError(401, code="invalid_api_key", type="invalid_request_error")
@@ -79,6 +91,9 @@ class StubBroken:
 
 Reply = str | int | StubError | StubBroken  # an int is an HTTP error status to answer with
 TOOL_PREFIX = "<<tool:"
+FINISH_PREFIX = "<<finish:"
+"""A reply ``<<finish:REASON>>TEXT`` is answered with TEXT and that finish_reason (``error``, ``abort``:
+what some OpenAI-compatible servers send when generation failed part-way)."""
 """A reply ``<<tool:NAME>>ARGUMENTS`` is answered as a call of the tool NAME (finish_reason
 ``tool_calls``), plain or streamed as OpenAI does: the name in the first chunk, the arguments in pieces."""
 
@@ -269,6 +284,8 @@ class StubOpenAI:
         tool: tuple[str, str] | None = None
         if reply.startswith("<<length>>"):
             reply, finish = reply.removeprefix("<<length>>"), "length"
+        elif reply.startswith(FINISH_PREFIX):
+            finish, reply = reply.removeprefix(FINISH_PREFIX).split(">>", 1)
         elif reply.startswith(TOOL_PREFIX):
             name, arguments = reply.removeprefix(TOOL_PREFIX).split(">>", 1)
             tool, reply, finish = (name, arguments), "", "tool_calls"
