@@ -16,7 +16,7 @@ from openai import AsyncOpenAI
 from services.engine.builders import build_llm_client
 from services.engine.llm import LLMClient
 from services.engine.models import PromptPart
-from services.engine.retry import REQUEST_BUDGET, RetryPolicy, retry_after_of
+from services.engine.retry import REQUEST_BUDGET, RequestBudget, RetryPolicy, retry_after_of
 from services.errors import LLMConfigurationError, LLMIncompleteReplyError, LLMUnavailableError
 from services.settings import LLMSettings, MemorySettings
 from tests.stubs.openai_server import INVALID_API_KEY, SERVER_ERROR, StubBroken, StubOpenAI, rate_limited
@@ -83,15 +83,31 @@ async def test_a_persistent_429_makes_at_most_the_capped_requests(stub_llm: Stub
 
 
 async def test_a_question_s_remaining_request_budget_ends_the_retries(stub_llm: StubOpenAI) -> None:
-    """The queue worker sets what is left of LLM_MAX_REQUESTS_PER_QUESTION: a call makes no more."""
+    """The queue worker hands the call what is left of LLM_MAX_REQUESTS_PER_QUESTION: it makes no more."""
     stub_llm.always = rate_limited(retry_after_ms="10")
-    token = REQUEST_BUDGET.set(2)
+    budget = RequestBudget(cap=2)
+    token = REQUEST_BUDGET.set(budget)
     try:
         with pytest.raises(LLMUnavailableError) as caught:
             await client_for(stub_llm.base_url).chat(PROMPT)
     finally:
         REQUEST_BUDGET.reset(token)
-    assert len(stub_llm.requests) == 2 == caught.value.requests
+    assert len(stub_llm.requests) == 2 == caught.value.requests == budget.made
+
+
+async def test_every_request_of_a_question_is_counted_on_its_budget(stub_llm: StubOpenAI) -> None:
+    """Answered ones and summary calls too (review 26: only a failing call's requests were counted, so
+    an attempt that failed after its model calls answered gave the next one the whole cap again)."""
+    stub_llm.chat_replies.extend([503])
+    budget = RequestBudget(cap=10)
+    token = REQUEST_BUDGET.set(budget)
+    try:
+        llm = client_for(stub_llm.base_url)
+        await llm.chat(PROMPT)
+        await llm.summarize(PROMPT, schema={"type": "object"})
+    finally:
+        REQUEST_BUDGET.reset(token)
+    assert budget.made == len(stub_llm.requests) == 3
 
 
 async def test_a_long_retry_after_is_not_slept_in_the_call(stub_llm: StubOpenAI) -> None:

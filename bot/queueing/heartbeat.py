@@ -10,6 +10,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from services.engine.retry import RequestBudget
 from services.errors import TransientError
 from services.fence import Fence
 from services.ports.queue import Claim, QueueItem, WorkQueue
@@ -29,7 +30,9 @@ class Serving:
     item: QueueItem | None = None
     """The item taken from the inbox and not yet finished."""
     failure: BaseException | None = None
-    """How the last attempt failed (its Retry-After and model requests go on the item's record)."""
+    """How the last attempt failed (its Retry-After goes on the item's record)."""
+    budget: RequestBudget | None = None
+    """The model requests of the current attempt (they go on the item's record when it fails)."""
 
 
 def start_heartbeat(serving: Serving, queue: WorkQueue, lease: float) -> asyncio.Task[None]:

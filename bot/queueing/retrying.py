@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from services.errors import LLMConfigurationError, LLMError, LLMUnavailableError
+from services.errors import LLMConfigurationError, LLMUnavailableError
 from services.ports.queue import QueueItem
 
 MAX_BACKOFF = 30.0
@@ -48,7 +48,9 @@ class AttemptRules:
             ), True
         return None
 
-    def next_try(self, item: QueueItem, outcome: Outcome, failure: BaseException | None) -> tuple[int, float]:
+    def next_try(
+        self, item: QueueItem, outcome: Outcome, failure: BaseException | None, *, requests_made: int = 0
+    ) -> tuple[int, float]:
         """(model requests the failed attempt made, seconds before the next): the backoff grows with how
         long the item has been failing (stateless: any worker continues it), never sooner than the
         provider's Retry-After. A provider that refuses the bot (its key, its quota) is not counted
@@ -57,9 +59,7 @@ class AttemptRules:
             wait = min(max(BASE_BACKOFF, item.failing_for), MAX_BACKOFF, max(self.give_up_seconds, BASE_BACKOFF))
         else:
             wait = min(BASE_BACKOFF * 2**item.failures, MAX_BACKOFF)
-        requests = 0
-        if isinstance(failure, LLMError) and not isinstance(failure, LLMConfigurationError):
-            requests = failure.requests
+        requests = 0 if isinstance(failure, LLMConfigurationError) else requests_made
         if isinstance(failure, LLMUnavailableError) and failure.retry_after is not None:
             wait = max(wait, failure.retry_after)
         return requests, wait

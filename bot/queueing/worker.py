@@ -30,7 +30,7 @@ from bot.metrics import DEAD_LETTERS, LEASES_LOST, QUEUE_WAIT
 from bot.queueing.heartbeat import Serving, start_heartbeat
 from bot.queueing.retrying import MAX_BACKOFF, AttemptRules, GiveUpReason, Outcome
 from bot.serving.failures import is_transient
-from services.engine.retry import REQUEST_BUDGET
+from services.engine.retry import REQUEST_BUDGET, RequestBudget
 from services.errors import LeaseLostError, TransientError
 from services.fence import CURRENT_FENCE, Fence
 from services.ports.deadletters import DeadLetters
@@ -252,8 +252,9 @@ class Worker:
             self.retried += 1
             # a handler that failed after its reply went out: the mark goes with the attempt's record
             replied = serving.fence.take_deferred_replies()
-            requests, retry_in = self._retrying.next_try(item, outcome, serving.failure)
-            serving.failure = None
+            made = serving.budget.made if serving.budget is not None else 0
+            requests, retry_in = self._retrying.next_try(item, outcome, serving.failure, requests_made=made)
+            serving.failure = serving.budget = None
             kind: Literal["transient", "failed"] = "transient" if outcome == "transient" else "failed"
             await self._queue.note(claim, item, kind, replied=replied, model_requests=requests, retry_in=retry_in)
             step = await self._queue.next(claim)
@@ -288,6 +289,7 @@ class Worker:
             return await self._dead_letter(serving, item, (f"unreadable update: {exc}", False))
         if item.enqueued_ms and item.started == 1:
             QUEUE_WAIT.observe(max(0.0, time.time() - item.enqueued_ms / 1000))
+        serving.budget = RequestBudget(cap=max(1, self._retrying.max_model_requests - item.model_requests))
         serving.work = _fenced_task(
             self._dispatcher.feed_update(
                 self._bot,
@@ -298,7 +300,7 @@ class Worker:
                 final_attempt=self._retrying.is_final_attempt(item),
             ),
             serving.fence,
-            request_budget=max(1, self._retrying.max_model_requests - item.model_requests),
+            request_budget=serving.budget,
         )
         return await self._outcome(serving, f"update {update.update_id}", item.started)
 
@@ -377,7 +379,7 @@ def _parse(payload: str) -> object:
 
 
 def _fenced_task(
-    work: Coroutine[Any, Any, Any], fence: Fence, *, request_budget: int | None = None
+    work: Coroutine[Any, Any, Any], fence: Fence, *, request_budget: RequestBudget | None = None
 ) -> asyncio.Task[Any]:
     """A task for one item of a chat: it, and every task it starts, sees the chat's fence as
     CURRENT_FENCE (the Bot API session checks it right before a request is written) and the model

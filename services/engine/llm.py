@@ -168,14 +168,13 @@ class LLMClient:
             extra["temperature"] = self._temperature
         if tools:
             extra["tools"] = list(tools)
-        budget = REQUEST_BUDGET.get()
         if on_delta is None:
             return await self._with_retries(
-                lambda _progress: self._complete("chat", self.chat_model, messages, extra), budget=budget
+                lambda _progress: self._complete("chat", self.chat_model, messages, extra), capped=True
             )
         stream = on_delta
         return await self._with_retries(
-            lambda progress: self._stream(self.chat_model, messages, extra, stream, progress), budget=budget
+            lambda progress: self._stream(self.chat_model, messages, extra, stream, progress), capped=True
         )
 
     async def summarize(
@@ -203,15 +202,17 @@ class LLMClient:
             raise
 
     async def _with_retries(
-        self, attempt: Callable[[_Progress], Awaitable[Completion]], *, budget: int | None = None
+        self, attempt: Callable[[_Progress], Awaitable[Completion]], *, capped: bool = False
     ) -> Completion:
-        """Run ``attempt`` until it answers or the policy gives up (or ``budget`` requests were made);
-        the error raised says how many requests the call made and, when a wait was too long to sleep
-        here, how long to wait."""
-        policy, started = self._retry, time.monotonic()
+        """Run ``attempt`` until it answers or the policy gives up (or, ``capped``, the question's
+        REQUEST_BUDGET is spent); every request is counted on that budget. The error raised says how
+        many requests the call made and, when a wait was too long to sleep here, how long to wait."""
+        policy, started, budget = self._retry, time.monotonic(), REQUEST_BUDGET.get()
         for number in itertools.count():
             await self._wait_for_gate(started, requests=number)
             progress = _Progress()
+            if budget is not None:
+                budget.made += 1
             try:
                 async with self._slot():
                     return await attempt(progress)
@@ -221,7 +222,8 @@ class LLMClient:
                     raise
                 if exc.retry_after:
                     self._gate.push(exc.retry_after)
-                if progress.shown or number >= policy.max_retries or (budget is not None and number + 1 >= budget):
+                spent = capped and budget is not None and budget.made >= budget.cap
+                if progress.shown or number >= policy.max_retries or spent:
                     raise
                 wait = policy.wait(number, retry_after=exc.retry_after, rand=self._rand)
                 if not policy.sleeps(wait, elapsed=time.monotonic() - started):

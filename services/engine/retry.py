@@ -11,10 +11,19 @@ from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-REQUEST_BUDGET: ContextVar[int | None] = ContextVar("sb_model_request_budget", default=None)
-"""How many more chat-model requests the question being answered may make (the queue worker sets it
-from LLM_MAX_REQUESTS_PER_QUESTION and the requests earlier attempts made); None: only the policy's cap.
-A call stops retrying when it would pass it, so a question never makes more than the cap."""
+
+@dataclass(slots=True)
+class RequestBudget:
+    """The model requests of one attempt at a question: ``cap`` what LLM_MAX_REQUESTS_PER_QUESTION leaves
+    it after earlier attempts, ``made`` every request it made (chat and summary, answered or not). The
+    chat call stops retrying at the cap; the queue worker adds ``made`` to the question's record."""
+
+    cap: int
+    made: int = 0
+
+
+REQUEST_BUDGET: ContextVar[RequestBudget | None] = ContextVar("sb_model_request_budget", default=None)
+"""The budget of the question being answered (set by the queue worker); None: only the policy's cap."""
 
 MAX_PROVIDER_WAIT = 600.0
 """A Retry-After beyond this is taken as this (a provider asking for hours is asking us to give up)."""
