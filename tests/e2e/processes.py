@@ -50,7 +50,7 @@ class BotProcess:
         while chunk := await self.process.stdout.read(4096):
             self.log.extend(chunk)
 
-    async def wait_log(self, needle: str, within: float = 20) -> None:
+    async def wait_log(self, needle: str, within: float = 90) -> None:
         for _ in range(int(within * 20)):
             if needle in self.log.decode(errors="replace"):
                 return

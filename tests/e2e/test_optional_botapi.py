@@ -44,7 +44,10 @@ async def answers(bot: BotProcess, telegram: StubTelegram, chat_id: int, count: 
     return telegram.texts_to(chat_id)
 
 
-@pytest.mark.parametrize("how", ["missing", "html_500"])
+KINDS = ("missing", "html_500")
+PER_TURN = ("sendChatAction", "sendMessageDraft")
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_bot_api_without_the_comforts_and_long_polling_still_serves(
     telegram: StubTelegram,
@@ -54,9 +57,12 @@ async def test_a_bot_api_without_the_comforts_and_long_polling_still_serves(
     tmp_path: Path,
     processes: list[BotProcess],
     mode: str,
-    how: str,
 ) -> None:
-    telegram.broken = dict.fromkeys(OPTIONAL, how)
+    """One process per mode meets both kinds of failure: the per-turn methods answer "missing" for two
+    questions, then an HTML 500 for two more (each kind logged once, its repeat not); the menu
+    (asked once, at start-up) gets one kind per mode."""
+    first, second = KINDS if mode == "in-process" else KINDS[::-1]
+    telegram.broken = dict.fromkeys(PER_TURN, first) | {"setMyCommands": first}
     telegram.instant_get_updates = True  # and getUpdates does not long-poll: it answers at once
     bot = BotProcess(env_for(mode, telegram, stub_llm, redis_server), tmp_path)
     processes.append(bot)
@@ -67,20 +73,30 @@ async def test_a_bot_api_without_the_comforts_and_long_polling_still_serves(
     assert (await answers(bot, telegram, 61, 2, within=10))[1] == TEXTS["en"]["new_done"]
     telegram.send_text(61, "And my refund?")
     await answers(bot, telegram, 61, 3, within=10)
+    tried_first = {method: len(telegram.of(method)) for method in OPTIONAL}
+    telegram.broken |= dict.fromkeys(PER_TURN, second)
+    for n, question in enumerate(("Is it shipped?", "When does it arrive?"), start=4):
+        telegram.send_text(61, question)
+        await answers(bot, telegram, 61, n, within=10)
     # a measurement window, not a wait for something: how often does the bot poll while nothing comes?
     before, window = len(telegram.polls), 1.5
     await asyncio.sleep(window)
     rate = (len(telegram.polls) - before) / window
     assert rate < 3, f"{rate:.0f} getUpdates per second against a server that does not long-poll"
-    for method in OPTIONAL:  # every optional method was tried and failed (twice for the per-turn ones)
-        assert telegram.of(method), method
-    assert len(telegram.of("sendChatAction")) >= 2
+    for method in OPTIONAL:  # every optional method was tried and failed (twice per kind for "typing…")
+        assert tried_first[method], method
+    for method in PER_TURN:
+        assert len(telegram.of(method)) > tried_first[method], f"{method} not tried after the switch"
+    assert (
+        tried_first["sendChatAction"] >= 2 and len(telegram.of("sendChatAction")) - tried_first["sendChatAction"] >= 2
+    )
     assert await bot.stop() == 0
     log = bot.log.decode(errors="replace")
     assert "Task exception was never retrieved" not in log
     assert "Traceback" not in log
-    for method in OPTIONAL:
-        assert len(failure_lines(log, method)) == 1, (method, log)
+    assert len(failure_lines(log, "setMyCommands")) == 1, log
+    for method in PER_TURN:  # once per kind: the repeats of a kind are not logged again
+        assert len(failure_lines(log, method)) == 2, (method, log)
 
 
 async def test_per_turn_comforts_failing_leave_no_orphaned_task_and_the_answer_goes_out(
