@@ -115,6 +115,12 @@ async def start_webhook_worker(
     return f"http://127.0.0.1:{port}{env.get('WEBHOOK_PATH', '/telegram/webhook')}"
 
 
+async def start_webhook_workers(env: dict[str, str], workdir: Path, started: list[BotProcess], count: int) -> list[str]:
+    """``count`` webhook workers started side by side (each start is a whole interpreter start, mostly
+    CPU: two cores start two at once); their webhook URLs, in the order of ``started``."""
+    return list(await asyncio.gather(*(start_webhook_worker(env, workdir, started) for _ in range(count))))
+
+
 def run_side_by_side(envs: list[dict[str, str]], cwd: Path, timeout: float = 90) -> list[tuple[int, str]]:
     """``python -m bot`` once per environment, all at once (each is a whole interpreter start); returns
     each process's exit code and output (stdout and stderr together)."""

@@ -18,7 +18,7 @@ from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import AnyRedis
 from services.backends.redis.store import RedisSessionStore
 from tests.cluster import RedisClusterServers
-from tests.e2e.processes import SECRET, BotProcess, base_env, start_webhook_worker
+from tests.e2e.processes import SECRET, BotProcess, base_env, start_webhook_workers
 from tests.e2e.scenario import WebhookSender, answered, check, expected_reply, random_chats, wait_all_answered
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
@@ -60,7 +60,7 @@ async def test_a_master_restart_mid_run_loses_nothing(
         "LOG_LEVEL": "WARNING",
         "DRAFTS_ENABLED": "false",
     }
-    urls = [await start_webhook_worker(env, tmp_path, processes) for _ in range(2)]
+    urls = await start_webhook_workers(env, tmp_path, processes, 2)
     sender = WebhookSender(telegram, urls, SECRET)
     chats = random_chats(CHATS, seed=23)
     # the master of the ready set: while it is down no chat can even be claimed

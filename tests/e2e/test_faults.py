@@ -24,7 +24,14 @@ from services.backends.redis.keys import KeySpace
 from services.backends.redis.store import RedisSessionStore
 from tests.conftest import RedisServer
 from tests.e2e.harness import TOKEN, make_settings
-from tests.e2e.processes import SECRET, BotProcess, base_env, run_side_by_side, start_webhook_worker
+from tests.e2e.processes import (
+    SECRET,
+    BotProcess,
+    base_env,
+    run_side_by_side,
+    start_webhook_worker,
+    start_webhook_workers,
+)
 from tests.e2e.test_operations import every_value
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
@@ -120,7 +127,7 @@ async def test_redis_stalled_longer_than_the_lease_loses_and_doubles_nothing(
     the heartbeats cannot renew in time, so the handlers are cancelled before sending; once Redis is
     back, every message is answered, in order, and stored exactly once."""
     env = worker_env(telegram, stub_llm, redis_server.url, DRAFTS_ENABLED="false")
-    urls = [await start_webhook_worker(env, tmp_path, processes) for _ in range(2)]
+    urls = await start_webhook_workers(env, tmp_path, processes, 2)
     stub_llm.latency = 0.3
     chats = list(range(601, 611))
     for n in range(2):
