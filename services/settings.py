@@ -167,6 +167,69 @@ class MemorySettings(BaseSettings):
         return self
 
 
+class KnowledgeSettings(BaseSettings):
+    """Answers grounded in the operator's documents: which folder, how passages are cut, how much of every
+    prompt they may take, and the optional embeddings for hybrid retrieval."""
+
+    model_config = _CONFIG
+
+    knowledge_dir: str | None = Field(
+        default=None,
+        description="folder (subfolders included) of Markdown, text, HTML and PDF documents the bot answers from; "
+        "unset: no knowledge, nothing changes",
+    )
+    knowledge_passage_tokens: int = Field(
+        default=220, ge=32, le=2000, description="largest passage cut from a document (o200k tokens)"
+    )
+    knowledge_token_budget: int = Field(
+        default=1500,
+        ge=0,
+        description="room inside CHAT_INPUT_TOKEN_BUDGET for retrieved passages, filled with whole passages in "
+        "rank order; start-up refuses settings that leave no room for history",
+    )
+    knowledge_static_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="when all the knowledge fits this many tokens it is sent once, in the instruction, instead of "
+        "retrieved per turn (best for the prompt cache); 0: always retrieve",
+    )
+    knowledge_top_k: PositiveInt = Field(default=6, description="most passages one turn may carry")
+    knowledge_min_score: float = Field(
+        default=0.2,
+        ge=0,
+        le=1,
+        description="relevance floor (0..1, the full-text score relative to the query's best possible score): "
+        "below it no passage is sent and the model says the documents do not cover the question",
+    )
+    knowledge_refresh_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        le=60,
+        description="how often every worker looks for added, changed or removed files (changes reach all workers "
+        "within this time plus the rebuild)",
+    )
+    knowledge_max_file_bytes: PositiveInt = Field(
+        default=20 * 1024 * 1024, description="larger files are skipped with a log line"
+    )
+    embedding_model: str | None = Field(
+        default=None,
+        description="embedding model on the same OpenAI-compatible endpoint (POST /embeddings), e.g. "
+        "text-embedding-3-small: hybrid retrieval (full-text + vectors, fused by reciprocal rank); unset: "
+        "full-text only",
+    )
+    embedding_batch_size: int = Field(default=64, ge=1, le=2048, description="passages per /embeddings request")
+    embedding_timeout_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="a query embedding slower than this is given up for the turn (full-text only, logged and counted)",
+    )
+    knowledge_cache_dir: str = Field(
+        default=".cache/embeddings",
+        description="the in-process store's embedding cache (with REDIS_URL the cache is in Redis, shared by all "
+        "workers)",
+    )
+
+
 class RedisSettings(BaseSettings):
     """Storage: Redis (one server or a Cluster) or, without REDIS_URL, the in-process store."""
 

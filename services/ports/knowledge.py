@@ -1,0 +1,111 @@
+"""The knowledge contract: passages cut from the operator's documents, the query a turn asks, what
+retrieval returns, and the live source every turn reads one immutable snapshot from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+SOURCE_SEPARATOR = " › "
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """One passage of a document: a heading's paragraph, a list item, an FAQ question with its answer.
+
+    ``id`` is a content hash (stable across restarts and workers; the embedding cache key);
+    ``document`` the file's path relative to KNOWLEDGE_DIR ('/'-separated); ``tokens`` the o200k
+    count of ``text``."""
+
+    id: str
+    document: str
+    title: str
+    headings: tuple[str, ...]
+    text: str
+    tokens: int
+    url: str | None = None
+
+    @property
+    def source(self) -> str:
+        """What the prompt and the customer see: ``returns.md › Refunds``."""
+        name = self.document.rsplit("/", 1)[-1]
+        return SOURCE_SEPARATOR.join((name, *self.headings))
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedFile:
+    """A file of KNOWLEDGE_DIR that was not read, and why (one log line each)."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class KnowledgeQuery:
+    """What a turn searches with: the new message, the customer's recent messages (oldest first) and
+    the summary's topic, so a follow-up finds the topic of the question before it."""
+
+    message: str
+    recent: tuple[str, ...] = ()
+    topic: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredPassage:
+    """A retrieved passage with its fused score and its rank in each ranking (None: not ranked)."""
+
+    passage: Passage
+    score: float
+    fulltext_rank: int | None = None
+    vector_rank: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieval:
+    """Passages above the relevance floor, best first. ``degraded``: the embeddings endpoint failed
+    for this query and the ranking is full-text only."""
+
+    passages: tuple[ScoredPassage, ...]
+    index_version: str
+    degraded: bool = False
+    seconds: float = 0.0
+
+    @property
+    def matched(self) -> bool:
+        return bool(self.passages)
+
+
+class KnowledgeSnapshot(Protocol):
+    """One built index, never changed after it is built: a turn uses one snapshot from start to end."""
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def passages(self) -> tuple[Passage, ...]: ...
+
+    @property
+    def skipped(self) -> tuple[SkippedFile, ...]: ...
+
+    async def search(self, query: KnowledgeQuery, *, limit: int) -> Retrieval: ...
+
+
+class KnowledgeSource(Protocol):
+    """The live knowledge of KNOWLEDGE_DIR: ``current()`` is the newest complete snapshot (a rebuild
+    is built aside and swapped in whole)."""
+
+    def current(self) -> KnowledgeSnapshot: ...
+
+
+class KnowledgeGaps(Protocol):
+    """Questions no document answered, for operators (``python -m bot knowledge gaps``)."""
+
+    async def record(self, chat_id: int, question: str) -> None: ...
+
+    async def top(self, limit: int) -> list[tuple[str, int]]:
+        """The most asked unanswered questions with their counts, most asked first."""
+        ...
+
+    async def forget(self, chat_id: int) -> None:
+        """/forget: nothing the chat asked stays in the records."""
+        ...
