@@ -48,7 +48,7 @@ def make_app(env: dict[str, str], *, fast: bool) -> web.Application:
     model = env.get("OPENAI_MODEL", "gpt-4o-mini")
     drafts = env.get("DRAFTS_ENABLED", "true").lower() == "true"
     interval = float(env.get("DRAFT_INTERVAL_SECONDS", "0.7"))
-    instruction = default_registry().get("support_chat").render(company="Acme", handoff="")
+    instruction = default_registry().get("support_chat").render(company="Acme", handoff="", knowledge="")
     dispatcher = Dispatcher()
 
     @dispatcher.message()

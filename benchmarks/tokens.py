@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     counter = TokenCounter.for_encoding()
     registry = default_registry()
-    text = registry.get("support_chat").render(company="our company", handoff="")
+    text = registry.get("support_chat").render(company="our company", handoff="", knowledge="")
     instruction = PromptPart("developer", text, counter.count_message("developer", text))
     summarizer = Summarizer(
         llm=None,

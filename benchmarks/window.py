@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     counter = TokenCounter.for_encoding()
     text = "My order ORD-77182 still has not arrived, what should I do?"
-    instruction_text = default_registry().get("support_chat").render(company="ACME", handoff="")
+    instruction_text = default_registry().get("support_chat").render(company="ACME", handoff="", knowledge="")
     instruction = PromptPart("developer", instruction_text, counter.count_message("developer", instruction_text))
     summary_text = summary_block("Topic: late delivery\nKey facts: order ORD-77182; Aurora X2 kettle")
     summary = PromptPart("user", summary_text, counter.count_message("user", summary_text))

@@ -27,10 +27,20 @@ log = logging.getLogger("bot")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bot", description="Customer-support Telegram bot")
     parser.add_argument(
-        "command", nargs="?", default="run", choices=["run", "set-webhook", "console", "dead-letters", "quarantine"]
+        "command",
+        nargs="?",
+        default="run",
+        choices=["run", "set-webhook", "console", "dead-letters", "quarantine", "knowledge"],
     )
-    parser.add_argument("action", nargs="?", default="list", help="dead-letters/quarantine: list, show, replay, drop")
-    parser.add_argument("target", nargs="?", help="dead-letters: the ID; quarantine: the chat id")
+    parser.add_argument(
+        "action",
+        nargs="?",
+        default="list",
+        help="dead-letters/quarantine: list, show, replay, drop; knowledge: list, search, gaps",
+    )
+    parser.add_argument(
+        "target", nargs="?", help="dead-letters: the ID; quarantine: the chat id; knowledge search: the query"
+    )
     parser.add_argument("--chat-id", type=int, default=1, help="console: which session to use")
     parser.add_argument(
         "--certificate", type=Path, help="set-webhook: PEM certificate to upload (self-signed TLS in front)"
@@ -76,6 +86,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> None:
         from bot.cli.webhook_setup import set_webhook
 
         asyncio.run(set_webhook(settings, args.certificate))
+    elif args.command == "knowledge":
+        raise SystemExit(asyncio.run(_knowledge(args, settings)))
     elif args.command in ("dead-letters", "quarantine"):
         raise SystemExit(asyncio.run(_admin(args, settings)))
     elif settings.redis.redis_url is not None:
@@ -90,6 +102,34 @@ def _run(args: argparse.Namespace, settings: Settings) -> None:
         from bot.modes.inprocess import run_polling
 
         asyncio.run(run_polling(settings))
+
+
+async def _knowledge(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.cli import knowledge
+    from bot.factory import build_knowledge, open_redis_backend
+
+    if args.action not in ("list", "search", "gaps"):
+        log.error("knowledge: unknown action %r (one of list, search, gaps)", args.action)
+        return 2
+    if args.action == "gaps":
+        if settings.redis.redis_url is None:
+            log.error("knowledge gaps needs REDIS_URL: the in-process mode keeps its records in the bot's process")
+            return 2
+        backend = await open_redis_backend(settings)
+        try:
+            return await knowledge.gaps(backend.gaps)
+        finally:
+            await backend.close()
+    library = build_knowledge(settings)
+    if library is None:
+        log.error("knowledge: KNOWLEDGE_DIR is not set")
+        return 2
+    if args.action == "search":
+        if not args.target:
+            log.error('knowledge search needs a query: python -m bot knowledge search "how do I return it?"')
+            return 2
+        return await knowledge.search(library, args.target, limit=settings.knowledge.knowledge_top_k)
+    return knowledge.show(library)
 
 
 async def _admin(args: argparse.Namespace, settings: Settings) -> int:

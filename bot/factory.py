@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiogram import Bot, Dispatcher
 from aiogram.client.default import DefaultBotProperties
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.fsm.storage.memory import SimpleEventIsolation
 
-from bot.metrics import LLM_IN_FLIGHT, PrometheusObserver, watch_summarizer
+from bot.metrics import LLM_IN_FLIGHT, PrometheusObserver, watch_knowledge, watch_summarizer
 from bot.provider_health import PROVIDER, probe_while_refused
 from bot.serving.fastpath import json_codec
 from bot.serving.startup import with_startup_retries
@@ -33,9 +35,14 @@ from services.backends.redis.keys import KeySpace, bot_id_of
 from services.engine.builders import build_chat_service, build_llm_client
 from services.engine.chat import ChatService
 from services.engine.handoff_memory import HandoffMemory
+from services.engine.tokens import TokenCounter
 from services.errors import ConfigurationError
 from services.ports.backend import Backend, QueuedBackend
+from services.ports.knowledge import KnowledgeGaps, KnowledgeSource
 from services.ports.sessions import SessionStore
+
+if TYPE_CHECKING:
+    from services.knowledge.library import KnowledgeLibrary
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +93,34 @@ def build_backend(settings: Settings, *, cluster: bool = False) -> InMemoryBacke
     return RedisBackend(redis=client, keys=keys, ttl_seconds=ttl, per_minute=per_minute, cluster=cluster)
 
 
-def build_engine(settings: Settings, store: SessionStore) -> ChatService:
+def build_knowledge(settings: Settings) -> KnowledgeLibrary | None:
+    """With ``KNOWLEDGE_DIR``: the library, built before the bot serves (its refresh loop is the caller's
+    to run beside the bot); None otherwise (the knowledge packages are then never imported)."""
+    options = settings.knowledge
+    if not options.knowledge_dir:
+        return None
+    from services.knowledge.library import KnowledgeLibrary
+
+    library = KnowledgeLibrary(
+        root=Path(options.knowledge_dir),
+        counter=TokenCounter.for_encoding(settings.memory.tokenizer_encoding),
+        passage_tokens=options.knowledge_passage_tokens,
+        max_file_bytes=options.knowledge_max_file_bytes,
+        min_score=options.knowledge_min_score,
+        refresh_seconds=options.knowledge_refresh_seconds,
+    )
+    library.load()
+    watch_knowledge(library)
+    return library
+
+
+def build_engine(
+    settings: Settings,
+    store: SessionStore,
+    *,
+    knowledge: KnowledgeSource | None = None,
+    gaps: KnowledgeGaps | None = None,
+) -> ChatService:
     """The engine as the bot runs it, on the backend's store: every turn and every LLM call in flight
     lands in the metrics, a refused summary call in the provider watch, and every request the provider
     accepts clears its refusal (a turn that made no model call clears nothing). With ``OPERATOR_CHAT_ID``
@@ -102,6 +136,9 @@ def build_engine(settings: Settings, store: SessionStore) -> ChatService:
         observer=PrometheusObserver(drift_warn_ratio=settings.bot.token_drift_warn_ratio),
         handoff=settings.bot.handoff_enabled,
         summary_response_format=settings.llm.summary_response_format,
+        knowledge=knowledge,
+        knowledge_settings=settings.knowledge,
+        gaps=gaps,
     )
     watch_summarizer(chat.summarizer)
     chat.summarizer.on_refused = lambda status, detail: PROVIDER.refused("summary", status, detail)

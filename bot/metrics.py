@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import logging
+import time
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from services.engine.summarizer import Summarizer
 from services.engine.turns import CompactionReport, TurnResult
+
+if TYPE_CHECKING:
+    from services.knowledge.library import KnowledgeLibrary
 
 log = logging.getLogger(__name__)
 
@@ -16,6 +21,18 @@ _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64)
 TURNS = Counter("sb_turns_total", "Customer messages handled, by outcome", ["outcome"])
 ERRORS = Counter("sb_errors_total", "Failed updates, by error kind", ["kind"])
 LLM_SECONDS = Histogram("sb_llm_call_seconds", "LLM call latency", ["call"], buckets=_LATENCY_BUCKETS)
+KNOWLEDGE_SECONDS = Histogram(
+    "sb_knowledge_retrieval_seconds",
+    "Knowledge retrieval latency per turn",
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
+)
+KNOWLEDGE_PASSAGES = Histogram(
+    "sb_knowledge_passages_per_turn", "Passages a prompt carried", buckets=(0, 1, 2, 3, 4, 6, 8, 12)
+)
+KNOWLEDGE_NO_MATCH = Counter("sb_knowledge_no_match_total", "Turns no document passage cleared the floor for")
+KNOWLEDGE_INDEX_PASSAGES = Gauge("sb_knowledge_passages", "Passages in the knowledge index in use")
+KNOWLEDGE_INDEX_AGE = Gauge("sb_knowledge_index_age_seconds", "Seconds since the index in use was built")
+KNOWLEDGE_SKIPPED = Gauge("sb_knowledge_skipped_files", "Files of KNOWLEDGE_DIR the index in use skipped")
 PROMPT_TOKENS_ESTIMATED = Counter("sb_prompt_tokens_estimated_total", "Prompt tokens estimated by the window")
 PROMPT_TOKENS_ACTUAL = Counter("sb_prompt_tokens_actual_total", "Prompt tokens reported by the provider", ["call"])
 PROMPT_TOKENS_CACHED = Counter(
@@ -130,6 +147,11 @@ def record_turn(result: TurnResult, *, drift_warn_ratio: float = 0.15) -> float 
     PROMPT_TOKENS_ESTIMATED.inc(result.estimated_tokens)
     record_compaction("forced", result.forced_compaction)
     record_compaction("proactive", result.proactive_compaction)
+    if result.knowledge_matched is not None:
+        KNOWLEDGE_SECONDS.observe(result.knowledge_seconds)
+        KNOWLEDGE_PASSAGES.observe(len(result.knowledge))
+        if not result.knowledge_matched:
+            KNOWLEDGE_NO_MATCH.inc()
     if result.usage is None:
         return None
     PROMPT_TOKENS_ACTUAL.labels("chat").inc(result.usage.prompt_tokens)
@@ -158,3 +180,10 @@ class PrometheusObserver:
 
     def turn_finished(self, result: TurnResult) -> None:
         record_turn(result, drift_warn_ratio=self._drift_warn_ratio)
+
+
+def watch_knowledge(library: KnowledgeLibrary) -> None:
+    """The index gauges read the snapshot in use at scrape time."""
+    KNOWLEDGE_INDEX_PASSAGES.set_function(lambda: len(library.current().passages))
+    KNOWLEDGE_SKIPPED.set_function(lambda: len(library.current().skipped))
+    KNOWLEDGE_INDEX_AGE.set_function(lambda: time.time() - library.current().built_at)

@@ -187,12 +187,6 @@ class KnowledgeSettings(BaseSettings):
         description="room inside CHAT_INPUT_TOKEN_BUDGET for retrieved passages, filled with whole passages in "
         "rank order; start-up refuses settings that leave no room for history",
     )
-    knowledge_static_tokens: int = Field(
-        default=0,
-        ge=0,
-        description="when all the knowledge fits this many tokens it is sent once, in the instruction, instead of "
-        "retrieved per turn (best for the prompt cache); 0: always retrieve",
-    )
     knowledge_top_k: PositiveInt = Field(default=6, description="most passages one turn may carry")
     knowledge_min_score: float = Field(
         default=0.2,

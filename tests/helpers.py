@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prompts import default_registry
 from services.engine.chat import ChatService
+from services.engine.grounding import Grounding
 from services.engine.llm import LLMClient
 from services.engine.policy import CompactionPolicy, WaterMarkPolicy
 from services.engine.summarizer import Summarizer
@@ -21,6 +22,7 @@ def make_service(
     summary_max_tokens: int = 300,
     policy: CompactionPolicy | None = None,
     observer: TurnObserver | None = None,
+    grounding: Grounding | None = None,
 ) -> ChatService:
     registry = default_registry()
     summarizer = Summarizer(llm=llm, counter=counter, prompt=registry.get("summary"), max_tokens=summary_max_tokens)
@@ -29,12 +31,13 @@ def make_service(
         llm=llm,
         summarizer=summarizer,
         counter=counter,
-        instruction=registry.get("support_chat").render(company="ACME", handoff=""),
+        instruction=registry.get("support_chat").render(company="ACME", handoff="", knowledge=""),
         instruction_role="system",
         budget=budget,
         summary_max_tokens=summary_max_tokens,
         policy=policy or WaterMarkPolicy(),
         observer=observer,
+        grounding=grounding,
     )
 
 

@@ -65,3 +65,18 @@ async def test_forget_chat_drops_the_chats_dead_letters(queued_backend: QueuedBa
         )
     await queued_backend.forget_chat(1)
     assert [letter.chat_id for letter in await queued_backend.dead_letters.list()] == [2]
+
+
+async def test_knowledge_gaps_count_questions_and_forget_takes_a_chats_back(backend: Backend) -> None:
+    for chat_id, question in [
+        (1, "Do you sell gift cards?"),
+        (2, "do you sell   GIFT cards?"),
+        (1, "Do you ship to Mars?"),
+    ]:
+        await backend.gaps.record(chat_id, question)
+    await backend.gaps.record(2, "Do you sell gift cards?")
+    assert await backend.gaps.top(10) == [("do you sell gift cards?", 3), ("do you ship to mars?", 1)]
+    await backend.forget_chat(1)
+    assert await backend.gaps.top(10) == [("do you sell gift cards?", 2)], "nothing chat 1 asked stays"
+    await backend.forget_chat(1)  # idempotent
+    assert await backend.gaps.top(1) == [("do you sell gift cards?", 2)]

@@ -66,6 +66,7 @@ LEAF_DATA = {
     "services.engine.turns",
     "services.engine.summary_state",
     "services.engine.handoff_records",
+    "services.ports.knowledge",
 }
 """Modules of plain data (records, errors, the fence) that import nothing of the project but each other."""
 

@@ -7,7 +7,7 @@ def test_default_registry_has_active_versions() -> None:
     registry = default_registry()
     chat = registry.get("support_chat")
     assert chat.version == registry.active_version("support_chat")
-    text = chat.render(company="ACME", handoff="")
+    text = chat.render(company="ACME", handoff="", knowledge="")
     assert "ACME" in text and "<customer_message>" in text and "<conversation_summary>" in text
     summary = registry.get("summary").render(max_tokens="500")
     for field in ("topic", "key_facts", "actions_taken", "decisions", "pending_questions", "next_step"):
@@ -17,7 +17,7 @@ def test_default_registry_has_active_versions() -> None:
 
 def test_unknown_version_lists_known_versions() -> None:
     registry = default_registry()
-    with pytest.raises(UnknownPromptError, match=r"known versions: \['v1', 'v2'\]"):
+    with pytest.raises(UnknownPromptError, match=r"known versions: \['v1', 'v2', 'v3'\]"):
         registry.get("support_chat", "v9")
     with pytest.raises(UnknownPromptError, match="known prompts"):
         registry.get("nope")

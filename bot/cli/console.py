@@ -8,7 +8,7 @@ import asyncio
 import sys
 from typing import TextIO
 
-from bot.factory import Settings, build_engine, open_backend
+from bot.factory import Settings, build_engine, build_knowledge, open_backend
 from services.engine.chat import ChatService
 from services.engine.turns import TurnResult
 from services.errors import SupportBotError
@@ -23,10 +23,14 @@ def describe(result: TurnResult) -> str:
     summary = "updated" if result.summary_updated else ("present" if result.summary_present else "none")
     if compaction is not None and compaction.failed:
         summary += " (compaction failed, will retry)"
+    knowledge = ""
+    if result.knowledge_matched is not None:
+        used = ", ".join(f"{s.passage.source} ({s.score:.2f})" for s in result.knowledge) or "none above the floor"
+        knowledge = f" knowledge={used}"
     return (
         f"[stored={result.stored_messages} sent_history={result.context_history_messages} "
         f"removed={result.removed_history_messages} tokens est={result.estimated_tokens} actual={actual} "
-        f"cached={cached} summary={summary}]"
+        f"cached={cached} summary={summary}{knowledge}]"
     )
 
 
@@ -64,7 +68,7 @@ async def run_console(chat: ChatService, *, chat_id: int, stdin: TextIO, stdout:
 async def main(chat_id: int = 1) -> None:
     settings = Settings()
     backend = await open_backend(settings)
-    chat = build_engine(settings, backend.store)
+    chat = build_engine(settings, backend.store, knowledge=build_knowledge(settings), gaps=backend.gaps)
     try:
         await run_console(chat, chat_id=chat_id, stdin=sys.stdin, stdout=sys.stdout)
     finally:

@@ -10,7 +10,15 @@ from collections.abc import Awaitable, Callable
 from aiogram import Bot, Dispatcher
 from aiohttp import web
 
-from bot.factory import build_backend, build_bot, build_dispatcher, build_engine, provider_probe, set_commands
+from bot.factory import (
+    build_backend,
+    build_bot,
+    build_dispatcher,
+    build_engine,
+    build_knowledge,
+    provider_probe,
+    set_commands,
+)
 from bot.provider_health import PROVIDER
 from bot.serving.deadlines import watch_deadlines
 from bot.serving.fastpath import freeze_startup_heap
@@ -79,7 +87,8 @@ def readiness(backend: Backend, running: Callable[[], bool]) -> ReadyCheck:
 
 async def run_polling(settings: Settings) -> None:
     backend = build_backend(settings)
-    chat = build_engine(settings, backend.store)
+    knowledge = build_knowledge(settings)
+    chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps)
     bot = build_bot(settings.bot)
     try:
         await with_startup_retries("connecting to Telegram", bot.get_me)
@@ -89,6 +98,8 @@ async def run_polling(settings: Settings) -> None:
     dispatcher = build_dispatcher(chat, settings.bot, backend=backend)
     watch_handoffs(dispatcher, bot)
     run_beside(dispatcher, "provider-probe", provider_probe(settings))
+    if knowledge is not None:
+        run_beside(dispatcher, "knowledge-refresh", knowledge.run)
     await bot.delete_webhook(drop_pending_updates=False)  # getUpdates is refused while a webhook is set
     await set_commands(bot, settings.bot)
     polling = asyncio.Event()
@@ -112,11 +123,14 @@ async def run_polling(settings: Settings) -> None:
 
 def run_webhook(settings: Settings) -> None:
     backend = build_backend(settings)
-    chat = build_engine(settings, backend.store)
+    knowledge = build_knowledge(settings)
+    chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps)
     bot = build_bot(settings.bot)
     dispatcher = build_dispatcher(chat, settings.bot, backend=backend)
     watch_handoffs(dispatcher, bot)
     run_beside(dispatcher, "provider-probe", provider_probe(settings))
+    if knowledge is not None:
+        run_beside(dispatcher, "knowledge-refresh", knowledge.run)
 
     async def on_startup() -> None:
         try:

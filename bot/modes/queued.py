@@ -17,6 +17,7 @@ from bot.factory import (
     build_bot,
     build_dispatcher,
     build_engine,
+    build_knowledge,
     open_redis_backend,
     provider_probe,
     set_commands,
@@ -60,7 +61,8 @@ async def _run(settings: Settings, backend: QueuedBackend, bot: Bot) -> None:
     lease_ms = int(workers.worker_lease_seconds * 1000)
     await with_startup_retries("connecting to Redis", backend.ping)
     await with_startup_retries("connecting to Telegram", bot.get_me)
-    chat = build_engine(settings, backend.store)
+    knowledge = build_knowledge(settings)
+    chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps)
     queue = backend.queue(lease_ms=lease_ms)
     dead_letters = backend.dead_letters
     route = operator_route(settings.bot.operator_chat_id, backend.handoffs)
@@ -125,6 +127,8 @@ async def _run(settings: Settings, backend: QueuedBackend, bot: Bot) -> None:
     handoffs = backend.handoffs if desk.enabled else None
     supervisor.start("gauges", lambda: _queue_gauges(queue, dead_letters, handoffs))
     supervisor.start("provider-probe", provider_probe(settings))
+    if knowledge is not None:  # every worker reads the folder itself and swaps its own index
+        supervisor.start("knowledge-refresh", knowledge.run)
     if desk.enabled:  # every worker watches (each due handoff is queued once: its deadline goes)
         supervisor.start("handoff-deadlines", lambda: watch_deadlines(backend.handoffs, enqueue_overdue(queue)))
     poller: Poller | None = None
@@ -156,6 +160,8 @@ async def _run(settings: Settings, backend: QueuedBackend, bot: Bot) -> None:
         await runner.cleanup()  # stop intake first: Telegram retries elsewhere
     await supervisor.stop("gauges")
     await supervisor.stop("provider-probe")
+    if knowledge is not None:
+        await supervisor.stop("knowledge-refresh")
     if desk.enabled:
         await supervisor.stop("handoff-deadlines")
     if poller is not None:

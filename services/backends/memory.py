@@ -4,7 +4,7 @@ restart; one process only)."""
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -20,6 +20,7 @@ from services.engine.models import Compaction, NewMessage, Session, StoredMessag
 from services.engine.summary_state import SummaryState
 from services.errors import ConcurrentUpdateError
 from services.fence import Fence
+from services.knowledge.gaps import GAPS_KEPT, normalize_question
 from services.ports.handoffs import RelayState
 from services.ports.ratelimit import RATE_WINDOW_SECONDS, RateDecision
 from services.ports.sessions import TURN_IDS_KEPT, CommitResult, TurnStatus
@@ -320,6 +321,30 @@ class InMemoryHandoffStore:
         self._relayed.pop(chat_id, None)
 
 
+class InMemoryKnowledgeGaps:
+    """KnowledgeGaps of one process: counts per question, and what each chat contributed."""
+
+    def __init__(self) -> None:
+        self._counts: Counter[str] = Counter()
+        self._by_chat: dict[int, Counter[str]] = {}
+
+    async def record(self, chat_id: int, question: str) -> None:
+        question = normalize_question(question)
+        self._counts[question] += 1
+        self._by_chat.setdefault(chat_id, Counter())[question] += 1
+        if len(self._counts) > GAPS_KEPT:
+            del self._counts[min(self._counts, key=self._counts.__getitem__)]
+
+    async def top(self, limit: int) -> list[tuple[str, int]]:
+        return self._counts.most_common(limit)
+
+    async def forget(self, chat_id: int) -> None:
+        for question, count in self._by_chat.pop(chat_id, Counter()).items():
+            self._counts[question] -= count
+            if self._counts[question] <= 0:
+                del self._counts[question]
+
+
 class InMemoryBackend:
     """The in-process store and rate limiter (``services.ports.backend.Backend``)."""
 
@@ -327,6 +352,7 @@ class InMemoryBackend:
         self.store = InMemorySessionStore(ttl_seconds=ttl_seconds)
         self.limiter = InMemoryRateLimiter(per_minute=per_minute)
         self.handoffs = InMemoryHandoffStore()
+        self.gaps = InMemoryKnowledgeGaps()
 
     async def ping(self) -> None:
         await self.store.ping()
@@ -338,6 +364,7 @@ class InMemoryBackend:
         await self.handoffs.unbind(chat_id, record.topic_group, record.topic_id)
         await self.store.forget(chat_id, fence=fence)
         self.handoffs._drop(chat_id)
+        await self.gaps.forget(chat_id)
 
     async def close(self) -> None:
         await self.store.close()

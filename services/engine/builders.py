@@ -10,9 +10,10 @@ import openai
 from openai import AsyncOpenAI
 
 from prompts import PromptRegistry, default_registry
-from prompts.support_chat import HANDOFF
+from prompts.support_chat import HANDOFF, knowledge_rules
 from services.engine.breaker import CircuitBreaker
 from services.engine.chat import ChatService
+from services.engine.grounding import Grounding
 from services.engine.llm import LLMClient
 from services.engine.policy import WaterMarkPolicy
 from services.engine.retry import RetryPolicy
@@ -20,9 +21,10 @@ from services.engine.summarizer import Summarizer
 from services.engine.summary_format import FormatSetting
 from services.engine.tokens import TokenCounter
 from services.errors import ConfigurationError
+from services.ports.knowledge import KnowledgeGaps, KnowledgeSource
 from services.ports.observer import TurnObserver
 from services.ports.sessions import SessionStore
-from services.settings import LLMSettings, MemorySettings
+from services.settings import KnowledgeSettings, LLMSettings, MemorySettings
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,9 @@ def build_chat_service(
     observer: TurnObserver | None = None,
     handoff: bool = False,
     summary_response_format: FormatSetting = "auto",
+    knowledge: KnowledgeSource | None = None,
+    knowledge_settings: KnowledgeSettings | None = None,
+    gaps: KnowledgeGaps | None = None,
 ) -> ChatService:
     """A ChatService wired from settings. Raises ConfigurationError for an unusable budget."""
     counter = counter or TokenCounter.for_encoding(memory.tokenizer_encoding)
@@ -105,13 +110,28 @@ def build_chat_service(
             failures=memory.summary_breaker_failures, cooldown=memory.summary_breaker_cooldown_seconds
         ),
     )
+    grounding: Grounding | None = None
+    if knowledge is not None:
+        options = knowledge_settings or KnowledgeSettings()
+        grounding = Grounding(
+            source=knowledge,
+            counter=counter,
+            role=instruction_role,
+            budget=options.knowledge_token_budget,
+            top_k=options.knowledge_top_k,
+            gaps=gaps,
+        )
     return ChatService(
         store=store,
         llm=llm,
         summarizer=summarizer,
         counter=counter,
         # variables a version does not use are ignored (v1 has no $handoff)
-        instruction=chat_prompt.render(company=memory.support_company_name, handoff=HANDOFF if handoff else ""),
+        instruction=chat_prompt.render(
+            company=memory.support_company_name,
+            handoff=HANDOFF if handoff else "",
+            knowledge=knowledge_rules(handoff=handoff) if knowledge is not None else "",
+        ),
         instruction_role=instruction_role,
         budget=memory.chat_input_token_budget,
         summary_max_tokens=memory.summary_max_tokens,
@@ -123,4 +143,5 @@ def build_chat_service(
         max_message_chars=memory.max_message_chars,
         observer=observer,
         handoff_tool=handoff,
+        grounding=grounding,
     )

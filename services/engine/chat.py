@@ -10,6 +10,7 @@ from typing import Literal
 
 from prompts.support_chat import HANDOFF_MARK, HANDOFF_TOOL, HANDOFF_TOOL_SPEC
 from services.engine.compactor import Compactor
+from services.engine.grounding import Grounded, Grounding
 from services.engine.models import Compaction, NewMessage, OnDelta, OnRestart, PromptPart, Session, StoredMessage
 from services.engine.policy import CompactionPolicy
 from services.engine.prompt_format import clean_text, customer_block
@@ -77,8 +78,10 @@ class ChatService:
         max_message_chars: int = 4096,
         observer: TurnObserver | None = None,
         handoff_tool: bool = False,
+        grounding: Grounding | None = None,
     ) -> None:
         self._store = store
+        self._grounding = grounding
         self.summarizer = summarizer
         self._tools: tuple[dict[str, object], ...] = (HANDOFF_TOOL_SPEC,) if handoff_tool else ()
         self._llm = llm
@@ -86,15 +89,19 @@ class ChatService:
         self._instruction = PromptPart(
             instruction_role, instruction, counter.count_message(instruction_role, instruction)
         )
-        self._budget = budget
+        knowledge_room = grounding.budget if grounding is not None else 0
+        # the knowledge room is always held back, found passages or not: which history fits does not
+        # depend on retrieval, so the prompt's prefix stays the same from turn to turn
+        self._budget = budget - knowledge_room
         self._commit_attempts = commit_attempts
         self._max_message_chars = max_message_chars
         self._observer = observer or NoObserver()
-        history_room = budget - fixed_cost(self._instruction, []) - summary_max_tokens
+        history_room = self._budget - fixed_cost(self._instruction, []) - summary_max_tokens
         if history_room <= 0:
             raise ConfigurationError(
                 f"CHAT_INPUT_TOKEN_BUDGET={budget} leaves no room for history: the instruction takes "
-                f"{self._instruction.tokens} tokens and SUMMARY_MAX_TOKENS={summary_max_tokens}"
+                f"{self._instruction.tokens} tokens, SUMMARY_MAX_TOKENS={summary_max_tokens}"
+                + (f" and KNOWLEDGE_TOKEN_BUDGET={knowledge_room}" if grounding is not None else "")
             )
         self.compactor = Compactor(store=store, summarizer=summarizer, policy=policy, history_room=history_room)
 
@@ -267,6 +274,14 @@ class ChatService:
                 compaction, window, forced = await self.compactor.before_reply(
                     session, new_part, window, lambda summary, rest: self._window(summary, rest, new_part)
                 )
+            grounded: Grounded | None = None
+            if self._grounding is not None:
+                grounded = await self._grounding.ground(session, text)
+                window = replace(
+                    window,
+                    messages=(*window.messages[:-1], grounded.part, window.messages[-1]),
+                    estimated_tokens=window.estimated_tokens + grounded.part.tokens,
+                )
             if self._tools:
                 completion = await self._llm.chat(window.messages, on_delta=on_delta, tools=self._tools)
             else:
@@ -279,6 +294,10 @@ class ChatService:
             reply_text = HANDOFF_MARK + handoff if handoff is not None else completion.text
             if handoff is None and not completion.text.strip():
                 raise LLMBadReplyError(f"the model called an unknown tool {completion.tool_call!r}")
+            cited: tuple[str, ...] = ()
+            if grounded is not None and handoff is None:
+                rendered = grounded.cite(reply_text)
+                reply_text, cited = rendered.text, rendered.cited
             reply = NewMessage("assistant", reply_text, self._counter.count_message("assistant", reply_text))
             try:
                 commit = await self._store.commit_turn(
@@ -297,6 +316,8 @@ class ChatService:
                     on_restart()
                 continue
             folded = compaction.fold_count if compaction else 0
+            if grounded is not None and not grounded.matched and not commit.duplicate and self._grounding:
+                await self._grounding.record_gap(chat_id, text)
             return TurnResult(
                 reply=reply_text,
                 handoff_reason=handoff,
@@ -313,6 +334,10 @@ class ChatService:
                 forced_compaction=forced,
                 attempts=attempt,
                 quarantined=quarantined,
+                knowledge=grounded.sent if grounded is not None else (),
+                knowledge_matched=grounded.matched if grounded is not None else None,
+                knowledge_seconds=grounded.seconds if grounded is not None else 0.0,
+                cited=cited,
             )
         raise AssertionError("unreachable")  # pragma: no cover
 

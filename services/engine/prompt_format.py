@@ -9,8 +9,18 @@ import unicodedata
 
 CUSTOMER_TAG = "customer_message"
 SUMMARY_TAG = "conversation_summary"
+KNOWLEDGE_TAG = "knowledge"
+KNOWLEDGE_STATUS_TAG = "knowledge_status"
 # Every tag any of our prompts uses as a data fence.
-FENCE_TAGS = (CUSTOMER_TAG, SUMMARY_TAG, "previous_summary", "conversation_turns", "support_reply")
+FENCE_TAGS = (
+    CUSTOMER_TAG,
+    SUMMARY_TAG,
+    KNOWLEDGE_TAG,
+    KNOWLEDGE_STATUS_TAG,
+    "previous_summary",
+    "conversation_turns",
+    "support_reply",
+)
 _FENCE_KEYS = tuple(tag.replace("_", "") for tag in FENCE_TAGS)
 
 _OPENERS = {"<", "＜", "﹤", "〈", "‹"}

@@ -110,6 +110,10 @@ class TokenCounter:
         # disallowed_special=() : customer text like "<|endoftext|>" is counted as plain text, not refused.
         return self._encoding.encode(text, disallowed_special=())
 
+    def decode(self, tokens: list[int]) -> str:
+        """Text of ``tokens`` (a cut between bytes of one character becomes U+FFFD)."""
+        return self._encoding.decode(tokens, errors="replace")
+
     def count_text(self, text: str) -> int:
         return len(self.encode(text))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from services.engine.models import Usage
+from services.ports.knowledge import ScoredPassage
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,14 @@ class TurnResult:
     handoff_reason: str | None = None
     """The model handed the conversation over to a human operator (its tool call) instead of replying;
     ``reply`` is then the stored marker, not a text for the customer."""
+    knowledge: tuple[ScoredPassage, ...] = ()
+    """Passages the prompt carried (KNOWLEDGE_DIR on)."""
+    knowledge_matched: bool | None = None
+    """With knowledge on: whether any passage cleared the relevance floor (None: knowledge off)."""
+    knowledge_seconds: float = 0.0
+    """How long retrieval took."""
+    cited: tuple[str, ...] = ()
+    """Ids of the passages the reply cites."""
 
     @property
     def summary_updated(self) -> bool:

@@ -8,6 +8,7 @@ from typing import Protocol
 from services.fence import Fence
 from services.ports.deadletters import DeadLetters, Quarantine
 from services.ports.handoffs import HandoffStore
+from services.ports.knowledge import KnowledgeGaps
 from services.ports.queue import PollingLease, WorkQueue
 from services.ports.ratelimit import RateLimiter
 from services.ports.sessions import SessionStore
@@ -25,6 +26,11 @@ class Backend(Protocol):
 
     @property
     def handoffs(self) -> HandoffStore: ...
+
+    @property
+    def gaps(self) -> KnowledgeGaps:
+        """Questions no document answered (recorded only with KNOWLEDGE_DIR; /forget removes a chat's)."""
+        ...
 
     async def ping(self) -> None:
         """Raise StoreUnavailableError if the backend cannot be reached."""

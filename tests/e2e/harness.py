@@ -8,19 +8,26 @@ from dataclasses import dataclass
 
 from aiogram import Bot, Dispatcher
 
-from bot.factory import Settings, build_backend, build_bot, build_dispatcher, build_engine
+from bot.factory import Settings, build_backend, build_bot, build_dispatcher, build_engine, build_knowledge
 from bot.modes.inprocess import watch_handoffs
 from bot.settings import BotSettings
 from services.engine.chat import ChatService
+from services.knowledge.library import KnowledgeLibrary
 from services.ports.backend import Backend
 from services.ports.sessions import SessionStore
-from services.settings import LLMSettings, MemorySettings, RedisSettings
+from services.settings import KnowledgeSettings, LLMSettings, MemorySettings, RedisSettings
 
 TOKEN = "123456:TEST-token-secret"
 
 
 def make_settings(
-    telegram_url: str, openai_url: str, redis_url: str | None, *, bot: dict[str, object] | None = None, **memory: object
+    telegram_url: str,
+    openai_url: str,
+    redis_url: str | None,
+    *,
+    bot: dict[str, object] | None = None,
+    knowledge: dict[str, object] | None = None,
+    **memory: object,
 ) -> Settings:
     return Settings(
         bot=BotSettings(
@@ -40,6 +47,7 @@ def make_settings(
         ),
         memory=MemorySettings(_env_file=None, **memory),  # type: ignore[call-arg]
         redis=RedisSettings(_env_file=None, redis_url=redis_url),  # type: ignore[call-arg]
+        knowledge=KnowledgeSettings(_env_file=None, **(knowledge or {})),  # type: ignore[arg-type]
     )
 
 
@@ -51,6 +59,8 @@ class RunningBot:
     bot: Bot
     dispatcher: Dispatcher
     task: asyncio.Task[None] | None = None
+    knowledge: KnowledgeLibrary | None = None
+    refresh: asyncio.Task[None] | None = None
 
     @property
     def store(self) -> SessionStore:
@@ -63,6 +73,10 @@ class RunningBot:
         await asyncio.sleep(0)
 
     async def stop(self) -> None:
+        if self.refresh is not None:
+            self.refresh.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.refresh
         with contextlib.suppress(RuntimeError):
             await self.dispatcher.stop_polling()
         if self.task is not None:
@@ -72,10 +86,14 @@ class RunningBot:
 async def start_bot(settings: Settings) -> RunningBot:
     """The bot in this process with the backend its settings choose (Redis with a REDIS_URL)."""
     backend = build_backend(settings)
-    chat = build_engine(settings, backend.store)
+    knowledge = build_knowledge(settings)
+    chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps)
     running = RunningBot(
         settings, backend, chat, build_bot(settings.bot), build_dispatcher(chat, settings.bot, backend=backend)
     )
     watch_handoffs(running.dispatcher, running.bot, every=0.1)  # as run_polling does
+    if knowledge is not None:  # as run_beside runs it
+        running.knowledge = knowledge
+        running.refresh = asyncio.create_task(knowledge.run())
     await running.start()
     return running

@@ -162,6 +162,15 @@ class KeySpace:
         return f"{{{self.namespace}:handoff}}:open"
 
     @property
+    def knowledge_gaps(self) -> str:
+        """Sorted set: an unanswered question (normalized) → how often it was asked."""
+        return f"{{{self.namespace}:kgaps}}:counts"
+
+    def knowledge_gaps_of(self, chat_id: int) -> str:
+        """Hash: question → times this chat asked it (what /forget takes back); the counts' slot."""
+        return f"{{{self.namespace}:kgaps}}:chat:{chat_id}"
+
+    @property
     def handoff_deadlines(self) -> str:
         """Sorted set: chat id → when its handoff is overdue without an operator reply (ms, Redis clock)."""
         return f"{{{self.namespace}:handoff}}:deadlines"

@@ -1,0 +1,48 @@
+"""What the bot knows, for operators, from the same code and settings the bot runs with.
+
+python -m bot knowledge                 documents, passages, skipped files and why, index version
+python -m bot knowledge search "query"  ranked passages with their relevance, as a turn would get them
+python -m bot knowledge gaps            the most asked questions no document answered (needs REDIS_URL)
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from services.knowledge.library import KnowledgeLibrary
+from services.ports.knowledge import KnowledgeGaps, KnowledgeQuery
+
+
+def show(library: KnowledgeLibrary, out: TextIO = sys.stdout) -> int:
+    snapshot = library.current()
+    for document in library.documents:
+        link = f"\t{document.url}" if document.url else ""
+        out.write(f"{document.path}\t{document.title}\t{document.passages} passages\t{document.tokens} tokens{link}\n")
+    for skipped in snapshot.skipped:
+        out.write(f"skipped\t{skipped.path}\t{skipped.reason}\n")
+    out.write(
+        f"index {snapshot.version}: {len(library.documents)} documents, {len(snapshot.passages)} passages "
+        f"({snapshot.total_tokens} tokens), {len(snapshot.skipped)} skipped; from {library.root}\n"
+    )
+    return 0
+
+
+async def search(library: KnowledgeLibrary, query: str, *, limit: int, out: TextIO = sys.stdout) -> int:
+    retrieval = await library.current().search(KnowledgeQuery(query), limit=limit)
+    if not retrieval.passages:
+        out.write("no passage clears KNOWLEDGE_MIN_SCORE: the bot would say the documents do not cover this\n")
+        return 1
+    for rank, scored in enumerate(retrieval.passages, start=1):
+        text = " ".join(scored.passage.text.split())
+        out.write(f"{rank}. {scored.score:.3f}  {scored.passage.source}  [{scored.passage.id}]\n   {text[:300]}\n")
+    out.write(f"{len(retrieval.passages)} passage(s) in {retrieval.seconds * 1000:.1f} ms\n")
+    return 0
+
+
+async def gaps(store: KnowledgeGaps, *, limit: int = 50, out: TextIO = sys.stdout) -> int:
+    found = await store.top(limit)
+    for question, count in found:
+        out.write(f"{count}\t{question}\n")
+    out.write(f"{len(found)} unanswered question(s) (most asked first)\n")
+    return 0

@@ -1,0 +1,104 @@
+"""Knowledge in a turn's prompt: one snapshot per turn, the query from the new message and the
+conversation, whole passages in rank order within KNOWLEDGE_TOKEN_BUDGET as ``<knowledge>`` blocks
+placed after the history (the cached prefix of instruction, summary and history stays byte-identical),
+or a no-knowledge note; then the reply's citations checked against what was sent."""
+
+from __future__ import annotations
+
+import html
+import logging
+from dataclasses import dataclass, field
+
+from services.engine.citations import CitedReply, render_citations
+from services.engine.models import PromptPart, Session
+from services.engine.prompt_format import KNOWLEDGE_STATUS_TAG, KNOWLEDGE_TAG, neutralize
+from services.engine.tokens import TokenCounter
+from services.ports.knowledge import KnowledgeGaps, KnowledgeQuery, KnowledgeSource, Passage, Retrieval, ScoredPassage
+
+log = logging.getLogger(__name__)
+
+NO_KNOWLEDGE = f"<{KNOWLEDGE_STATUS_TAG}>no document covers this question</{KNOWLEDGE_STATUS_TAG}>"
+RECENT_MESSAGES = 2
+"""Earlier customer messages a follow-up query may lean on."""
+
+
+def knowledge_block(passage: Passage, ref: str) -> str:
+    """One passage as a data block; a document cannot close it or open another fence."""
+    source = html.escape(neutralize(passage.source), quote=True)
+    return f'<{KNOWLEDGE_TAG} source="{source}" ref="{ref}">\n{neutralize(passage.text)}\n</{KNOWLEDGE_TAG}>'
+
+
+@dataclass(frozen=True, slots=True)
+class Grounded:
+    """What a turn's prompt carries: the part to insert before the new message, and the refs sent."""
+
+    part: PromptPart
+    refs: dict[str, Passage] = field(default_factory=dict)
+    sent: tuple[ScoredPassage, ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def matched(self) -> bool:
+        return bool(self.refs)
+
+    def cite(self, reply: str) -> CitedReply:
+        return render_citations(reply, self.refs)
+
+
+class Grounding:
+    """Retrieval for ChatService; never fails a turn (a broken index means a turn without knowledge)."""
+
+    def __init__(
+        self,
+        *,
+        source: KnowledgeSource,
+        counter: TokenCounter,
+        role: str,
+        budget: int,
+        top_k: int,
+        gaps: KnowledgeGaps | None = None,
+    ) -> None:
+        self._source = source
+        self._counter = counter
+        self._role = role
+        self.budget = budget
+        self._top_k = top_k
+        self._gaps = gaps
+
+    def query(self, session: Session, text: str) -> KnowledgeQuery:
+        recent = tuple(m.content for m in session.messages if m.role == "user")[-RECENT_MESSAGES:]
+        topic = session.summary.topic if session.summary is not None else None
+        return KnowledgeQuery(text, recent=recent, topic=topic or None)
+
+    async def ground(self, session: Session, text: str) -> Grounded:
+        retrieval: Retrieval | None = None
+        try:
+            retrieval = await self._source.current().search(self.query(session, text), limit=self._top_k)
+        except Exception:  # the knowledge must never be why a customer gets no answer
+            log.exception("chat %s: knowledge retrieval failed; answering without documents", session.chat_id)
+        blocks: list[str] = []
+        refs: dict[str, Passage] = {}
+        sent: list[ScoredPassage] = []
+        tokens = self._counter.count_message(self._role, NO_KNOWLEDGE)
+        for scored in retrieval.passages if retrieval else ():
+            ref = f"K{len(refs) + 1}"
+            block = knowledge_block(scored.passage, ref)
+            content = "\n".join((*blocks, block))
+            cost = self._counter.count_message(self._role, content)
+            if cost > self.budget:
+                continue  # whole passages only: a smaller, lower-ranked one may still fit
+            blocks.append(block)
+            refs[ref] = scored.passage
+            sent.append(scored)
+            tokens = cost
+        content = "\n".join(blocks) if blocks else NO_KNOWLEDGE
+        seconds = retrieval.seconds if retrieval else 0.0
+        return Grounded(PromptPart(self._role, content, tokens), refs, tuple(sent), seconds)
+
+    async def record_gap(self, chat_id: int, question: str) -> None:
+        if self._gaps is None:
+            return
+        try:
+            await self._gaps.record(chat_id, question)
+        except Exception as exc:  # a record for operators is never worth a failed turn
+            log.warning("chat %s: knowledge gap not recorded: %s", chat_id, exc)

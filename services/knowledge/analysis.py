@@ -1,0 +1,43 @@
+"""Text to search terms, per word: Cyrillic words through the Russian Snowball stemmer and stop list,
+Latin words through the English ones, identifiers with digits (order numbers) kept whole. Pure code."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+import Stemmer
+from bm25s.stopwords import STOPWORDS_EN_PLUS, STOPWORDS_RUSSIAN
+
+_WORD = re.compile(r"[^\W_]+(?:[-/][^\W_]+)*")
+_CYRILLIC = re.compile(r"[\u0400-\u04ff]")
+_STOP_EN = frozenset(STOPWORDS_EN_PLUS)
+# bm25s's Russian list (NLTK's) misses a few words customers use in nearly every question
+_STOP_RU_MORE = ("это", "этот", "эта", "эти", "этого", "этой", "мой", "моя", "мое", "мои", "свой", "еще", "пожалуйста")
+_STOP_RU = frozenset(word.replace("ё", "е") for word in (*STOPWORDS_RUSSIAN, *_STOP_RU_MORE))
+_RU = Stemmer.Stemmer("russian")
+_EN = Stemmer.Stemmer("english")
+
+
+@lru_cache(maxsize=200_000)
+def _term(word: str) -> str | None:
+    if any(ch.isdigit() for ch in word):
+        return word  # A-12345, 12345, v2: an identifier, matched whole
+    if _CYRILLIC.search(word):
+        return None if word in _STOP_RU else str(_RU.stemWord(word))
+    return None if word in _STOP_EN or len(word) < 2 else str(_EN.stemWord(word))
+
+
+def terms(text: str) -> list[str]:
+    """The search terms of ``text`` in order (repeats kept: they weigh in BM25)."""
+    folded = unicodedata.normalize("NFKC", text).casefold().replace("ё", "е")
+    found: list[str] = []
+    for match in _WORD.finditer(folded):
+        word = match.group()
+        parts = [word] if any(ch.isdigit() for ch in word) else re.split(r"[-/]", word)
+        for part in parts:
+            term = _term(part)
+            if term:
+                found.append(term)
+    return found

@@ -1,0 +1,104 @@
+"""HTML (a help-center export): page chrome (script, style, nav, header, footer, aside) dropped,
+h1-h6 as the heading path, paragraphs, list items, table rows, <dt>/<dd> and <summary>/<details> as
+sections, the canonical link as the document's url."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+from services.knowledge.documents import Document, Section, squash
+
+_SKIP = {"script", "style", "nav", "header", "footer", "aside", "noscript", "template", "svg", "form", "button"}
+_BLOCKS = {"p", "li", "dd", "td", "th", "pre", "blockquote", "div", "section", "article", "main", "body", "tr"}
+_HEADINGS = {f"h{level}": level for level in range(1, 7)}
+_VOID = {"br", "img", "hr", "meta", "link", "input", "source", "wbr", "area", "base", "col", "embed", "track"}
+
+
+class _Reader(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.title = ""
+        self.url: str | None = None
+        self.sections: list[Section] = []
+        self._skip_depth = 0
+        self._stack: list[tuple[int, str]] = []
+        self._text: list[str] = []
+        self._heading: int | None = None
+        self._in_title = False
+        self._question: str | None = None
+
+    def _flush(self) -> None:
+        text = squash(" ".join(self._text))
+        self._text.clear()
+        if not text:
+            return
+        if self._heading is not None:
+            level = self._heading
+            while self._stack and self._stack[-1][0] >= level:
+                self._stack.pop()
+            self._stack.append((level, text))
+            return
+        headings = tuple(title for _, title in self._stack)
+        if self._question is not None:
+            headings = (*headings, self._question)
+        self.sections.append(Section(headings, text))
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if self._skip_depth or tag in _SKIP:
+            if tag not in _VOID:
+                self._skip_depth += 1
+            return
+        if tag == "link" and self.url is None:
+            values = dict(attrs)
+            if (values.get("rel") or "").lower() == "canonical" and values.get("href"):
+                self.url = values["href"]
+        elif tag == "title":
+            self._in_title = True
+        elif tag in _HEADINGS:
+            self._flush()
+            self._question = None
+            self._heading = _HEADINGS[tag]
+        elif tag in ("dt", "summary"):
+            self._flush()
+            self._question = None
+            self._heading = 7
+        elif tag in _BLOCKS or tag == "br":
+            self._flush()
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._skip_depth:
+            if tag not in _VOID:
+                self._skip_depth -= 1
+            return
+        if tag == "title":
+            self._in_title = False
+        elif tag in _HEADINGS or tag in ("dt", "summary"):
+            if tag in ("dt", "summary"):
+                self._question = squash(" ".join(self._text)) or None
+                self._text.clear()
+            else:
+                self._flush()
+            self._heading = None
+        elif tag in ("dl", "details"):
+            self._flush()
+            self._question = None
+        elif tag in _BLOCKS:
+            self._flush()
+
+    def handle_data(self, data: str) -> None:
+        if self._skip_depth:
+            return
+        if self._in_title:
+            self.title += data
+        else:
+            self._text.append(data)
+
+
+def parse_html(text: str, *, path: str, fallback_title: str) -> Document:
+    reader = _Reader()
+    reader.feed(text)
+    reader.close()
+    reader._flush()
+    first_heading = next((s.headings[0] for s in reader.sections if s.headings), None)
+    title = squash(reader.title) or first_heading or fallback_title
+    return Document(path=path, title=title, url=reader.url, sections=tuple(reader.sections))

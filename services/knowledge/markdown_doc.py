@@ -1,0 +1,104 @@
+"""Markdown: front matter (``title:``, ``url:``), ATX and setext headings as the heading path,
+paragraphs and list items as sections, a question heading (ending in '?') with its answer as one."""
+
+from __future__ import annotations
+
+import re
+
+from services.knowledge.documents import Document, Section, squash
+
+_ATX = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+_BOLD_QUESTION = re.compile(r"^\*\*(.+\?)\*\*\s*$")
+_INLINE = [
+    (re.compile(r"!\[([^\]]*)\]\([^)]*\)"), r"\1"),
+    (re.compile(r"\[([^\]]+)\]\(([^)]*)\)"), r"\1 (\2)"),
+    (re.compile(r"(\*\*|__)(.+?)\1"), r"\2"),
+    (re.compile(r"`([^`]+)`"), r"\1"),
+]
+
+
+def _inline(text: str) -> str:
+    for pattern, replacement in _INLINE:
+        text = pattern.sub(replacement, text)
+    return squash(text)
+
+
+def _front_matter(lines: list[str]) -> tuple[dict[str, str], list[str]]:
+    if not lines or lines[0].strip() != "---":
+        return {}, lines
+    for end in range(1, min(len(lines), 200)):
+        if lines[end].strip() in ("---", "..."):
+            meta: dict[str, str] = {}
+            for line in lines[1:end]:
+                key, sep, value = line.partition(":")
+                if sep and key.strip():
+                    meta[key.strip().lower()] = value.strip().strip("\"'")
+            return meta, lines[end + 1 :]
+    return {}, lines
+
+
+def parse_markdown(text: str, *, path: str, fallback_title: str) -> Document:
+    meta, lines = _front_matter(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
+    stack: list[tuple[int, str]] = []
+    sections: list[Section] = []
+    block: list[str] = []
+    fence: str | None = None
+    first_heading: str | None = None
+
+    def headings() -> tuple[str, ...]:
+        return tuple(title for _, title in stack)
+
+    def flush() -> None:
+        if block:
+            body = "\n".join(block) if fence is not None else _inline(" ".join(block))
+            if body.strip():
+                sections.append(Section(headings(), body.strip()))
+            block.clear()
+
+    def heading(level: int, title: str) -> None:
+        nonlocal first_heading
+        flush()
+        title = _inline(title)
+        first_heading = first_heading or title
+        while stack and stack[-1][0] >= level:
+            stack.pop()
+        stack.append((level, title))
+
+    for index, line in enumerate(lines):
+        stripped = line.strip()
+        if fence is not None:
+            block.append(line)
+            if stripped.startswith(fence):
+                flush()
+                fence = None
+            continue
+        if stripped.startswith(("```", "~~~")):
+            flush()
+            fence = stripped[:3]
+            block.append(line)
+            continue
+        match = _ATX.match(stripped)
+        if match:
+            heading(len(match.group(1)), match.group(2))
+            continue
+        nxt = lines[index + 1].strip() if index + 1 < len(lines) else ""
+        if stripped and block == [] and re.fullmatch(r"=+|-{3,}", nxt) and not _ITEM.match(stripped):
+            heading(1 if nxt.startswith("=") else 2, stripped)
+            continue
+        if re.fullmatch(r"=+|-{3,}", stripped) and stack and stack[-1][1] == _inline(lines[index - 1].strip()):
+            continue
+        question = _BOLD_QUESTION.match(stripped)
+        if question:
+            heading(7, question.group(1))
+            continue
+        if not stripped:
+            flush()
+            continue
+        if _ITEM.match(line) and block:
+            flush()
+        block.append(_ITEM.sub("- ", line, count=1) if _ITEM.match(line) else stripped)
+    fence = None
+    flush()
+    title = meta.get("title") or first_heading or fallback_title
+    return Document(path=path, title=title, url=meta.get("url") or None, sections=tuple(sections))

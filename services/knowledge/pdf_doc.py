@@ -1,0 +1,58 @@
+"""PDF through pypdf: encrypted or broken files refused with the reason, pages and extracted text
+capped so a PDF bomb cannot exhaust memory, line-broken hyphenation joined, paragraphs from blank lines."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+
+from services.knowledge.documents import Document, Section, UnreadableDocument, paragraphs, squash
+
+MAX_PAGES = 2000
+MAX_CHARS = 5_000_000
+
+logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings per odd object would flood the log
+
+
+def parse_pdf(data: bytes, *, path: str, fallback_title: str) -> Document:
+    from pypdf import PdfReader
+    from pypdf.errors import PyPdfError
+
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted:
+            raise UnreadableDocument("encrypted PDF")
+        pages = reader.pages
+        count = len(pages)
+        texts: list[str] = []
+        total = 0
+        for page in list(pages)[:MAX_PAGES]:
+            page_text = page.extract_text() or ""
+            total += len(page_text)
+            if total > MAX_CHARS:
+                raise UnreadableDocument(f"PDF text over {MAX_CHARS} characters")
+            texts.append(page_text)
+        metadata_title = (reader.metadata.title if reader.metadata else None) or ""
+    except UnreadableDocument:
+        raise
+    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError) as exc:
+        raise UnreadableDocument(f"broken PDF: {type(exc).__name__}: {exc}"[:200]) from None
+    if count > MAX_PAGES:
+        logging.getLogger(__name__).warning("%s: only the first %d of %d pages read", path, MAX_PAGES, count)
+    text = "\n\n".join(texts)
+    text = re.sub(r"(\w)-\n(\w)", r"\1\2", text)
+    blocks = paragraphs(re.sub(r"\n(?=[A-ZА-ЯЁ0-9•\-])", "\n\n", text))
+    if not blocks:
+        raise UnreadableDocument("PDF has no extractable text (scanned images?)")
+    sections: list[Section] = []
+    heading: tuple[str, ...] = ()
+    for block in blocks:
+        if len(block) <= 80 and not block.endswith((".", ",", ";", ":")) and len(block.split()) <= 10:
+            heading = (block,)
+            continue
+        sections.append(Section(heading, block))
+    if not sections:
+        sections = [Section((), block) for block in blocks]
+    title = squash(str(metadata_title)) or (blocks[0] if len(blocks[0]) <= 120 else fallback_title)
+    return Document(path=path, title=title, url=None, sections=tuple(sections))

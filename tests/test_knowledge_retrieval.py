@@ -1,0 +1,141 @@
+"""Full-text retrieval over passages with the real bm25s and Snowball stemmers: Russian inflections,
+English paraphrases that share a stem, the relevance floor, follow-up questions, and the live library
+swapping in a rebuilt index when files change."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from services.engine.tokens import TokenCounter
+from services.knowledge.analysis import terms
+from services.knowledge.library import KnowledgeLibrary
+from services.knowledge.snapshot import IndexSnapshot
+from services.ports.knowledge import KnowledgeQuery, Passage
+
+PASSAGES = [
+    Passage("p1", "returns.md", "Returns", ("Refunds",), "Refunds are paid to the original card within 14 days.", 12),
+    Passage(
+        "p2",
+        "returns.md",
+        "Returns",
+        ("Cancelling an order",),
+        "You can cancel an order in your account until it ships. To undo a cancellation, write to support.",
+        20,
+    ),
+    Passage("p3", "delivery.md", "Delivery", ("Delivery times",), "Standard delivery takes 3-5 working days.", 9),
+    Passage(
+        "p4",
+        "ru.md",
+        "Возврат",
+        ("Возврат денег",),
+        "Деньги за заказ возвращаются на карту в течение 14 дней после получения посылки.",
+        20,
+    ),
+    Passage("p5", "ru.md", "Возврат", ("Доставка",), "Доставка курьером занимает от трёх до пяти рабочих дней.", 14),
+    Passage("p6", "orders.md", "Orders", ("Order A-12345",), "Order A-12345 is the sample order of the manual.", 12),
+]
+
+
+def search(query: KnowledgeQuery, *, min_score: float = 0.2) -> list[str]:
+    snapshot = IndexSnapshot.build(passages=PASSAGES, min_score=min_score)
+    return [s.passage.id for s in asyncio.run(snapshot.search(query, limit=3)).passages]
+
+
+def test_terms_stem_each_word_in_its_own_language_and_keep_identifiers() -> None:
+    assert terms("Доставки курьером") == terms("доставка Курьеры")
+    assert terms("refunds refunded") == ["refund", "refund"]
+    assert "a-12345" in terms("where is order A-12345?")
+    assert terms("how do I do it") == [], "English stop words"
+    assert terms("как мне это сделать") == ["сдела"], "Russian stop words; Cyrillic is stemmed, not dropped"
+    assert terms("Ёлка") == terms("елка")
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        ("when will my refund be paid?", "p1"),
+        ("как долго длится доставка курьером?", "p5"),
+        ("сколько дней ждать возврата денег за заказ", "p4"),
+        ("what about order a-12345", "p6"),
+        ("how many days does delivery take", "p3"),
+    ],
+)
+def test_a_paraphrased_question_finds_its_passage_first(question: str, expected: str) -> None:
+    assert search(KnowledgeQuery(question))[:1] == [expected]
+
+
+@pytest.mark.parametrize("question", ["what is the weather in Paris?", "какой сегодня курс биткоина", "hello"])
+def test_a_question_the_documents_do_not_cover_gets_no_passage(question: str) -> None:
+    assert search(KnowledgeQuery(question)) == []
+
+
+def test_the_floor_decides() -> None:
+    question = KnowledgeQuery("refund to a gift card bought abroad last winter")
+    assert search(question, min_score=0.0)[:1] == ["p1"]
+    assert search(question, min_score=0.9) == []
+
+
+def test_a_follow_up_leans_on_the_previous_question_but_a_new_question_does_not() -> None:
+    follow_up = KnowledgeQuery("and how do I undo that?", recent=("how do I cancel my order",))
+    assert search(follow_up)[:1] == ["p2"]
+    unrelated = KnowledgeQuery("what about the weather?", recent=("how do I cancel my order",))
+    assert search(unrelated) == []
+    fresh = KnowledgeQuery("how many days does delivery take", recent=("how do I cancel my order",))
+    assert search(fresh)[:1] == ["p3"]
+
+
+def test_an_empty_index_finds_nothing() -> None:
+    assert asyncio.run(IndexSnapshot.empty().search(KnowledgeQuery("refund"), limit=3)).passages == ()
+
+
+async def test_the_library_swaps_in_a_rebuilt_index_when_files_change(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("# Refunds\n\nRefunds are paid within 14 days.\n")
+    library = KnowledgeLibrary(
+        root=tmp_path,
+        counter=TokenCounter.for_encoding(),
+        passage_tokens=100,
+        max_file_bytes=10**6,
+        min_score=0.2,
+        refresh_seconds=60,
+    )
+    library.load()
+    first = library.current()
+    assert await library.refresh() is False, "nothing changed: no rebuild"
+    (tmp_path / "b.md").write_text("# Delivery\n\nDelivery takes 3-5 working days.\n")
+    assert await library.refresh() is True
+    second = library.current()
+    assert second.version != first.version and len(second.passages) == 2
+    found = await first.search(KnowledgeQuery("how long does delivery take"), limit=3)
+    assert found.passages == (), "a turn holding the old snapshot keeps a whole, consistent index"
+    (tmp_path / "a.md").write_text("# Refunds\n\nRefunds are paid within 30 days.\n")
+    assert await library.refresh() is True
+    assert any("30 days" in p.text for p in library.current().passages)
+    (tmp_path / "b.md").unlink()
+    assert await library.refresh() is True
+    assert [p.document for p in library.current().passages] == ["a.md"]
+
+
+async def test_a_failed_rebuild_keeps_the_last_good_index(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "a.md").write_text("# Refunds\n\nRefunds are paid within 14 days.\n")
+    library = KnowledgeLibrary(
+        root=tmp_path,
+        counter=TokenCounter.for_encoding(),
+        passage_tokens=100,
+        max_file_bytes=10**6,
+        min_score=0.2,
+        refresh_seconds=60,
+    )
+    library.load()
+    good = library.current()
+    (tmp_path / "b.md").write_text("# New\n\ntext")
+
+    def broken() -> None:
+        raise MemoryError("out of memory while indexing")
+
+    library._build = broken  # type: ignore[method-assign,assignment]
+    assert await library.refresh() is False
+    assert library.current() is good
+    assert "rebuilding" in caplog.text and "previous index stays" in caplog.text
