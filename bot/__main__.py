@@ -106,7 +106,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> None:
 
 async def _knowledge(args: argparse.Namespace, settings: Settings) -> int:
     from bot.cli import knowledge
-    from bot.factory import build_knowledge, open_redis_backend
+    from bot.factory import build_backend, build_knowledge, open_redis_backend
 
     if args.action not in ("list", "search", "gaps"):
         log.error("knowledge: unknown action %r (one of list, search, gaps)", args.action)
@@ -120,16 +120,22 @@ async def _knowledge(args: argparse.Namespace, settings: Settings) -> int:
             return await knowledge.gaps(backend.gaps)
         finally:
             await backend.close()
-    library = build_knowledge(settings)
-    if library is None:
-        log.error("knowledge: KNOWLEDGE_DIR is not set")
+    if args.action == "search" and not args.target:
+        log.error('knowledge search needs a query: python -m bot knowledge search "how do I return it?"')
         return 2
-    if args.action == "search":
-        if not args.target:
-            log.error('knowledge search needs a query: python -m bot knowledge search "how do I return it?"')
+    shared = build_backend(settings)
+    try:
+        library = build_knowledge(settings, shared)
+        if library is None:
+            log.error("knowledge: KNOWLEDGE_DIR is not set")
             return 2
-        return await knowledge.search(library, args.target, limit=settings.knowledge.knowledge_top_k)
-    return knowledge.show(library)
+        if library.needs_vectors:  # the vectors the bot's workers cached (embedding what is missing)
+            await library.refresh()
+        if args.action == "search":
+            return await knowledge.search(library, args.target, limit=settings.knowledge.knowledge_top_k)
+        return knowledge.show(library)
+    finally:
+        await shared.close()
 
 
 async def _admin(args: argparse.Namespace, settings: Settings) -> int:

@@ -12,8 +12,9 @@ from aiogram import Bot, Dispatcher
 from aiogram.client.default import DefaultBotProperties
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.fsm.storage.memory import SimpleEventIsolation
+from openai import AsyncOpenAI
 
-from bot.metrics import LLM_IN_FLIGHT, PrometheusObserver, watch_knowledge, watch_summarizer
+from bot.metrics import EMBEDDING_REQUESTS, LLM_IN_FLIGHT, PrometheusObserver, watch_knowledge, watch_summarizer
 from bot.provider_health import PROVIDER, probe_while_refused
 from bot.serving.fastpath import json_codec
 from bot.serving.startup import with_startup_retries
@@ -42,7 +43,9 @@ from services.ports.knowledge import KnowledgeGaps, KnowledgeSource
 from services.ports.sessions import SessionStore
 
 if TYPE_CHECKING:
+    from services.knowledge.embedder import Embedder
     from services.knowledge.library import KnowledgeLibrary
+    from services.ports.embeddings import EmbeddingCache
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +96,42 @@ def build_backend(settings: Settings, *, cluster: bool = False) -> InMemoryBacke
     return RedisBackend(redis=client, keys=keys, ttl_seconds=ttl, per_minute=per_minute, cluster=cluster)
 
 
-def build_knowledge(settings: Settings) -> KnowledgeLibrary | None:
-    """With ``KNOWLEDGE_DIR``: the library, built before the bot serves (its refresh loop is the caller's
-    to run beside the bot); None otherwise (the knowledge packages are then never imported)."""
+def build_embedder(settings: Settings, backend: Backend) -> Embedder | None:
+    """With ``EMBEDDING_MODEL``: embeddings on the chat model's endpoint, cached in Redis (shared by
+    every worker) or, in-process, on disk in ``KNOWLEDGE_CACHE_DIR``."""
+    options = settings.knowledge
+    if not options.embedding_model:
+        return None
+    from services.backends.embeddings_disk import DiskEmbeddingCache
+    from services.backends.redis.embeddings import RedisEmbeddingCache
+    from services.knowledge.embedder import Embedder
+
+    cache: EmbeddingCache = (
+        RedisEmbeddingCache(redis=backend.redis, keys=backend.keys)
+        if isinstance(backend, RedisBackend)
+        else DiskEmbeddingCache(directory=Path(options.knowledge_cache_dir))
+    )
+    client = AsyncOpenAI(
+        api_key=settings.llm.openai_api_key.get_secret_value().strip() or "unset",
+        base_url=settings.llm.openai_base_url,
+        timeout=settings.llm.openai_timeout_seconds,
+        max_retries=0,
+    )
+    embedder = Embedder(
+        client=client,
+        model=options.embedding_model,
+        cache=cache,
+        batch_size=options.embedding_batch_size,
+        timeout_seconds=options.embedding_timeout_seconds,
+    )
+    embedder.on_request = lambda kind, ok: EMBEDDING_REQUESTS.labels(kind, "ok" if ok else "failed").inc()
+    return embedder
+
+
+def build_knowledge(settings: Settings, backend: Backend) -> KnowledgeLibrary | None:
+    """With ``KNOWLEDGE_DIR``: the library, its full-text index built before the bot serves (its refresh
+    loop, which also adds the vectors, is the caller's to run beside the bot); None otherwise (the
+    knowledge packages are then never imported)."""
     options = settings.knowledge
     if not options.knowledge_dir:
         return None
@@ -108,6 +144,8 @@ def build_knowledge(settings: Settings) -> KnowledgeLibrary | None:
         max_file_bytes=options.knowledge_max_file_bytes,
         min_score=options.knowledge_min_score,
         refresh_seconds=options.knowledge_refresh_seconds,
+        embedder=build_embedder(settings, backend),
+        min_similarity=options.embedding_min_similarity,
     )
     library.load()
     watch_knowledge(library)

@@ -30,6 +30,10 @@ KNOWLEDGE_PASSAGES = Histogram(
     "sb_knowledge_passages_per_turn", "Passages a prompt carried", buckets=(0, 1, 2, 3, 4, 6, 8, 12)
 )
 KNOWLEDGE_NO_MATCH = Counter("sb_knowledge_no_match_total", "Turns no document passage cleared the floor for")
+KNOWLEDGE_DEGRADED = Counter(
+    "sb_knowledge_degraded_total", "Turns ranked by full text only because the query embedding failed"
+)
+EMBEDDING_REQUESTS = Counter("sb_embedding_requests_total", "Requests to /embeddings", ["kind", "outcome"])
 KNOWLEDGE_INDEX_PASSAGES = Gauge("sb_knowledge_passages", "Passages in the knowledge index in use")
 KNOWLEDGE_INDEX_AGE = Gauge("sb_knowledge_index_age_seconds", "Seconds since the index in use was built")
 KNOWLEDGE_SKIPPED = Gauge("sb_knowledge_skipped_files", "Files of KNOWLEDGE_DIR the index in use skipped")
@@ -152,6 +156,8 @@ def record_turn(result: TurnResult, *, drift_warn_ratio: float = 0.15) -> float 
         KNOWLEDGE_PASSAGES.observe(len(result.knowledge))
         if not result.knowledge_matched:
             KNOWLEDGE_NO_MATCH.inc()
+        if result.knowledge_degraded:
+            KNOWLEDGE_DEGRADED.inc()
     if result.usage is None:
         return None
     PROMPT_TOKENS_ACTUAL.labels("chat").inc(result.usage.prompt_tokens)

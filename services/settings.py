@@ -211,6 +211,13 @@ class KnowledgeSettings(BaseSettings):
         "text-embedding-3-small: hybrid retrieval (full-text + vectors, fused by reciprocal rank); unset: "
         "full-text only",
     )
+    embedding_min_similarity: float = Field(
+        default=0.45,
+        ge=-1,
+        le=1,
+        description="with EMBEDDING_MODEL: a passage this similar to the question (cosine) clears the floor even "
+        "when it shares few words with it (a paraphrase)",
+    )
     embedding_batch_size: int = Field(default=64, ge=1, le=2048, description="passages per /embeddings request")
     embedding_timeout_seconds: float = Field(
         default=5.0,

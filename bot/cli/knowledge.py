@@ -23,7 +23,8 @@ def show(library: KnowledgeLibrary, out: TextIO = sys.stdout) -> int:
         out.write(f"skipped\t{skipped.path}\t{skipped.reason}\n")
     out.write(
         f"index {snapshot.version}: {len(library.documents)} documents, {len(snapshot.passages)} passages "
-        f"({snapshot.total_tokens} tokens), {len(snapshot.skipped)} skipped; from {library.root}\n"
+        f"({snapshot.total_tokens} tokens), {len(snapshot.skipped)} skipped, {snapshot.embedded} with vectors; "
+        f"from {library.root}\n"
     )
     return 0
 
@@ -35,7 +36,9 @@ async def search(library: KnowledgeLibrary, query: str, *, limit: int, out: Text
         return 1
     for rank, scored in enumerate(retrieval.passages, start=1):
         text = " ".join(scored.passage.text.split())
-        out.write(f"{rank}. {scored.score:.3f}  {scored.passage.source}  [{scored.passage.id}]\n   {text[:300]}\n")
+        ranks = f"full-text #{scored.fulltext_rank or '-'}, vector #{scored.vector_rank or '-'}"
+        out.write(f"{rank}. {scored.score:.3f} ({ranks})  {scored.passage.source}  [{scored.passage.id}]\n")
+        out.write(f"   {text[:300]}\n")
     out.write(f"{len(retrieval.passages)} passage(s) in {retrieval.seconds * 1000:.1f} ms\n")
     return 0
 

@@ -87,7 +87,7 @@ def readiness(backend: Backend, running: Callable[[], bool]) -> ReadyCheck:
 
 async def run_polling(settings: Settings) -> None:
     backend = build_backend(settings)
-    knowledge = build_knowledge(settings)
+    knowledge = build_knowledge(settings, backend)
     chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps)
     bot = build_bot(settings.bot)
     try:
@@ -123,7 +123,7 @@ async def run_polling(settings: Settings) -> None:
 
 def run_webhook(settings: Settings) -> None:
     backend = build_backend(settings)
-    knowledge = build_knowledge(settings)
+    knowledge = build_knowledge(settings, backend)
     chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps)
     bot = build_bot(settings.bot)
     dispatcher = build_dispatcher(chat, settings.bot, backend=backend)

@@ -61,7 +61,7 @@ async def _run(settings: Settings, backend: QueuedBackend, bot: Bot) -> None:
     lease_ms = int(workers.worker_lease_seconds * 1000)
     await with_startup_retries("connecting to Redis", backend.ping)
     await with_startup_retries("connecting to Telegram", bot.get_me)
-    knowledge = build_knowledge(settings)
+    knowledge = build_knowledge(settings, backend)
     chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps)
     queue = backend.queue(lease_ms=lease_ms)
     dead_letters = backend.dead_letters

@@ -337,6 +337,7 @@ class ChatService:
                 knowledge=grounded.sent if grounded is not None else (),
                 knowledge_matched=grounded.matched if grounded is not None else None,
                 knowledge_seconds=grounded.seconds if grounded is not None else 0.0,
+                knowledge_degraded=grounded.degraded if grounded is not None else False,
                 cited=cited,
             )
         raise AssertionError("unreachable")  # pragma: no cover

@@ -36,6 +36,7 @@ class Grounded:
     refs: dict[str, Passage] = field(default_factory=dict)
     sent: tuple[ScoredPassage, ...] = ()
     seconds: float = 0.0
+    degraded: bool = False
 
     @property
     def matched(self) -> bool:
@@ -93,7 +94,8 @@ class Grounding:
             tokens = cost
         content = "\n".join(blocks) if blocks else NO_KNOWLEDGE
         seconds = retrieval.seconds if retrieval else 0.0
-        return Grounded(PromptPart(self._role, content, tokens), refs, tuple(sent), seconds)
+        degraded = retrieval.degraded if retrieval else False
+        return Grounded(PromptPart(self._role, content, tokens), refs, tuple(sent), seconds, degraded)
 
     async def record_gap(self, chat_id: int, question: str) -> None:
         if self._gaps is None:

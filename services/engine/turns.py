@@ -50,6 +50,8 @@ class TurnResult:
     """Passages the prompt carried (KNOWLEDGE_DIR on)."""
     knowledge_matched: bool | None = None
     """With knowledge on: whether any passage cleared the relevance floor (None: knowledge off)."""
+    knowledge_degraded: bool = False
+    """The query embedding failed: retrieval was full-text only."""
     knowledge_seconds: float = 0.0
     """How long retrieval took."""
     cited: tuple[str, ...] = ()

@@ -1,6 +1,7 @@
-"""The live knowledge of KNOWLEDGE_DIR: the first build at start-up, then a look every
-KNOWLEDGE_REFRESH_SECONDS; a changed folder is rebuilt aside (in a thread) and swapped in whole, so a
-turn never sees a half-built index and a failed rebuild keeps the last good one."""
+"""The live knowledge of KNOWLEDGE_DIR: the first (full-text) build at start-up, then a look every
+KNOWLEDGE_REFRESH_SECONDS; a changed folder, or passages still without vectors, are rebuilt aside (the
+reading and indexing in a thread) and swapped in whole, so a turn never sees a half-built index and a
+failed rebuild keeps the last good one."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from services.engine.tokens import TokenCounter
 from services.knowledge.corpus import Corpus, DocumentInfo, fingerprint, read_corpus
+from services.knowledge.embedder import Embedder
 from services.knowledge.snapshot import IndexSnapshot
 
 log = logging.getLogger(__name__)
@@ -28,7 +30,12 @@ class KnowledgeLibrary:
         max_file_bytes: int,
         min_score: float,
         refresh_seconds: float,
+        embedder: Embedder | None = None,
+        min_similarity: float = 0.45,
     ) -> None:
+        self._embedder = embedder
+        self._min_similarity = min_similarity
+        self._vectors: dict[str, bytes] = {}
         self.root = root
         self._counter = counter
         self._passage_tokens = passage_tokens
@@ -42,26 +49,49 @@ class KnowledgeLibrary:
     def current(self) -> IndexSnapshot:
         return self._snapshot
 
-    def _build(self) -> tuple[Corpus, IndexSnapshot]:
-        corpus = read_corpus(
+    def _read(self) -> Corpus:
+        return read_corpus(
             self.root, counter=self._counter, passage_tokens=self._passage_tokens, max_file_bytes=self._max_file_bytes
         )
-        snapshot = IndexSnapshot.build(
+
+    def _index(self, corpus: Corpus) -> IndexSnapshot:
+        return IndexSnapshot.build(
             passages=corpus.passages,
             skipped=corpus.skipped,
             min_score=self._min_score,
             documents=len(corpus.documents),
+            vectors=self._vectors,
+            embedder=self._embedder,
+            min_similarity=self._min_similarity,
         )
-        return corpus, snapshot
+
+    def _build(self) -> tuple[Corpus, IndexSnapshot]:
+        corpus = self._read()
+        return corpus, self._index(corpus)
+
+    async def _embed(self, corpus: Corpus) -> None:
+        """Vectors for the corpus's passages (cached ones cost nothing); a failure leaves them out."""
+        if self._embedder is None:
+            return
+        try:
+            self._vectors = await self._embedder.embed_passages(corpus.passages)
+        except Exception:  # the cache unreachable: the index is built full-text only, retried next time
+            log.exception("knowledge: embedding the passages failed; full-text only until the next refresh")
+
+    @property
+    def needs_vectors(self) -> bool:
+        return self._embedder is not None and self._snapshot.embedded < len(self._snapshot.passages)
 
     async def refresh(self) -> bool:
         """Rebuild if any file changed since the last build; True if a new snapshot was swapped in."""
         seen = await asyncio.to_thread(fingerprint, self.root)
-        if seen == self._fingerprint:
+        if seen == self._fingerprint and not self.needs_vectors:
             return False
         started = time.perf_counter()
         try:
-            corpus, snapshot = await asyncio.to_thread(self._build)
+            corpus = await asyncio.to_thread(self._read)
+            await self._embed(corpus)
+            snapshot = await asyncio.to_thread(self._index, corpus)
         except Exception:  # a rebuild must never take the last good knowledge away
             log.exception("knowledge: rebuilding %s failed; the previous index stays in use", self.root)
             return False
@@ -92,7 +122,10 @@ class KnowledgeLibrary:
         )
 
     async def run(self) -> None:
-        """Refresh every ``refresh_seconds`` until cancelled."""
+        """Refresh every ``refresh_seconds`` until cancelled; with embeddings the first refresh (at
+        once) adds the vectors to the full-text index ``load`` built."""
+        if self.needs_vectors:
+            await self.refresh()
         while True:
             await asyncio.sleep(self.refresh_seconds)
             await self.refresh()

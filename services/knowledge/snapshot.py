@@ -1,20 +1,29 @@
-"""One built, immutable index of the knowledge: passages, their full-text index and the search a turn
-runs. Building is CPU only (call it in a thread); a live refresh builds a new one aside and swaps it."""
+"""One built, immutable index of the knowledge: passages, their full-text index, their vectors when
+EMBEDDING_MODEL is set, and the search a turn runs (full-text and vector rankings fused by reciprocal
+rank). Building is CPU only (call it in a thread); a live refresh builds a new one aside and swaps it."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from services.knowledge.analysis import terms
+from services.knowledge.embedder import Embedder, EmbeddingUnavailable
 from services.knowledge.fulltext import FullTextIndex
 from services.ports.knowledge import KnowledgeQuery, Passage, Retrieval, ScoredPassage, SkippedFile
 
+log = logging.getLogger(__name__)
+
+RRF_K = 60
+"""Reciprocal rank fusion: a passage scores the sum of 1 / (RRF_K + rank) over the rankings."""
+CANDIDATES = 4
+"""Each ranking contributes this many times ``limit`` candidates to the fusion."""
 CONTEXT_WEIGHT = 0.5
 """Weight of the earlier messages and the topic against the new message's own terms."""
 CONTEXT_WHEN_TERMS = 3
@@ -27,9 +36,13 @@ _POINTING = re.compile(
 )
 
 
-def _version(passages: Sequence[Passage]) -> str:
-    digest = hashlib.sha256("\n".join(sorted(p.id for p in passages)).encode())
+def _version(passages: Sequence[Passage], model: str | None) -> str:
+    digest = hashlib.sha256("\n".join([model or "", *sorted(p.id for p in passages)]).encode())
     return digest.hexdigest()[:12]
+
+
+def _follow_up(message: str, own: Sequence[str]) -> bool:
+    return len(set(own)) <= CONTEXT_WHEN_TERMS and (not own or bool(_POINTING.search(message)))
 
 
 @dataclass(frozen=True)
@@ -40,7 +53,12 @@ class IndexSnapshot:
     min_score: float
     built_at: float
     documents: int = 0
+    min_similarity: float = 0.45
     _index: FullTextIndex = field(repr=False, default_factory=lambda: FullTextIndex([]))
+    _embedder: Embedder | None = field(repr=False, default=None)
+    _matrix: np.ndarray | None = field(repr=False, default=None)
+    _rows: np.ndarray | None = field(repr=False, default=None)
+    """Passage index of each row of ``_matrix``."""
 
     @classmethod
     def build(
@@ -50,16 +68,32 @@ class IndexSnapshot:
         skipped: Sequence[SkippedFile] = (),
         min_score: float,
         documents: int = 0,
+        vectors: Mapping[str, bytes] | None = None,
+        embedder: Embedder | None = None,
+        min_similarity: float = 0.45,
     ) -> IndexSnapshot:
         index = FullTextIndex([terms(f"{' '.join(p.headings)}\n{p.text}") for p in passages])
+        matrix = rows = None
+        if embedder is not None and vectors:
+            with_vector = [(i, vectors[p.id]) for i, p in enumerate(passages) if p.id in vectors]
+            sizes = {len(v) for _, v in with_vector}
+            if len(sizes) == 1:
+                rows = np.asarray([i for i, _ in with_vector], dtype=np.int64)
+                matrix = np.frombuffer(b"".join(v for _, v in with_vector), dtype=np.float32).reshape(len(rows), -1)
+            else:
+                log.warning("knowledge: cached vectors of different sizes; full-text only until they are rebuilt")
         return cls(
             passages=tuple(passages),
             skipped=tuple(skipped),
-            version=_version(passages),
+            version=_version(passages, embedder.model if embedder is not None and matrix is not None else None),
             min_score=min_score,
             built_at=time.time(),
             documents=documents,
+            min_similarity=min_similarity,
             _index=index,
+            _embedder=embedder,
+            _matrix=matrix,
+            _rows=rows,
         )
 
     @classmethod
@@ -70,33 +104,68 @@ class IndexSnapshot:
     def total_tokens(self) -> int:
         return sum(p.tokens for p in self.passages)
 
-    def rank(self, query: KnowledgeQuery, *, limit: int) -> list[ScoredPassage]:
-        """Passages by relevance (0..1), best first, above the floor, at most ``limit``."""
-        if not self.passages or limit <= 0:
-            return []
+    @property
+    def embedded(self) -> int:
+        """Passages with a vector."""
+        return 0 if self._rows is None else len(self._rows)
+
+    def relevance(self, query: KnowledgeQuery) -> np.ndarray:
+        """Full-text relevance (0..1) of every passage."""
         own = terms(query.message)
         context: list[str] = []
-        if len(set(own)) <= CONTEXT_WHEN_TERMS and (not own or _POINTING.search(query.message)):
+        if _follow_up(query.message, own):
             for text in (*query.recent, query.topic or ""):
                 context.extend(terms(text))
-        if not own and not context:
-            return []
         scores = self._index.scores(own)
         bound = self._index.bound(own)
         if context:
             scores = scores + CONTEXT_WEIGHT * self._index.scores(context)
             bound += CONTEXT_WEIGHT * self._index.bound(context)
-        relevance = np.minimum(scores / bound, 1.0) if bound > 0 else np.zeros_like(scores)
-        count = min(limit, len(self.passages))
-        top = np.argpartition(-relevance, count - 1)[:count]
-        ordered = sorted(top.tolist(), key=lambda i: (-float(relevance[i]), i))
+        return np.minimum(scores / bound, 1.0) if bound > 0 else np.zeros(len(self.passages), dtype=np.float32)
+
+    def rank(self, query: KnowledgeQuery, *, limit: int, query_vector: np.ndarray | None = None) -> list[ScoredPassage]:
+        """Passages above the floor, best first, at most ``limit``: by full-text relevance, or with a
+        query vector by the fusion of both rankings (a passage clears the floor by either)."""
+        if not self.passages or limit <= 0:
+            return []
+        relevance = self.relevance(query)
+        depth = min(len(self.passages), limit * CANDIDATES)
+        text_top = [int(i) for i in np.argsort(-relevance, kind="stable")[:depth] if relevance[i] > 0]
+        text_rank = {i: rank for rank, i in enumerate(text_top, start=1)}
+        similarity: dict[int, float] = {}
+        vector_rank: dict[int, int] = {}
+        if query_vector is not None and self._matrix is not None and self._rows is not None:
+            sims = self._matrix @ query_vector.astype(np.float32)
+            for rank, row in enumerate(np.argsort(-sims, kind="stable")[:depth], start=1):
+                vector_rank[int(self._rows[row])] = rank
+                similarity[int(self._rows[row])] = float(sims[row])
+        fused: list[tuple[float, int]] = []
+        for i in set(text_rank) | set(vector_rank):
+            if relevance[i] < self.min_score and similarity.get(i, -1.0) < self.min_similarity:
+                continue
+            score = sum(1 / (RRF_K + ranks[i]) for ranks in (text_rank, vector_rank) if i in ranks)
+            fused.append((score if vector_rank else float(relevance[i]), i))
+        fused.sort(key=lambda item: (-item[0], item[1]))
         return [
-            ScoredPassage(self.passages[i], round(float(relevance[i]), 4), fulltext_rank=rank)
-            for rank, i in enumerate(ordered, start=1)
-            if relevance[i] >= self.min_score and relevance[i] > 0
+            ScoredPassage(
+                self.passages[i], round(score, 4), fulltext_rank=text_rank.get(i), vector_rank=vector_rank.get(i)
+            )
+            for score, i in fused[:limit]
         ]
 
     async def search(self, query: KnowledgeQuery, *, limit: int) -> Retrieval:
         started = time.perf_counter()
-        found = self.rank(query, limit=limit)
-        return Retrieval(tuple(found), self.version, seconds=time.perf_counter() - started)
+        vector: np.ndarray | None = None
+        degraded = False
+        if self._embedder is not None and self._matrix is not None:
+            own = terms(query.message)
+            text = query.message
+            if _follow_up(query.message, own) and query.recent:
+                text = f"{query.recent[-1]}\n{query.message}"
+            try:
+                vector = await self._embedder.embed_query(text)
+            except EmbeddingUnavailable as exc:
+                degraded = True
+                log.warning("knowledge: query embedding failed (%s); this turn ranks by full text only", exc)
+        found = self.rank(query, limit=limit, query_vector=vector)
+        return Retrieval(tuple(found), self.version, degraded=degraded, seconds=time.perf_counter() - started)

@@ -86,7 +86,7 @@ class RunningBot:
 async def start_bot(settings: Settings) -> RunningBot:
     """The bot in this process with the backend its settings choose (Redis with a REDIS_URL)."""
     backend = build_backend(settings)
-    knowledge = build_knowledge(settings)
+    knowledge = build_knowledge(settings, backend)
     chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps)
     running = RunningBot(
         settings, backend, chat, build_bot(settings.bot), build_dispatcher(chat, settings.bot, backend=backend)

@@ -1,9 +1,9 @@
 """End to end with KNOWLEDGE_DIR: real aiogram Bot/Dispatcher ↔ stub Bot API, real AsyncOpenAI ↔ stub
-model server, a real redis-server, real files. A question answered from a document (the passage after
-the history, the citation rendered with the document's link), a follow-up, an unrelated question (the
-no-knowledge note, listed by `knowledge gaps`, gone after /forget), a Russian question on a Russian
-document, a document that tries to close the blocks, and files added, changed and deleted while the
-bot runs."""
+model server (chat and /embeddings), a real redis-server, real files. A question answered from a
+document (the passage after the history, the citation rendered with the document's link), a
+follow-up, an unrelated question (the no-knowledge note, listed by `knowledge gaps`, gone after
+/forget), a Russian question on a Russian document, a document that tries to close the blocks, files
+added, changed and deleted while the bot runs, and /embeddings failing (answered from full text)."""
 
 from __future__ import annotations
 
@@ -70,11 +70,17 @@ async def test_answers_from_the_documents_and_follows_the_folder(
         telegram.base_url,
         stub_llm.base_url,
         redis_server.url,
-        knowledge={"knowledge_dir": str(folder), "knowledge_refresh_seconds": 0.2},
+        knowledge={"knowledge_dir": str(folder), "knowledge_refresh_seconds": 0.2, "embedding_model": "stub-embed"},
     )
     bot = await start_bot(settings)
     try:
         assert bot.knowledge is not None and [s.path for s in bot.knowledge.current().skipped] == ["scan.pdf"]
+
+        async def embedded() -> bool:
+            snapshot = bot.knowledge.current()  # type: ignore[union-attr]
+            return snapshot.embedded == len(snapshot.passages) > 0
+
+        await eventually(embedded, within=10, what="the passages' vectors (hybrid index)")
         telegram.send_text(CHAT, "Hi, I sent my parcel back yesterday.")
         await telegram.wait_messages(CHAT, 1)
         telegram.send_text(CHAT, "When will the refund be paid?")
@@ -136,8 +142,14 @@ async def test_answers_from_the_documents_and_follows_the_folder(
         await telegram.wait_messages(CHAT, 10)
         assert "30 days" in knowledge_part(stub_llm.chat_requests[-1])
 
-        telegram.send_text(CHAT, "/forget")
+        stub_llm.embeddings.mode = "error"  # /embeddings down: that turn ranks by full text
+        telegram.send_text(CHAT, "When will the refund be paid?")
         await telegram.wait_messages(CHAT, 11)
+        assert "30 days" in knowledge_part(stub_llm.chat_requests[-1])
+        stub_llm.embeddings.mode = "ok"
+
+        telegram.send_text(CHAT, "/forget")
+        await telegram.wait_messages(CHAT, 12)
         assert await bot.backend.gaps.top(10) == [], "/forget leaves no trace in the knowledge records"
     finally:
         await bot.stop()

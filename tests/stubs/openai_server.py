@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from tests.stubs.embeddings import StubEmbeddings
 from tests.stubs.prompt_cache import PrefixCache, PromptTokens
 
 # --- provider faults (issue 26): HTTP errors with headers, replies broken on the wire -----------------
@@ -203,6 +204,8 @@ class StubOpenAI:
     """When set, every completion is answered with this HTTP status (a persistent outage: 429, 503...)."""
     error_headers: dict[str, str] = field(default_factory=dict)
     """Headers sent with every error answer, e.g. ``{"retry-after": "2"}`` as providers send with 429/503."""
+    embeddings: StubEmbeddings = field(default_factory=StubEmbeddings)
+    """``POST /v1/embeddings`` (its requests and fault mode)."""
 
     @property
     def chat_requests(self) -> list[dict[str, Any]]:
@@ -216,6 +219,7 @@ class StubOpenAI:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/embeddings", self.embeddings.handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)

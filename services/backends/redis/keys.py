@@ -10,6 +10,7 @@ chat due and wakes a worker.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import overload
 
@@ -46,6 +47,10 @@ CONTENT_KEY_NAMES = (
 """Per-chat keys /forget deletes outright (``meta`` is cut down to its version counter). The queue's
 ``inbox``/``seen``/``lease``/``attempts`` stay (ids and work still to do), and so does the rate-limit
 window (update ids and times, no text): /forget must not be a way around the rate limit."""
+
+
+def _model_key(model: str) -> str:
+    return hashlib.sha256(model.encode()).hexdigest()[:12]
 
 
 def bot_id_of(token: str) -> str:
@@ -160,6 +165,15 @@ class KeySpace:
     def handoff_open(self) -> str:
         """Set: chats with an open handoff."""
         return f"{{{self.namespace}:handoff}}:open"
+
+    def embedding(self, model: str, passage_id: str) -> str:
+        """String: a passage's float32 vector under one embedding model (the model name hashed: any
+        characters, no braces). Keys spread over the slots: read and written one key per command."""
+        return f"{self.namespace}:emb:{_model_key(model)}:{passage_id}"
+
+    def embedding_claim(self, model: str, passage_id: str) -> str:
+        """String with a PX: a worker is embedding this passage now."""
+        return f"{self.namespace}:emb:{_model_key(model)}:{passage_id}:claim"
 
     @property
     def knowledge_gaps(self) -> str:
