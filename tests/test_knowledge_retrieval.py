@@ -135,7 +135,7 @@ async def test_a_failed_rebuild_keeps_the_last_good_index(tmp_path: Path, caplog
     def broken() -> None:
         raise MemoryError("out of memory while indexing")
 
-    library._build = broken  # type: ignore[method-assign,assignment]
+    library._read = broken  # type: ignore[method-assign,assignment]
     assert await library.refresh() is False
     assert library.current() is good
     assert "rebuilding" in caplog.text and "previous index stays" in caplog.text

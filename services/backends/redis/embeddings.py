@@ -1,46 +1,64 @@
-"""EmbeddingCache in Redis, shared by every worker: one key per passage and model (no expiry: a
-passage's vector is valid as long as its text, which its id hashes), and a short claim key per passage
-so workers starting together split the embedding work instead of each paying for all of it. One key per
-command (in a non-transactional pipeline), so it works unchanged on a Redis Cluster."""
+"""EmbeddingCache in Redis, shared by every worker: per embedding model one hash of passage id →
+vector (no expiry: a vector is valid as long as its text, which the id hashes) and one hash of claims,
+so workers starting together split the embedding work instead of each paying for all of it. Both keys
+of a model share a hash tag: one slot, so it works unchanged on a Redis Cluster."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
 from services.backends.redis.keys import KeySpace
-from services.backends.redis.scripts import AnyRedis, redis_errors
+from services.backends.redis.scripts import LUA_NOW, AnyRedis, redis_errors, register
+
+CHUNK = 1000
+"""Passages per command (HMGET/HSET/claim), so one call never blocks the server for long."""
+
+_CLAIM = (
+    LUA_NOW
+    + """
+local won = {}
+for i = 2, #ARGV do
+  local until_ms = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0')
+  if until_ms < now then
+    redis.call('HSET', KEYS[1], ARGV[i], now + tonumber(ARGV[1]))
+    won[#won + 1] = ARGV[i]
+  end
+end
+return won
+"""
+)
 
 
 class RedisEmbeddingCache:
     def __init__(self, *, redis: AnyRedis, keys: KeySpace) -> None:
         self._redis = redis
         self._keys = keys
+        self._claim = register(redis, _CLAIM)
 
     async def get_many(self, model: str, ids: Sequence[str]) -> dict[str, bytes]:
-        if not ids:
-            return {}
+        found: dict[str, bytes] = {}
         with redis_errors("embedding cache unavailable"):
-            pipe = self._redis.pipeline(transaction=False)
-            for passage_id in ids:
-                pipe.get(self._keys.embedding(model, passage_id))
-            values = await pipe.execute()
-        return {pid: bytes(v) for pid, v in zip(ids, values, strict=True) if v is not None}
+            for start in range(0, len(ids), CHUNK):
+                chunk = list(ids[start : start + CHUNK])
+                values = await self._redis.hmget(self._keys.embeddings(model), chunk)
+                for pid, value in zip(chunk, values, strict=True):
+                    if isinstance(value, bytes):
+                        found[pid] = value
+        return found
 
     async def put_many(self, model: str, vectors: Mapping[str, bytes]) -> None:
-        if not vectors:
-            return
+        items = list(vectors.items())
         with redis_errors("embedding cache unavailable"):
-            pipe = self._redis.pipeline(transaction=False)
-            for passage_id, vector in vectors.items():
-                pipe.set(self._keys.embedding(model, passage_id), vector)
-            await pipe.execute()
+            for start in range(0, len(items), CHUNK):
+                await self._redis.hset(self._keys.embeddings(model), mapping=dict(items[start : start + CHUNK]))
 
     async def claim(self, model: str, ids: Sequence[str], *, ttl_seconds: float) -> set[str]:
-        if not ids:
-            return set()
+        won: set[str] = set()
         with redis_errors("embedding cache unavailable"):
-            pipe = self._redis.pipeline(transaction=False)
-            for passage_id in ids:
-                pipe.set(self._keys.embedding_claim(model, passage_id), b"1", nx=True, px=int(ttl_seconds * 1000))
-            won = await pipe.execute()
-        return {pid for pid, ok in zip(ids, won, strict=True) if ok}
+            for start in range(0, len(ids), CHUNK):
+                chunk = list(ids[start : start + CHUNK])
+                got = await self._claim(
+                    keys=[self._keys.embedding_claims(model)], args=[int(ttl_seconds * 1000), *chunk]
+                )
+                won.update(v.decode() if isinstance(v, bytes) else str(v) for v in got)
+        return won

@@ -166,14 +166,14 @@ class KeySpace:
         """Set: chats with an open handoff."""
         return f"{{{self.namespace}:handoff}}:open"
 
-    def embedding(self, model: str, passage_id: str) -> str:
-        """String: a passage's float32 vector under one embedding model (the model name hashed: any
-        characters, no braces). Keys spread over the slots: read and written one key per command."""
-        return f"{self.namespace}:emb:{_model_key(model)}:{passage_id}"
+    def embeddings(self, model: str) -> str:
+        """Hash: passage id → its float32 vector under one embedding model (the model name hashed: any
+        characters, no braces)."""
+        return f"{{{self.namespace}:emb:{_model_key(model)}}}:vectors"
 
-    def embedding_claim(self, model: str, passage_id: str) -> str:
-        """String with a PX: a worker is embedding this passage now."""
-        return f"{self.namespace}:emb:{_model_key(model)}:{passage_id}:claim"
+    def embedding_claims(self, model: str) -> str:
+        """Hash: passage id → until when (ms, Redis clock) a worker is embedding it; the vectors' slot."""
+        return f"{{{self.namespace}:emb:{_model_key(model)}}}:claims"
 
     @property
     def knowledge_gaps(self) -> str:
