@@ -183,9 +183,10 @@ class KnowledgeSettings(BaseSettings):
     )
     knowledge_token_budget: int = Field(
         default=1500,
-        ge=0,
+        ge=64,
         description="room inside CHAT_INPUT_TOKEN_BUDGET for retrieved passages, filled with whole passages in "
-        "rank order; start-up refuses settings that leave no room for history",
+        "rank order (at least 64: the no-knowledge note needs room too); start-up refuses settings that leave no room "
+        "for history",
     )
     knowledge_top_k: PositiveInt = Field(default=6, description="most passages one turn may carry")
     knowledge_min_score: float = Field(

@@ -208,3 +208,13 @@ async def test_start_up_refuses_a_knowledge_budget_that_leaves_no_history(
 ) -> None:
     with pytest.raises(ConfigurationError, match="KNOWLEDGE_TOKEN_BUDGET=1000"):
         service(llm, counter, Source([REFUNDS]), budget=1400, knowledge_budget=1000)
+
+
+def test_a_knowledge_budget_too_small_for_the_no_knowledge_note_is_refused(counter: TokenCounter) -> None:
+    from pydantic import ValidationError
+
+    from services.settings import KnowledgeSettings
+
+    assert counter.count_message("system", NO_KNOWLEDGE) < 64
+    with pytest.raises(ValidationError, match="knowledge_token_budget"):
+        KnowledgeSettings(_env_file=None, knowledge_token_budget=10)  # type: ignore[call-arg]
