@@ -190,11 +190,12 @@ class KnowledgeSettings(BaseSettings):
     )
     knowledge_top_k: PositiveInt = Field(default=6, description="most passages one turn may carry")
     knowledge_min_score: float = Field(
-        default=0.2,
+        default=0.15,
         ge=0,
         le=1,
-        description="relevance floor (0..1, the full-text score relative to the query's best possible score): "
-        "below it no passage is sent and the model says the documents do not cover the question",
+        description="relevance floor (0..1, the full-text score over the question's content words relative to "
+        "their best possible score): below it no passage is sent and the model says the documents do not cover "
+        "the question (benchmarks/knowledge.py sweeps it)",
     )
     knowledge_refresh_seconds: float = Field(
         default=15.0,

@@ -179,3 +179,16 @@ def test_the_fingerprint_changes_with_any_file_and_ignores_hidden_ones(tmp_path:
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b.md").write_text("# B\n\ntext")
     assert fingerprint(tmp_path) != before
+
+
+def test_a_docbook_export_keeps_its_answers_and_drops_its_navigation_and_contents(tmp_path: Path) -> None:
+    """A real help export written by others (the Debian FAQ as Debian ships it, DocBook HTML): its
+    navigation bars and chapter table of contents are divs marked only by class, not <nav>."""
+    source = Path(__file__).resolve().parents[1] / "benchmarks" / "corpus" / "debian-faq" / "html" / "en"
+    (tmp_path / "kernel.en.html").write_bytes((source / "kernel.en.html").read_bytes())
+    corpus = read_corpus(tmp_path, counter=COUNTER, passage_tokens=220, max_file_bytes=1 << 20)
+    texts = [p.text for p in corpus.passages]
+    assert not corpus.skipped
+    assert not any("Table of Contents" in t or "Chapter 9." in t or "Chapter 11." in t for t in texts)
+    assert [p.headings[-1].split(" ", 1)[0] for p in corpus.passages] == ["10.1.", "10.2.", "10.3.", "10.4.", "10.5."]
+    assert any("linux-image-" in t for t in texts)  # the answer of 10.4 (how to remove an old kernel)

@@ -8,16 +8,21 @@ import unicodedata
 from functools import lru_cache
 
 import Stemmer
-from bm25s.stopwords import STOPWORDS_EN_PLUS, STOPWORDS_RUSSIAN
+from bm25s.stopwords import STOPWORDS_EN, STOPWORDS_EN_PLUS, STOPWORDS_RUSSIAN
 
 _WORD = re.compile(r"[^\W_]+(?:[-/][^\W_]+)*")
 _CYRILLIC = re.compile(r"[\u0400-\u04ff]")
-_STOP_EN = frozenset(STOPWORDS_EN_PLUS)
+# Ranking drops only Lucene's 33 English stop words: "how", "which", "can", "what" are words a
+# customer's question shares with an FAQ heading (benchmarks/knowledge.py measures both lists).
+# The relevance floor ignores NLTK's wider list too: "do you" absent from the documents must not
+# make a question look uncovered.
+_STOP_EN = frozenset(STOPWORDS_EN)
 # bm25s's Russian list (NLTK's) misses a few words customers use in nearly every question
 _STOP_RU_MORE = ("это", "этот", "эта", "эти", "этого", "этой", "мой", "моя", "мое", "мои", "свой", "еще", "пожалуйста")
 _STOP_RU = frozenset(word.replace("ё", "е") for word in (*STOPWORDS_RUSSIAN, *_STOP_RU_MORE))
 _RU = Stemmer.Stemmer("russian")
 _EN = Stemmer.Stemmer("english")
+_FUNCTION = frozenset(str(_EN.stemWord(word)) for word in STOPWORDS_EN_PLUS) - frozenset(STOPWORDS_EN)
 
 
 @lru_cache(maxsize=200_000)
@@ -41,3 +46,9 @@ def terms(text: str) -> list[str]:
             if term:
                 found.append(term)
     return found
+
+
+def content_terms(found: list[str]) -> list[str]:
+    """``found`` without the function words the ranking keeps ("how", "do", "you"): what a question
+    is about, for the relevance floor and for telling a follow-up from a question."""
+    return [term for term in found if term not in _FUNCTION]

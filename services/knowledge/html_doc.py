@@ -1,4 +1,5 @@
-"""HTML (a help-center export): page chrome (script, style, nav, header, footer, aside) dropped,
+"""HTML (a help-center export): page chrome (script, style, nav, header, footer, aside, and what
+says it is chrome: ARIA navigation roles, navigation/breadcrumb/table-of-contents classes) dropped,
 h1-h6 as the heading path, paragraphs, list items, table rows, <dt>/<dd> and <summary>/<details> as
 sections, the canonical link as the document's url."""
 
@@ -11,7 +12,16 @@ from services.knowledge.documents import Document, Section, squash
 _SKIP = {"script", "style", "nav", "header", "footer", "aside", "noscript", "template", "svg", "form", "button"}
 _BLOCKS = {"p", "li", "dd", "td", "th", "pre", "blockquote", "div", "section", "article", "main", "body", "tr"}
 _HEADINGS = {f"h{level}": level for level in range(1, 7)}
+_CHROME_ROLES = {"navigation", "banner", "contentinfo", "search"}
+_CHROME_CLASSES = {"navheader", "navfooter", "breadcrumb", "breadcrumbs", "toc", "sidebar", "skip-link"}
 _VOID = {"br", "img", "hr", "meta", "link", "input", "source", "wbr", "area", "base", "col", "embed", "track"}
+
+
+def _chrome(attrs: list[tuple[str, str | None]]) -> bool:
+    """An element marked as page chrome (DocBook's navheader/toc divs, a theme's breadcrumbs)."""
+    values = dict(attrs)
+    classes = set((values.get("class") or "").lower().split())
+    return (values.get("role") or "").lower() in _CHROME_ROLES or bool(classes & _CHROME_CLASSES)
 
 
 class _Reader(HTMLParser):
@@ -44,7 +54,7 @@ class _Reader(HTMLParser):
         self.sections.append(Section(headings, text))
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if self._skip_depth or tag in _SKIP:
+        if self._skip_depth or tag in _SKIP or _chrome(attrs):
             if tag not in _VOID:
                 self._skip_depth += 1
             return

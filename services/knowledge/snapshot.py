@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from services.knowledge.analysis import terms
+from services.knowledge.analysis import content_terms, terms
 from services.knowledge.embedder import Embedder, EmbeddingUnavailable
 from services.knowledge.fulltext import FullTextIndex
 from services.ports.knowledge import KnowledgeQuery, Passage, Retrieval, ScoredPassage, SkippedFile
@@ -39,6 +39,19 @@ _POINTING = re.compile(
 def _version(passages: Sequence[Passage], model: str | None) -> str:
     digest = hashlib.sha256("\n".join([model or "", *sorted(p.id for p in passages)]).encode())
     return digest.hexdigest()[:12]
+
+
+def top_indices(values: np.ndarray, depth: int) -> np.ndarray:
+    """Indices of the ``depth`` largest values, best first, ties by index: what a stable argsort of
+    ``-values`` starts with, in linear time (a partition; only the values above the cut are sorted,
+    so a query that matches a handful of 100 k passages does not sort the 100 k zeros)."""
+    if depth >= len(values):
+        return np.argsort(-values, kind="stable")
+    threshold = np.partition(values, len(values) - depth)[len(values) - depth]
+    above = np.flatnonzero(values > threshold)
+    above = above[np.lexsort((above, -values[above]))]
+    ties = np.flatnonzero(values == threshold)[: depth - len(above)]
+    return np.concatenate([above, ties])
 
 
 def _follow_up(message: str, own: Sequence[str]) -> bool:
@@ -110,33 +123,42 @@ class IndexSnapshot:
         return 0 if self._rows is None else len(self._rows)
 
     def relevance(self, query: KnowledgeQuery) -> np.ndarray:
-        """Full-text relevance (0..1) of every passage."""
+        """Full-text relevance (0..1) of every passage: how much of the question's content it covers."""
+        return self._scores(query)[1]
+
+    def _scores(self, query: KnowledgeQuery) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 over every term (the ranking) and the relevance over the content terms (the floor);
+        a follow-up's earlier messages and topic weigh in both at CONTEXT_WEIGHT."""
         own = terms(query.message)
+        content = content_terms(own)
         context: list[str] = []
-        if _follow_up(query.message, own):
+        if _follow_up(query.message, content):
             for text in (*query.recent, query.topic or ""):
                 context.extend(terms(text))
-        scores = self._index.scores(own)
-        bound = self._index.bound(own)
+        ranking = self._index.scores(own)
+        covered = self._index.scores(content) if len(content) < len(own) else ranking
+        bound = self._index.bound(content)
         if context:
-            scores = scores + CONTEXT_WEIGHT * self._index.scores(context)
+            extra = CONTEXT_WEIGHT * self._index.scores(context)
+            ranking, covered = ranking + extra, covered + extra
             bound += CONTEXT_WEIGHT * self._index.bound(context)
-        return np.minimum(scores / bound, 1.0) if bound > 0 else np.zeros(len(self.passages), dtype=np.float32)
+        relevance = np.minimum(covered / bound, 1.0) if bound > 0 else np.zeros(len(self.passages), dtype=np.float32)
+        return ranking, relevance
 
     def rank(self, query: KnowledgeQuery, *, limit: int, query_vector: np.ndarray | None = None) -> list[ScoredPassage]:
         """Passages above the floor, best first, at most ``limit``: by full-text relevance, or with a
         query vector by the fusion of both rankings (a passage clears the floor by either)."""
         if not self.passages or limit <= 0:
             return []
-        relevance = self.relevance(query)
+        ranking, relevance = self._scores(query)
         depth = min(len(self.passages), limit * CANDIDATES)
-        text_top = [int(i) for i in np.argsort(-relevance, kind="stable")[:depth] if relevance[i] > 0]
+        text_top = [int(i) for i in top_indices(ranking, depth) if ranking[i] > 0]
         text_rank = {i: rank for rank, i in enumerate(text_top, start=1)}
         similarity: dict[int, float] = {}
         vector_rank: dict[int, int] = {}
         if query_vector is not None and self._matrix is not None and self._rows is not None:
             sims = self._matrix @ query_vector.astype(np.float32)
-            for rank, row in enumerate(np.argsort(-sims, kind="stable")[:depth], start=1):
+            for rank, row in enumerate(top_indices(sims, depth), start=1):
                 vector_rank[int(self._rows[row])] = rank
                 similarity[int(self._rows[row])] = float(sims[row])
         fused: list[tuple[float, int]] = []
@@ -145,7 +167,10 @@ class IndexSnapshot:
                 continue
             score = sum(1 / (RRF_K + ranks[i]) for ranks in (text_rank, vector_rank) if i in ranks)
             fused.append((score if vector_rank else float(relevance[i]), i))
-        fused.sort(key=lambda item: (-item[0], item[1]))
+        if vector_rank:
+            fused.sort(key=lambda item: (-item[0], item[1]))
+        else:  # full text alone: BM25's order over every term; the score shown is the relevance
+            fused.sort(key=lambda item: text_rank[item[1]])
         return [
             ScoredPassage(
                 self.passages[i], round(score, 4), fulltext_rank=text_rank.get(i), vector_rank=vector_rank.get(i)
@@ -158,9 +183,8 @@ class IndexSnapshot:
         vector: np.ndarray | None = None
         degraded = False
         if self._embedder is not None and self._matrix is not None:
-            own = terms(query.message)
             text = query.message
-            if _follow_up(query.message, own) and query.recent:
+            if _follow_up(query.message, content_terms(terms(query.message))) and query.recent:
                 text = f"{query.recent[-1]}\n{query.message}"
             try:
                 vector = await self._embedder.embed_query(text)

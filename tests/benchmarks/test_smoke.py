@@ -169,3 +169,12 @@ def test_the_chaos_script_explains_a_duplicate_only_by_a_re_send() -> None:
     assert explained_copies([1.0, 2.0, 3.0], [1.5]) == 1, "a third copy no re-send explains"
     assert explained_copies([1.0, 2.0], []) == 0
     assert explained_copies([1.0], [0.5]) == 0
+
+
+def test_knowledge_benchmark_smoke() -> None:
+    out = run_script("benchmarks.knowledge", "--quick")
+    assert "34 HTML files" in out and "87 answerable" in out, out
+    for line in ("bm25s defaults (baseline)", "product full text", "<- default", "s per 1 000 pages"):
+        assert line in out, out
+    assert "over the budget: 0" in out, out
+    assert re.search(r"passages after the history \(product\)\s+\d+", out), out
