@@ -100,7 +100,9 @@ class InMemorySessionStore:
             return CommitResult(version=existing.version, duplicate=True)
         chat = self._fenced(chat_id, expected_version)
         for message in messages:
-            chat.messages.append(StoredMessage(chat.next_seq, message.role, message.content, message.tokens))
+            chat.messages.append(
+                StoredMessage(chat.next_seq, message.role, message.content, message.tokens, message.knowledge)
+            )
             chat.next_seq += 1
         if compaction is not None:
             self._compact(chat, compaction)
