@@ -4,9 +4,15 @@ through the one ``backend`` fixture (tests/conftest.py)."""
 
 from __future__ import annotations
 
+from services.backends.memory import InMemoryKnowledgeGaps
+from services.backends.redis.backend import RedisBackend
+from services.backends.redis.gaps import RedisKnowledgeGaps
 from services.engine.models import NewMessage
 from services.errors import ConcurrentUpdateError
+from services.knowledge.gaps import GAPS_KEPT
 from services.ports.backend import Backend, QueuedBackend
+from services.ports.knowledge import KnowledgeGaps
+from tests.e2e.waiting import eventually
 
 
 def turn(n: int) -> list[NewMessage]:
@@ -80,3 +86,65 @@ async def test_knowledge_gaps_count_questions_and_forget_takes_a_chats_back(back
     assert await backend.gaps.top(10) == [("do you sell gift cards?", 2)], "nothing chat 1 asked stays"
     await backend.forget_chat(1)  # idempotent
     assert await backend.gaps.top(1) == [("do you sell gift cards?", 2)]
+
+
+class Clock:
+    """The in-process backend's time source, moved by the test (Redis keeps its own clock)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def gaps_with_ttl(backend: Backend, ttl: float, clock: Clock) -> KnowledgeGaps:
+    """The backend's gap records with a short SESSION_TTL_SECONDS (the fixture's is an hour)."""
+    if isinstance(backend, RedisBackend):
+        return RedisKnowledgeGaps(redis=backend.redis, keys=backend.keys, ttl_seconds=ttl)
+    return InMemoryKnowledgeGaps(ttl_seconds=ttl, clock=clock)
+
+
+async def test_a_gap_count_expires_a_session_ttl_after_the_question_was_last_asked(backend: Backend) -> None:
+    """Regression: the shared counts kept each question forever while the chat's record (what /forget
+    uses) expired, so a question could outlive every way of forgetting it."""
+    clock = Clock()
+    gaps = gaps_with_ttl(backend, 1, clock)
+    await gaps.record(1, "Do you ship to Mars?")
+    await gaps.record(2, "Do you sell gift cards?")
+    assert dict(await gaps.top(10)) == {"do you ship to mars?": 1, "do you sell gift cards?": 1}
+    asked = 1
+
+    async def mars_expired() -> bool:
+        nonlocal asked
+        clock.now += 0.1
+        await gaps.record(2, "do you sell gift cards?")  # asked again and again: stays
+        asked += 1
+        return "do you ship to mars?" not in dict(await gaps.top(10))
+
+    await eventually(mars_expired, within=10, what="the question not asked for a TTL to expire")
+    assert await gaps.top(10) == [("do you sell gift cards?", asked)]
+    await gaps.forget(2)
+    assert await gaps.top(10) == []
+    await gaps.record(1, "Do you ship to Mars?")
+    assert await gaps.top(10) == [("do you ship to mars?", 1)], "counted anew, not on top of the expired count"
+
+
+async def test_gap_records_without_a_ttl_never_expire(backend: Backend) -> None:
+    clock = Clock()
+    gaps = gaps_with_ttl(backend, 0, clock)
+    await gaps.record(1, "Do you ship to Mars?")
+    clock.now += 10 * 365 * 86400
+    assert await gaps.top(10) == [("do you ship to mars?", 1)]
+
+
+async def test_the_last_asked_times_are_capped_with_the_counts(queued_backend: QueuedBackend) -> None:
+    assert isinstance(queued_backend, RedisBackend)
+    for n in range(GAPS_KEPT + 5):
+        await queued_backend.gaps.record(1, f"question {n}")
+    await queued_backend.gaps.record(1, "question 7")
+    counts = await queued_backend.redis.zcard(queued_backend.keys.knowledge_gaps)
+    asked = await queued_backend.redis.zcard(queued_backend.keys.knowledge_gaps_asked)
+    assert counts == asked == GAPS_KEPT
+    await queued_backend.forget_chat(1)
+    assert await queued_backend.redis.zcard(queued_backend.keys.knowledge_gaps_asked) == 0

@@ -21,7 +21,7 @@ from services.engine.summarizer import Summarizer
 from services.engine.tokens import TokenCounter
 from services.errors import ConfigurationError
 from services.knowledge.snapshot import IndexSnapshot
-from services.ports.knowledge import Passage
+from services.ports.knowledge import KnowledgeQuery, Passage
 from tests.helpers import customer_line
 from tests.stubs.openai_server import StubOpenAI
 
@@ -218,3 +218,37 @@ def test_a_knowledge_budget_too_small_for_the_no_knowledge_note_is_refused(count
     assert counter.count_message("system", NO_KNOWLEDGE) < 64
     with pytest.raises(ValidationError, match="knowledge_token_budget"):
         KnowledgeSettings(_env_file=None, knowledge_token_budget=10)  # type: ignore[call-arg]
+
+
+async def test_the_stored_reply_lists_the_passages_its_prompt_carried_and_only_those(
+    stub_llm: StubOpenAI, llm: LLMClient, counter: TokenCounter
+) -> None:
+    long_passages = [
+        Passage(f"d{n}", "delivery.md", "Delivery", (f"Zone {n}",), "Express courier service to this zone. " * 8, 70)
+        for n in range(8)
+    ]
+    source = Source([*long_passages, REFUNDS], min_score=0.01)
+    chat, store = service(llm, counter, source, budget=1200, knowledge_budget=250)
+    retrieved = await source.current().search(chat_query("Is there an express courier?"), limit=4)
+    result = await chat.handle(9, "Is there an express courier?", deliver=noop)
+    sent = contents(stub_llm.chat_requests[-1])[-2]
+    carried = tuple(p.passage.id for p in result.knowledge)
+    assert carried and len(carried) < len(retrieved.passages), "some retrieved passages did not fit"
+    assert sorted(carried) == sorted(p.id for p in [*long_passages, REFUNDS] if p.source in sent and p.text in sent)
+    user, reply = (await store.load(9)).messages
+    assert reply.knowledge == carried and user.knowledge == ()
+    assert all(passage_id not in reply.content for passage_id in carried)
+
+    again = await chat.handle(9, "And to zone 3?", deliver=noop)
+    assert (await store.load(9)).messages[-1].knowledge == tuple(p.passage.id for p in again.knowledge)
+    prompt = contents(stub_llm.chat_requests[-1])
+    assert all(passage_id not in part for part in prompt[:-2] for passage_id in carried)
+
+    plain, plain_store = service(llm, counter, Source([REFUNDS, DELIVERY]))
+    result = await plain.handle(10, "Do you sell gift cards?", deliver=noop)
+    assert result.knowledge_matched is False
+    assert (await plain_store.load(10)).messages[-1].knowledge == (), "no passage, no ids"
+
+
+def chat_query(text: str) -> KnowledgeQuery:
+    return KnowledgeQuery(text)

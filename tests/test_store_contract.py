@@ -1,12 +1,15 @@
-"""One contract, every backend: in-process, fakeredis and a real redis-server."""
+"""One contract, every backend: in-process, fakeredis, a real redis-server and a cluster."""
 
 import asyncio
 
 import pytest
 
-from services.engine.models import Compaction, NewMessage
+from services.backends.redis.backend import RedisBackend
+from services.engine.chat import render_stored
+from services.engine.models import Compaction, NewMessage, StoredMessage
 from services.engine.summary_state import SummaryState
 from services.errors import ConcurrentUpdateError
+from services.ports.backend import Backend
 from services.ports.sessions import SessionStore
 
 
@@ -174,3 +177,85 @@ async def test_load_turn_is_turn_status_and_load_in_one(store: SessionStore) -> 
     await store.mark_replied(1, "u1")
     status, _ = await store.load_turn(1, "u1")
     assert status == await store.turn_status(1, "u1") and status.replied
+
+
+def cited_turn(n: int, knowledge: tuple[str, ...]) -> list[NewMessage]:
+    return [NewMessage("user", f"question {n}", 10), NewMessage("assistant", f"answer {n}", 20, knowledge=knowledge)]
+
+
+async def test_the_passage_ids_of_a_turn_round_trip(store: SessionStore) -> None:
+    await store.commit_turn(1, expected_version=0, messages=cited_turn(0, ("p1", "ab12cd34")), turn_id="u1")
+    await store.commit_turn(1, expected_version=1, messages=cited_turn(1, ()))
+    session = await store.load(1)
+    assert [m.knowledge for m in session.messages] == [(), ("p1", "ab12cd34"), (), ()]
+    status, loaded = await store.load_turn(1, "u1")
+    assert loaded == session and status.reply == "answer 0"
+    assert (await store.turn_status(1, "u1")).reply == "answer 0"
+
+
+async def test_the_next_prompt_is_the_same_whether_or_not_passage_ids_are_stored(store: SessionStore) -> None:
+    for n in range(2):
+        await store.commit_turn(1, expected_version=n, messages=cited_turn(n, (f"p{n}", "p9")))
+        await store.commit_turn(2, expected_version=n, messages=cited_turn(n, ()))
+    with_ids, without = (await store.load(1)).messages, (await store.load(2)).messages
+    assert any(m.knowledge for m in with_ids) and not any(m.knowledge for m in without)
+    assert [render_stored(m) for m in with_ids] == [render_stored(m) for m in without]
+    assert [m.as_prompt_part() for m in with_ids] == [m.as_prompt_part() for m in without]
+    assert all("p9" not in part.content for part in map(render_stored, with_ids))
+
+
+async def test_forget_removes_the_passage_ids_with_the_session(backend: Backend) -> None:
+    await backend.store.commit_turn(1, expected_version=0, messages=cited_turn(0, ("passage-7718",)), turn_id="u1")
+    await backend.forget_chat(1)
+    assert (await backend.store.load(1)).messages == ()
+    if isinstance(backend, RedisBackend):
+        assert not [key for key, value in await redis_contents(backend) if b"passage-7718" in value]
+
+
+async def test_records_stored_before_passage_ids_read_and_store_as_before(backend: Backend) -> None:
+    """A session stored by the previous version (no ``k`` key) loads, and a turn without passages is
+    stored byte for byte as that version stored it."""
+    if not isinstance(backend, RedisBackend):
+        pytest.skip("the in-process backend keeps objects, not serialized records")
+    old = ['{"s":0,"r":"user","c":"question 0","t":10}', '{"s":1,"r":"assistant","c":"answer 0","t":20}']
+    keys = backend.keys.chat(1)
+    await backend.redis.rpush(keys.msgs, *old)
+    await backend.redis.hset(keys.meta, mapping={"version": 1, "next_seq": 2})
+    session = await backend.store.load(1)
+    assert [(m.seq, m.content, m.knowledge) for m in session.messages] == [(0, "question 0", ()), (1, "answer 0", ())]
+    await backend.store.commit_turn(1, expected_version=1, messages=turn(1))
+    raw = [r.decode() for r in await backend.redis.lrange(keys.msgs, 0, -1)]
+    assert raw == [*old, '{"s":2,"r":"user","c":"question 1","t":11}', '{"s":3,"r":"assistant","c":"answer 1","t":21}']
+    assert [StoredMessage.from_json(r).to_json() for r in raw] == raw
+
+
+def test_passage_ids_serialize_under_a_short_key_only_when_there_are_some() -> None:
+    plain = StoredMessage(3, "assistant", "ok", 2)
+    cited = StoredMessage(3, "assistant", "ok", 2, knowledge=("p1", "p2"))
+    assert plain.to_json() == '{"s":3,"r":"assistant","c":"ok","t":2}'
+    assert cited.to_json() == '{"s":3,"r":"assistant","c":"ok","t":2,"k":["p1","p2"]}'
+    assert StoredMessage.from_json(cited.to_json()) == cited and StoredMessage.from_json(plain.to_json()) == plain
+    assert cited.as_prompt_part() == plain.as_prompt_part()
+    with pytest.raises(ValueError):
+        StoredMessage.from_json('{"s":3,"r":"assistant","c":"ok","t":2,"k":"p1"}')
+
+
+async def redis_contents(backend: RedisBackend) -> list[tuple[str, bytes]]:
+    """Every key of the test namespace with its value, flattened to bytes (what /forget must have cleared)."""
+    found: list[tuple[str, bytes]] = []
+    async for raw_key in backend.redis.scan_iter(match=f"{backend.keys.namespace}*"):
+        key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
+        kind = await backend.redis.type(key)
+        kind = kind.decode() if isinstance(kind, bytes) else str(kind)
+        if kind == "string":
+            parts = [await backend.redis.get(key)]
+        elif kind == "list":
+            parts = await backend.redis.lrange(key, 0, -1)
+        elif kind == "hash":
+            parts = [b for pair in (await backend.redis.hgetall(key)).items() for b in pair]
+        elif kind == "zset":
+            parts = await backend.redis.zrange(key, 0, -1)
+        else:
+            parts = await backend.redis.smembers(key)
+        found.append((key, b"|".join(p if isinstance(p, bytes) else str(p).encode() for p in parts)))
+    return found

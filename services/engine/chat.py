@@ -298,7 +298,12 @@ class ChatService:
             if grounded is not None and handoff is None:
                 rendered = grounded.cite(reply_text)
                 reply_text, cited = rendered.text, rendered.cited
-            reply = NewMessage("assistant", reply_text, self._counter.count_message("assistant", reply_text))
+            reply = NewMessage(
+                "assistant",
+                reply_text,
+                self._counter.count_message("assistant", reply_text),
+                knowledge=grounded.ids if grounded is not None else (),
+            )
             try:
                 commit = await self._store.commit_turn(
                     chat_id,

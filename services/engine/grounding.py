@@ -42,6 +42,11 @@ class Grounded:
     def matched(self) -> bool:
         return bool(self.refs)
 
+    @property
+    def ids(self) -> tuple[str, ...]:
+        """Ids of the passages sent, in rank order (recorded with the stored reply)."""
+        return tuple(scored.passage.id for scored in self.sent)
+
     def cite(self, reply: str) -> CitedReply:
         return render_citations(reply, self.refs)
 

@@ -24,21 +24,32 @@ class PromptPart:
         return {"role": self.role, "content": self.content}
 
 
+def _message_fields(role: str, content: str, tokens: int, knowledge: tuple[str, ...]) -> dict[str, Any]:
+    fields: dict[str, Any] = {"r": role, "c": content, "t": tokens}
+    if knowledge:  # only then: a turn without passages is stored byte for byte as before
+        fields["k"] = list(knowledge)
+    return fields
+
+
+def _dumps(fields: dict[str, Any]) -> str:
+    return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+
+
 @dataclass(frozen=True, slots=True)
 class StoredMessage:
-    """A message of the verbatim history. ``content`` is the prompt text, ``tokens`` its cost, counted once."""
+    """A message of the verbatim history. ``content`` is the prompt text, ``tokens`` its cost, counted once.
+
+    ``knowledge``: ids of the passages the reply's prompt carried (JSON ``k``, absent when none). A
+    record of the turn, never prompt text: the next prompt is the same with or without it."""
 
     seq: int
     role: Role
     content: str
     tokens: int
+    knowledge: tuple[str, ...] = ()
 
     def to_json(self) -> str:
-        return json.dumps(
-            {"s": self.seq, "r": self.role, "c": self.content, "t": self.tokens},
-            ensure_ascii=False,
-            separators=(",", ":"),
-        )
+        return _dumps({"s": self.seq, **_message_fields(self.role, self.content, self.tokens, self.knowledge)})
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> StoredMessage:
@@ -46,7 +57,16 @@ class StoredMessage:
         role = data["r"]
         if role not in ("user", "assistant"):
             raise ValueError(f"bad role {role!r}")
-        return cls(seq=int(data["s"]), role=role, content=str(data["c"]), tokens=int(data["t"]))
+        ids = data.get("k", [])
+        if not isinstance(ids, list):
+            raise ValueError(f"bad passage ids {ids!r}")
+        return cls(
+            seq=int(data["s"]),
+            role=role,
+            content=str(data["c"]),
+            tokens=int(data["t"]),
+            knowledge=tuple(str(i) for i in ids),
+        )
 
     def as_prompt_part(self) -> PromptPart:
         return PromptPart(role=self.role, content=self.content, tokens=self.tokens)
@@ -59,6 +79,12 @@ class NewMessage:
     role: Role
     content: str
     tokens: int
+    knowledge: tuple[str, ...] = ()
+    """Ids of the passages the reply's prompt carried (see ``StoredMessage.knowledge``)."""
+
+    def to_json(self) -> str:
+        """The stored record without its sequence number (the store prefixes ``"s"``)."""
+        return _dumps(_message_fields(self.role, self.content, self.tokens, self.knowledge))
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,6 +180,12 @@ class KeySpace:
         """Sorted set: an unanswered question (normalized) → how often it was asked."""
         return f"{{{self.namespace}:kgaps}}:counts"
 
+    @property
+    def knowledge_gaps_asked(self) -> str:
+        """Sorted set: question → when it was last asked (ms, Redis clock): its count expires
+        SESSION_TTL_SECONDS after that, as the chats' records do; the counts' slot."""
+        return f"{{{self.namespace}:kgaps}}:asked"
+
     def knowledge_gaps_of(self, chat_id: int) -> str:
         """Hash: question → times this chat asked it (what /forget takes back); the counts' slot."""
         return f"{{{self.namespace}:kgaps}}:chat:{chat_id}"

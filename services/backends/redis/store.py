@@ -9,7 +9,6 @@ Every write takes the caller's fencing token: a worker that lost the chat's leas
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Sequence
@@ -229,10 +228,7 @@ class RedisSessionStore:
         turn_id: str | None = None,
         fence: Fence | None = None,
     ) -> CommitResult:
-        encoded = [
-            json.dumps({"r": m.role, "c": m.content, "t": m.tokens}, ensure_ascii=False, separators=(",", ":"))
-            for m in messages
-        ]
+        encoded = [m.to_json() for m in messages]
         keys = self._keys.chat(chat_id)
         args: list[Any] = [
             expected_version,
