@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import gzip
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -314,31 +313,26 @@ def report_build(counter: TokenCounter) -> None:
     )
 
 
-async def report_cost(counter: TokenCounter, questions: Sequence[Question], turns: int) -> None:
-    """A conversation of customer questions through the real ChatService (stub model, default
-    settings, knowledge on): every prompt's size, then the cache share of the product's layout
-    against the same prompts with the knowledge moved into the instruction."""
-    asked = [q for q in questions if not q.before][:turns]
-    stub = StubOpenAI(
-        summary_reply=lambda _body: json.dumps(
-            {
-                "topic": "Debian questions",
-                "key_facts": [],
-                "actions_taken": [],
-                "decisions": [],
-                "pending_questions": [],
-                "next_step": "",
-            }
-        )
-    )
+SMALL_FAQ = ("en/kernel.en.html", "en/redistributing.en.html")
+"""A knowledge small enough to be sent whole (KNOWLEDGE_STATIC_TOKENS)."""
+
+
+async def conversation(
+    counter: TokenCounter, root: Path, asked: Sequence[Question], settings: KnowledgeSettings
+) -> tuple[list[list[tuple[str, str]]], int]:
+    """The prompts of one conversation through the real ChatService (stub model, default memory
+    settings, knowledge on), and how many summary calls it made."""
+    summary = {"topic": "Debian questions", "key_facts": [], "actions_taken": [], "decisions": []}
+    summary |= {"pending_questions": [], "next_step": ""}
+    stub = StubOpenAI(summary_reply=lambda _body: json.dumps(summary))
     await stub.start()
     memory = MemorySettings(_env_file=None)  # type: ignore[call-arg]
     library = KnowledgeLibrary(
-        root=HTML,
+        root=root,
         counter=counter,
-        passage_tokens=DEFAULTS.knowledge_passage_tokens,
-        max_file_bytes=DEFAULTS.knowledge_max_file_bytes,
-        min_score=DEFAULTS.knowledge_min_score,
+        passage_tokens=settings.knowledge_passage_tokens,
+        max_file_bytes=settings.knowledge_max_file_bytes,
+        min_score=settings.knowledge_min_score,
         refresh_seconds=3600,
     )
     library.load()
@@ -356,7 +350,7 @@ async def report_cost(counter: TokenCounter, questions: Sequence[Question], turn
         instruction_role="developer",
         counter=counter,
         knowledge=library,
-        knowledge_settings=DEFAULTS,
+        knowledge_settings=settings,
     )
 
     async def deliver(_result: object) -> None:
@@ -374,31 +368,55 @@ async def report_cost(counter: TokenCounter, questions: Sequence[Question], turn
         await chat.close()
         await stub.stop()
     prompts = [[(m["role"], m["content"]) for m in r["messages"]] for r in stub.chat_requests]
-    sizes = [counter.count_messages(p) for p in prompts]
-    over = sum(size > memory.chat_input_token_budget for size in sizes)
-    with_passages = sum(any(c.startswith("<knowledge ") for _, c in p) for p in prompts)
+    return prompts, len(stub.summary_requests)
+
+
+async def report_cost(counter: TokenCounter, questions: Sequence[Question], turns: int) -> None:
+    """Every prompt's size against the budget, and the cache share and effective input cost of the
+    product's layouts against the same prompts with the retrieved passages in the instruction: on the
+    whole FAQ, and on a small one that KNOWLEDGE_STATIC_TOKENS sends whole."""
+    asked = [q for q in questions if not q.before and q.lang == "en"][:turns]
+    budget = MemorySettings(_env_file=None).chat_input_token_budget  # type: ignore[call-arg]
+    static = DEFAULTS.model_copy(update={"knowledge_static_tokens": DEFAULTS.knowledge_token_budget})
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in SMALL_FAQ:
+            (Path(tmp) / Path(name).name).write_bytes((HTML / name).read_bytes())
+        runs = {
+            "whole FAQ, passages after the history (product)": await conversation(counter, HTML, asked, DEFAULTS),
+            "small FAQ, passages after the history": await conversation(counter, Path(tmp), asked, DEFAULTS),
+            "small FAQ, sent whole after the instruction (STATIC)": await conversation(
+                counter, Path(tmp), asked, static
+            ),
+        }
     print(
-        f"\n## Prompt cost: {len(prompts)} turns, budget {memory.chat_input_token_budget}, knowledge "
-        f"{DEFAULTS.knowledge_token_budget}; {with_passages} prompts with passages, {len(stub.summary_requests)} "
-        f"summary calls"
+        f"\n## Prompt cost: {len(asked)} English turns, budget {budget}, knowledge {DEFAULTS.knowledge_token_budget}"
+        f" (small FAQ: {', '.join(SMALL_FAQ)})"
     )
-    print(f"prompt tokens: max {max(sizes)}, mean {statistics.mean(sizes):.0f}; over the budget: {over}")
-    layouts = {
-        "passages after the history (product)": prompts,
-        "passages in the instruction": [_in_instruction(p) for p in prompts],
-    }
     print(
-        "layout                                 billed   cached share  "
-        + "  ".join(f"effective @{r:g}" for r in RATIOS)
+        "layout                                                 billed  cached  "
+        + "  ".join(f"eff. @{r:g}" for r in RATIOS)
+        + "  max prompt  over budget  summaries"
     )
-    for name, sequence in layouts.items():
-        meter = CacheMeter(PromptTokens(counter))
-        for prompt in sequence:
-            meter.add(prompt)
-        print(
-            f"{name:<38} {meter.total:7d}   {meter.cached_share:6.1%}      "
-            + "  ".join(f"{meter.effective(r):12.0f}" for r in RATIOS)
-        )
+    for name, (prompts, summaries) in runs.items():
+        variants = [(name, prompts)]
+        if "after the history" in name:
+            variants.append(
+                (
+                    name.replace("after the history", "in the instruction").replace(" (product)", ""),
+                    [_in_instruction(p) for p in prompts],
+                )
+            )
+        for label, sequence in variants:
+            meter = CacheMeter(PromptTokens(counter))
+            for prompt in sequence:
+                meter.add(prompt)
+            sizes = [counter.count_messages(p) for p in sequence]
+            over = sum(size > budget for size in sizes)
+            print(
+                f"{label:<54} {meter.total:7d}  {meter.cached_share:6.1%}  "
+                + "  ".join(f"{meter.effective(r):8.0f}" for r in RATIOS)
+                + f"  {max(sizes):10d}  {over:11d}  {summaries:9d}"
+            )
 
 
 def _in_instruction(prompt: list[tuple[str, str]]) -> list[tuple[str, str]]:

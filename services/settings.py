@@ -188,6 +188,13 @@ class KnowledgeSettings(BaseSettings):
         "rank order (at least 64: the no-knowledge note needs room too); start-up refuses settings that leave no room "
         "for history",
     )
+    knowledge_static_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="when all the documents, as knowledge blocks, fit this many tokens, they are sent whole, once, "
+        "right after the instruction (cached with it) instead of retrieved per turn; at most "
+        "KNOWLEDGE_TOKEN_BUDGET; 0: off",
+    )
     knowledge_top_k: PositiveInt = Field(default=6, description="most passages one turn may carry")
     knowledge_min_score: float = Field(
         default=0.15,
@@ -231,6 +238,15 @@ class KnowledgeSettings(BaseSettings):
         description="the in-process store's embedding cache (with REDIS_URL the cache is in Redis, shared by all "
         "workers)",
     )
+
+    @model_validator(mode="after")
+    def _static_within_budget(self) -> KnowledgeSettings:
+        if self.knowledge_static_tokens > self.knowledge_token_budget:
+            raise ValueError(
+                f"KNOWLEDGE_STATIC_TOKENS={self.knowledge_static_tokens} is more than "
+                f"KNOWLEDGE_TOKEN_BUDGET={self.knowledge_token_budget}, the room the documents have in every prompt"
+            )
+        return self
 
 
 class RedisSettings(BaseSettings):

@@ -81,6 +81,8 @@ async def test_knowledge_gaps_count_questions_and_forget_takes_a_chats_back(back
     ]:
         await backend.gaps.record(chat_id, question)
     await backend.gaps.record(2, "Do you sell gift cards?")
+    for small_talk in ("Thanks!", "hello", "ok, and how?", "Спасибо!"):
+        await backend.gaps.record(2, small_talk)  # asks about nothing: no gap
     assert await backend.gaps.top(10) == [("do you sell gift cards?", 3), ("do you ship to mars?", 1)]
     await backend.forget_chat(1)
     assert await backend.gaps.top(10) == [("do you sell gift cards?", 2)], "nothing chat 1 asked stays"

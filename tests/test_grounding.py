@@ -71,6 +71,7 @@ def service(
     gaps: InMemoryKnowledgeGaps | None = None,
     budget: int = 1400,
     knowledge_budget: int = 300,
+    static_tokens: int = 0,
 ) -> tuple[ChatService, InMemorySessionStore]:
     registry = default_registry()
     store = InMemorySessionStore()
@@ -87,7 +88,15 @@ def service(
         budget=budget,
         summary_max_tokens=300,
         policy=WaterMarkPolicy(),
-        grounding=Grounding(source=source, counter=counter, role="system", budget=knowledge_budget, top_k=4, gaps=gaps),
+        grounding=Grounding(
+            source=source,
+            counter=counter,
+            role="system",
+            budget=knowledge_budget,
+            top_k=4,
+            gaps=gaps,
+            static_tokens=static_tokens,
+        ),
     )
     return chat, store
 
@@ -252,3 +261,38 @@ async def test_the_stored_reply_lists_the_passages_its_prompt_carried_and_only_t
 
 def chat_query(text: str) -> KnowledgeQuery:
     return KnowledgeQuery(text)
+
+
+async def test_knowledge_that_fits_the_static_room_is_sent_whole_once_after_the_instruction(
+    stub_llm: StubOpenAI, llm: LLMClient, counter: TokenCounter
+) -> None:
+    gaps = InMemoryKnowledgeGaps()
+    chat, store = service(llm, counter, Source([REFUNDS, DELIVERY]), gaps=gaps, static_tokens=300)
+    stub_llm.chat_replies.extend(["Refunds take 14 days [K1].", "Sorry, the documents do not say.", "Bye"])
+    first = await chat.handle(4, "When will my refund be paid?", deliver=noop)
+    second = await chat.handle(4, "Do you sell gift cards?", deliver=noop)
+    await chat.handle(4, "Thanks!", deliver=noop)
+    prompts = [contents(r) for r in stub_llm.chat_requests]
+    whole = prompts[0][1]
+    assert whole.startswith('<knowledge source="returns.md › Refunds" ref="K1">') and 'ref="K2"' in whole
+    for before, after in itertools.pairwise(prompts):
+        assert after[:2] == before[:2] == [prompts[0][0], whole], "instruction + documents: the same bytes"
+        assert after[: len(before) - 1] == before[:-1], "and the history after them only grows"
+    assert not any(NO_KNOWLEDGE in c or c.count("<knowledge ") for p in prompts for c in p[2:]), "nothing per turn"
+    assert "[1] returns.md › Refunds" in first.reply and [p.passage.id for p in first.knowledge] == ["p1"]
+    assert second.knowledge_matched is False and await gaps.top(5) == [("do you sell gift cards?", 1)], "no Thanks!"
+    stored = (await store.load(4)).messages
+    assert stored[1].knowledge == ("p1",) and all("original card" not in m.content for m in stored)
+    for request in stub_llm.chat_requests:
+        messages = [(m["role"], m["content"]) for m in request["messages"]]
+        assert counter.count_messages(messages) <= 1400
+
+
+async def test_knowledge_past_the_static_room_is_retrieved_per_turn(
+    stub_llm: StubOpenAI, llm: LLMClient, counter: TokenCounter
+) -> None:
+    chat, _ = service(llm, counter, Source([REFUNDS, DELIVERY, HOSTILE]), static_tokens=60)
+    await chat.handle(5, "When will my refund be paid?", deliver=noop)
+    sent = contents(stub_llm.chat_requests[-1])
+    assert len(sent) == 3 and sent[1].startswith('<knowledge source="returns.md › Refunds" ref="K1">')
+    assert "delivery" not in sent[1].lower(), "only what the search found, before the new message"

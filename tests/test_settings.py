@@ -1,7 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
-from services.settings import LLMSettings, MemorySettings, RedisSettings
+from services.settings import KnowledgeSettings, LLMSettings, MemorySettings, RedisSettings
 
 
 def test_budget_must_be_positive(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -52,3 +52,12 @@ def test_env_example_documents_every_setting_and_loads(monkeypatch: pytest.Monke
     assert MemorySettings(_env_file=None).chat_input_token_budget == 6000
     assert BotSettings(_env_file=None).bot_mode == "polling"
     assert LLMSettings(_env_file=None).openai_base_url is None
+
+
+def test_static_knowledge_must_fit_the_knowledge_room(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KNOWLEDGE_TOKEN_BUDGET", "1000")
+    monkeypatch.setenv("KNOWLEDGE_STATIC_TOKENS", "1200")
+    with pytest.raises(ValidationError, match="KNOWLEDGE_STATIC_TOKENS=1200 is more than KNOWLEDGE_TOKEN_BUDGET=1000"):
+        KnowledgeSettings(_env_file=None)  # type: ignore[call-arg]
+    monkeypatch.setenv("KNOWLEDGE_STATIC_TOKENS", "1000")
+    assert KnowledgeSettings(_env_file=None).knowledge_static_tokens == 1000  # type: ignore[call-arg]

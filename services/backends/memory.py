@@ -20,7 +20,7 @@ from services.engine.models import Compaction, NewMessage, Session, StoredMessag
 from services.engine.summary_state import SummaryState
 from services.errors import ConcurrentUpdateError
 from services.fence import Fence
-from services.knowledge.gaps import GAPS_KEPT, normalize_question
+from services.knowledge.gaps import GAPS_KEPT, normalize_question, worth_recording
 from services.ports.handoffs import RelayState
 from services.ports.ratelimit import RATE_WINDOW_SECONDS, RateDecision
 from services.ports.sessions import TURN_IDS_KEPT, CommitResult, TurnStatus
@@ -348,6 +348,8 @@ class InMemoryKnowledgeGaps:
         self._asked.pop(question, None)
 
     async def record(self, chat_id: int, question: str) -> None:
+        if not worth_recording(question):
+            return
         now = self._now()
         self._prune(now)
         question = normalize_question(question)

@@ -111,8 +111,10 @@ def build_chat_service(
         ),
     )
     grounding: Grounding | None = None
+    rules = ""
     if knowledge is not None:
         options = knowledge_settings or KnowledgeSettings()
+        rules = knowledge_rules(handoff=handoff, whole=options.knowledge_static_tokens > 0)
         grounding = Grounding(
             source=knowledge,
             counter=counter,
@@ -120,6 +122,7 @@ def build_chat_service(
             budget=options.knowledge_token_budget,
             top_k=options.knowledge_top_k,
             gaps=gaps,
+            static_tokens=options.knowledge_static_tokens,
         )
     return ChatService(
         store=store,
@@ -130,7 +133,7 @@ def build_chat_service(
         instruction=chat_prompt.render(
             company=memory.support_company_name,
             handoff=HANDOFF if handoff else "",
-            knowledge=knowledge_rules(handoff=handoff) if knowledge is not None else "",
+            knowledge=rules,
         ),
         instruction_role=instruction_role,
         budget=memory.chat_input_token_budget,

@@ -277,9 +277,12 @@ class ChatService:
             grounded: Grounded | None = None
             if self._grounding is not None:
                 grounded = await self._grounding.ground(session, text)
+                first, *middle, last = window.messages  # the instruction, ..., the new message
+                static, part = grounded.static, grounded.part
+                placed = (first, part, *middle, last) if static else (first, *middle, part, last)
                 window = replace(
                     window,
-                    messages=(*window.messages[:-1], grounded.part, window.messages[-1]),
+                    messages=placed,
                     estimated_tokens=window.estimated_tokens + grounded.part.tokens,
                 )
             if self._tools:

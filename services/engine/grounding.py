@@ -1,7 +1,8 @@
 """Knowledge in a turn's prompt: one snapshot per turn, the query from the new message and the
 conversation, whole passages in rank order within KNOWLEDGE_TOKEN_BUDGET as ``<knowledge>`` blocks
 placed after the history (the cached prefix of instruction, summary and history stays byte-identical),
-or a no-knowledge note; then the reply's citations checked against what was sent."""
+or a no-knowledge note; or, when it fits KNOWLEDGE_STATIC_TOKENS, all of it once after the instruction.
+Then the reply's citations checked against what was sent."""
 
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ from services.engine.citations import CitedReply, render_citations
 from services.engine.models import PromptPart, Session
 from services.engine.prompt_format import KNOWLEDGE_STATUS_TAG, KNOWLEDGE_TAG, neutralize
 from services.engine.tokens import TokenCounter
-from services.ports.knowledge import KnowledgeGaps, KnowledgeQuery, KnowledgeSource, Passage, Retrieval, ScoredPassage
+from services.ports.knowledge import (
+    KnowledgeGaps,
+    KnowledgeQuery,
+    KnowledgeSnapshot,
+    KnowledgeSource,
+    Passage,
+    Retrieval,
+    ScoredPassage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +46,18 @@ class Grounded:
     sent: tuple[ScoredPassage, ...] = ()
     seconds: float = 0.0
     degraded: bool = False
+    static: bool = False
+    """The part holds all the documents and goes right after the instruction (KNOWLEDGE_STATIC_TOKENS);
+    ``sent`` is then what the search found relevant, ``refs`` every passage."""
 
     @property
     def matched(self) -> bool:
-        return bool(self.refs)
+        return bool(self.sent)
 
     @property
     def ids(self) -> tuple[str, ...]:
-        """Ids of the passages sent, in rank order (recorded with the stored reply)."""
+        """Ids of the passages sent (with static knowledge: those found relevant), in rank order
+        (recorded with the stored reply)."""
         return tuple(scored.passage.id for scored in self.sent)
 
     def cite(self, reply: str) -> CitedReply:
@@ -63,6 +76,7 @@ class Grounding:
         budget: int,
         top_k: int,
         gaps: KnowledgeGaps | None = None,
+        static_tokens: int = 0,
     ) -> None:
         self._source = source
         self._counter = counter
@@ -70,6 +84,25 @@ class Grounding:
         self.budget = budget
         self._top_k = top_k
         self._gaps = gaps
+        self._static_tokens = min(static_tokens, budget)
+        self._static: tuple[str, tuple[PromptPart, dict[str, Passage]] | None] | None = None
+        """(snapshot version, its whole-knowledge part and refs, or None when it does not fit)."""
+
+    def _whole(self, snapshot: KnowledgeSnapshot) -> tuple[PromptPart, dict[str, Passage]] | None:
+        """All the snapshot's passages as one part, in document order, when they fit
+        KNOWLEDGE_STATIC_TOKENS: the same bytes every turn until the documents change."""
+        if not self._static_tokens or not snapshot.passages:
+            return None
+        if self._static is not None and self._static[0] == snapshot.version:
+            return self._static[1]
+        whole: tuple[PromptPart, dict[str, Passage]] | None = None
+        if sum(p.tokens for p in snapshot.passages) <= self._static_tokens:  # a cheap bound first
+            refs = {f"K{i}": passage for i, passage in enumerate(snapshot.passages, start=1)}
+            content = "\n".join(knowledge_block(passage, ref) for ref, passage in refs.items())
+            tokens = self._counter.count_message(self._role, content)
+            whole = (PromptPart(self._role, content, tokens), refs) if tokens <= self._static_tokens else None
+        self._static = (snapshot.version, whole)
+        return whole
 
     def query(self, session: Session, text: str) -> KnowledgeQuery:
         recent = tuple(m.content for m in session.messages if m.role == "user")[-RECENT_MESSAGES:]
@@ -78,10 +111,17 @@ class Grounding:
 
     async def ground(self, session: Session, text: str) -> Grounded:
         retrieval: Retrieval | None = None
+        whole: tuple[PromptPart, dict[str, Passage]] | None = None
         try:
-            retrieval = await self._source.current().search(self.query(session, text), limit=self._top_k)
+            snapshot = self._source.current()
+            whole = self._whole(snapshot)
+            # with the whole knowledge sent, the search only tells what matched (gaps, console): no embedding
+            retrieval = await snapshot.search(self.query(session, text), limit=self._top_k, full_text=bool(whole))
         except Exception:  # the knowledge must never be why a customer gets no answer
             log.exception("chat %s: knowledge retrieval failed; answering without documents", session.chat_id)
+        if whole is not None:
+            found = retrieval.passages if retrieval else ()
+            return Grounded(whole[0], whole[1], found, retrieval.seconds if retrieval else 0.0, static=True)
         blocks: list[str] = []
         refs: dict[str, Passage] = {}
         sent: list[ScoredPassage] = []

@@ -1,8 +1,11 @@
-"""How an unanswered question is recorded for operators: normalized (case, spacing) and capped."""
+"""How an unanswered question is recorded for operators: normalized (case, spacing) and capped, and
+only when it asks about something (two content words or more): "thanks!" and "hello" are no gaps."""
 
 from __future__ import annotations
 
 import re
+
+from services.knowledge.analysis import content_terms, terms
 
 QUESTION_CHARS = 300
 GAPS_KEPT = 1000
@@ -11,3 +14,7 @@ GAPS_KEPT = 1000
 
 def normalize_question(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip().casefold()[:QUESTION_CHARS]
+
+
+def worth_recording(text: str) -> bool:
+    return len(set(content_terms(terms(text)))) >= 2

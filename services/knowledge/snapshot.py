@@ -178,11 +178,11 @@ class IndexSnapshot:
             for score, i in fused[:limit]
         ]
 
-    async def search(self, query: KnowledgeQuery, *, limit: int) -> Retrieval:
+    async def search(self, query: KnowledgeQuery, *, limit: int, full_text: bool = False) -> Retrieval:
         started = time.perf_counter()
         vector: np.ndarray | None = None
         degraded = False
-        if self._embedder is not None and self._matrix is not None:
+        if self._embedder is not None and self._matrix is not None and not full_text:
             text = query.message
             if _follow_up(query.message, content_terms(terms(query.message))) and query.recent:
                 text = f"{query.recent[-1]}\n{query.message}"

@@ -87,7 +87,9 @@ class KnowledgeSnapshot(Protocol):
     @property
     def skipped(self) -> tuple[SkippedFile, ...]: ...
 
-    async def search(self, query: KnowledgeQuery, *, limit: int) -> Retrieval: ...
+    async def search(self, query: KnowledgeQuery, *, limit: int, full_text: bool = False) -> Retrieval:
+        """``full_text``: no query embedding (when only whether something matched is needed)."""
+        ...
 
 
 class KnowledgeSource(Protocol):

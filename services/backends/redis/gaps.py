@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import LUA_NOW, AnyRedis, redis_errors, register
-from services.knowledge.gaps import GAPS_KEPT, normalize_question
+from services.knowledge.gaps import GAPS_KEPT, normalize_question, worth_recording
 
 # KEYS: counts, asked, the chat's record (record only).
 _PRUNE = (
@@ -78,6 +78,8 @@ class RedisKnowledgeGaps:
         return [self._keys.knowledge_gaps, self._keys.knowledge_gaps_asked, self._keys.knowledge_gaps_of(chat_id)]
 
     async def record(self, chat_id: int, question: str) -> None:
+        if not worth_recording(question):
+            return
         with redis_errors("knowledge gap not recorded"):
             args = [normalize_question(question), GAPS_KEPT, self._ttl_ms]
             await self._record(keys=self._keys_of(chat_id), args=args)
