@@ -3,6 +3,7 @@ else builds a component from settings or looks at a backend's concrete type."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -152,6 +153,12 @@ def build_knowledge(settings: Settings, backend: Backend) -> KnowledgeLibrary | 
     return library
 
 
+def cache_key_secret(settings: Settings) -> bytes:
+    """The secret of the chats' prompt_cache_key hashes: derived from the bot token, which the model
+    provider never sees, and the same in every worker."""
+    return hashlib.sha256(b"prompt-cache-key\0" + settings.bot.bot_token.get_secret_value().encode()).digest()
+
+
 def build_engine(
     settings: Settings,
     store: SessionStore,
@@ -163,7 +170,7 @@ def build_engine(
     lands in the metrics, a refused summary call in the provider watch, and every request the provider
     accepts clears its refusal (a turn that made no model call clears nothing). With ``OPERATOR_CHAT_ID``
     the model is offered the handoff tool."""
-    llm = build_llm_client(settings.llm, settings.memory)
+    llm = build_llm_client(settings.llm, settings.memory, cache_key_secret=cache_key_secret(settings))
     llm.on_in_flight = LLM_IN_FLIGHT.set
     llm.on_accepted = PROVIDER.accepted
     chat = build_chat_service(

@@ -67,6 +67,12 @@ class LLMSettings(BaseSettings):
         description="how the reply cap is sent: max_completion_tokens (OpenAI) or max_tokens (older "
         "OpenAI-compatible servers)",
     )
+    openai_prompt_cache_key: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description="send each chat's prompt_cache_key (a keyed hash of the chat, never its id) so the provider "
+        "routes a chat's prompts to the cache that holds its prefix: on, off, or auto (only to api.openai.com, "
+        "as OPENAI_BASE_URL unset; other servers may refuse a field they do not know)",
+    )
     openai_temperature: float | None = Field(
         default=None, description="sampling temperature; unset: the provider's default"
     )
@@ -94,6 +100,13 @@ class LLMSettings(BaseSettings):
     @property
     def effective_summary_model(self) -> str:
         return self.summary_model or self.openai_model
+
+    @property
+    def sends_prompt_cache_key(self) -> bool:
+        if self.openai_prompt_cache_key != "auto":
+            return self.openai_prompt_cache_key == "on"
+        base = (self.openai_base_url or "https://api.openai.com/v1").strip().lower()
+        return base.startswith("https://api.openai.com/")
 
 
 class MemorySettings(BaseSettings):

@@ -44,6 +44,41 @@ async def test_chat_request_shape(stub_llm: StubOpenAI) -> None:
     assert completion.finish_reason == "stop" and completion.usage is not None
 
 
+async def test_each_chat_gets_its_own_stable_prompt_cache_key_that_hides_its_id(stub_llm: StubOpenAI) -> None:
+    llm = client_for(stub_llm.base_url, cache_key_secret=b"secret")
+    for chat_id in (424242, 424242, 7):
+        await llm.chat(PROMPT, chat_id=chat_id)
+    keys = [body["prompt_cache_key"] for body in stub_llm.requests[-3:]]
+    assert keys[0] == keys[1] != keys[2] and not any("424242" in k or k == "7" for k in keys)
+    other_worker = client_for(stub_llm.base_url, cache_key_secret=b"secret")
+    assert other_worker.prompt_cache_key(424242) == keys[0], "every worker sends the same key"
+    assert client_for(stub_llm.base_url, cache_key_secret=b"another bot").prompt_cache_key(424242) != keys[0]
+    await client_for(stub_llm.base_url).chat(PROMPT, chat_id=424242)
+    assert "prompt_cache_key" not in stub_llm.requests[-1], "no secret: no key"
+
+
+@pytest.mark.parametrize(
+    ("mode", "base_url", "sends"),
+    [
+        ("auto", None, True),
+        ("auto", "https://api.openai.com/v1", True),
+        ("auto", "http://localhost:8000/v1", False),
+        ("auto", "https://openrouter.ai/api/v1", False),
+        ("on", "http://localhost:8000/v1", True),
+        ("off", None, False),
+    ],
+)
+def test_the_prompt_cache_key_goes_to_openai_unless_told_otherwise(
+    monkeypatch: pytest.MonkeyPatch, mode: str, base_url: str | None, sends: bool
+) -> None:
+    monkeypatch.setenv("OPENAI_PROMPT_CACHE_KEY", mode)
+    if base_url:
+        monkeypatch.setenv("OPENAI_BASE_URL", base_url)
+    else:
+        monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    assert LLMSettings(_env_file=None).sends_prompt_cache_key is sends  # type: ignore[call-arg]
+
+
 async def test_summary_uses_json_schema_and_summary_model(stub_llm: StubOpenAI) -> None:
     llm = client_for(stub_llm.base_url)
     await llm.summarize(PROMPT, schema=SummaryState.json_schema_for_llm())

@@ -48,8 +48,9 @@ def _http_client(settings: LLMSettings) -> Any:
         return None
 
 
-def build_llm_client(settings: LLMSettings, memory: MemorySettings) -> LLMClient:
-    """Raises ConfigurationError when OPENAI_API_KEY is empty (no placeholder key is ever sent)."""
+def build_llm_client(settings: LLMSettings, memory: MemorySettings, *, cache_key_secret: bytes = b"") -> LLMClient:
+    """Raises ConfigurationError when OPENAI_API_KEY is empty (no placeholder key is ever sent).
+    ``cache_key_secret`` keys the chats' prompt_cache_key hashes (when OPENAI_PROMPT_CACHE_KEY sends them)."""
     api_key = settings.openai_api_key.get_secret_value().strip()
     if not api_key:
         raise ConfigurationError("OPENAI_API_KEY is not set")
@@ -69,6 +70,7 @@ def build_llm_client(settings: LLMSettings, memory: MemorySettings) -> LLMClient
         token_limit_param=settings.openai_token_limit_param,
         temperature=settings.openai_temperature,
         max_concurrency=settings.llm_max_concurrency,
+        cache_key_secret=cache_key_secret if settings.sends_prompt_cache_key else None,
         retry=RetryPolicy(
             max_retries=settings.openai_max_retries,
             base_seconds=settings.llm_retry_base_seconds,

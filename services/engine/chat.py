@@ -286,9 +286,11 @@ class ChatService:
                     estimated_tokens=window.estimated_tokens + grounded.part.tokens,
                 )
             if self._tools:
-                completion = await self._llm.chat(window.messages, on_delta=on_delta, tools=self._tools)
+                completion = await self._llm.chat(
+                    window.messages, on_delta=on_delta, tools=self._tools, chat_id=chat_id
+                )
             else:
-                completion = await self._llm.chat(window.messages, on_delta=on_delta)
+                completion = await self._llm.chat(window.messages, on_delta=on_delta, chat_id=chat_id)
             handoff = (
                 _handoff_reason(completion.tool_call.name, completion.tool_call.arguments)
                 if (completion.tool_call is not None)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import itertools
 import logging
 import random
@@ -86,8 +88,10 @@ class LLMClient:
         retry: RetryPolicy | None = None,
         gate: NotBefore | None = None,
         rand: Callable[[], float] = random.random,
+        cache_key_secret: bytes | None = None,
     ) -> None:
         self._client = client
+        self._cache_key_secret = cache_key_secret
         self._retry = retry or RetryPolicy()
         self._gate = gate or NotBefore()
         self._rand = rand
@@ -160,10 +164,14 @@ class LLMClient:
         *,
         on_delta: OnDelta | None = None,
         tools: Sequence[dict[str, Any]] = (),
+        chat_id: int | None = None,
     ) -> Completion:
         """A support reply. With ``on_delta`` the reply is streamed and each text delta is passed on.
-        With ``tools`` the model may answer with a call of one of them (``Completion.tool_call``)."""
+        With ``tools`` the model may answer with a call of one of them (``Completion.tool_call``).
+        ``chat_id``: the chat's prompt_cache_key is sent when this client has a cache-key secret."""
         extra: dict[str, Any] = {self._token_limit_param: self._max_output_tokens}
+        if chat_id is not None and self._cache_key_secret is not None:
+            extra["prompt_cache_key"] = self.prompt_cache_key(chat_id)
         if self._temperature is not None:
             extra["temperature"] = self._temperature
         if tools:
@@ -176,6 +184,12 @@ class LLMClient:
         return await self._with_retries(
             lambda progress: self._stream(self.chat_model, messages, extra, stream, progress), capped=True
         )
+
+    def prompt_cache_key(self, chat_id: int) -> str:
+        """The chat's key for the provider's cache routing: stable across workers and restarts, and a
+        keyed hash, so the provider can tell chats apart but not which Telegram chat each one is."""
+        digest = hmac.new(self._cache_key_secret or b"", str(chat_id).encode(), hashlib.sha256).hexdigest()
+        return f"chat-{digest[:32]}"
 
     async def summarize(
         self, messages: Sequence[PromptPart], *, schema: dict[str, Any], response_format: SummaryFormat | None = None

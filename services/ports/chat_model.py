@@ -17,8 +17,10 @@ class ChatModel(Protocol):
         *,
         on_delta: OnDelta | None = None,
         tools: Sequence[dict[str, Any]] = (),
+        chat_id: int | None = None,
     ) -> Completion:
-        """The reply to ``messages`` (or a call of one of ``tools``); raises LLMError subclasses."""
+        """The reply to ``messages`` (or a call of one of ``tools``); raises LLMError subclasses.
+        ``chat_id`` lets the provider keep one chat's prompts on one cache (prompt_cache_key)."""
         ...
 
     async def summarize(self, messages: Sequence[PromptPart], *, schema: dict[str, Any]) -> Completion:
