@@ -15,7 +15,7 @@ from services.backends.embeddings_disk import DiskEmbeddingCache
 from services.backends.redis.embeddings import RedisEmbeddingCache
 from services.backends.redis.keys import KeySpace
 from services.engine.tokens import TokenCounter
-from services.knowledge.embedder import Embedder
+from services.knowledge.embedder import QUERY_PAUSE_SECONDS, Embedder
 from services.knowledge.library import KnowledgeLibrary
 from services.ports.embeddings import EmbeddingCache
 from services.ports.knowledge import KnowledgeQuery
@@ -115,3 +115,48 @@ async def test_a_failing_embeddings_endpoint_degrades_to_full_text(
         assert fresh.current().embedded == 0 and fresh.needs_vectors, "no vectors, full text, retried later"
         results = await fresh.current().search(KnowledgeQuery("how long does standard delivery take?"), limit=3)
         assert results.passages[0].passage.headings == ("Delivery", "Times")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_after_a_failed_query_embedding_turns_go_full_text_at_once_until_one_trial_works(
+    tmp_path: Path, stub_llm: StubOpenAI
+) -> None:
+    write_docs(tmp_path / "kb")
+    clock = Clock()
+    client = AsyncOpenAI(api_key="sk-test", base_url=stub_llm.base_url, max_retries=0, timeout=10)
+    embedder = Embedder(
+        client=client, model="stub-embed", cache=DiskEmbeddingCache(directory=tmp_path / "c"), clock=clock
+    )
+    built = KnowledgeLibrary(
+        root=tmp_path / "kb",
+        counter=TokenCounter.for_encoding(),
+        passage_tokens=100,
+        max_file_bytes=10**6,
+        min_score=0.2,
+        refresh_seconds=60,
+        embedder=embedder,
+    )
+    built.load()
+    await built.refresh()
+    question = KnowledgeQuery("how long does standard delivery take?")
+    stub_llm.embeddings.mode = "error"
+    requests = len(stub_llm.embeddings.requests)
+    assert (await built.current().search(question, limit=3)).degraded
+    assert len(stub_llm.embeddings.requests) == requests + 1
+    stub_llm.embeddings.mode = "ok"
+    for _ in range(5):  # the endpoint is back, but within the pause nobody asks it
+        clock.now += QUERY_PAUSE_SECONDS / 10
+        found = await built.current().search(question, limit=3)
+        assert found.degraded and found.passages[0].passage.headings == ("Delivery", "Times")
+    assert len(stub_llm.embeddings.requests) == requests + 1, "no request while paused"
+    clock.now += QUERY_PAUSE_SECONDS
+    found = await built.current().search(question, limit=3)
+    assert not found.degraded and found.passages[0].vector_rank is not None, "one trial, and it worked"
+    assert not (await built.current().search(question, limit=3)).degraded

@@ -1,6 +1,8 @@
 """Embeddings through the provider's ``/embeddings`` (the same OpenAI-compatible endpoint), with the
 cache in front: each passage embedded once across workers and restarts. A query embedding that fails
-or is slower than EMBEDDING_TIMEOUT_SECONDS raises ``EmbeddingUnavailable``: the turn goes full-text."""
+or is slower than EMBEDDING_TIMEOUT_SECONDS raises ``EmbeddingUnavailable``: the turn goes full-text,
+and so do the turns of the next QUERY_PAUSE_SECONDS without trying (no customer waits on a dead
+endpoint); then one turn tries again."""
 
 from __future__ import annotations
 
@@ -20,10 +22,16 @@ log = logging.getLogger(__name__)
 CLAIM_SECONDS = 120.0
 """How long another worker's claim on a passage holds before this one embeds it itself."""
 WAIT_POLL_SECONDS = 0.5
+QUERY_PAUSE_SECONDS = 30.0
+"""After a failed query embedding, queries go full-text this long without a request."""
 
 
 class EmbeddingUnavailable(Exception):
     """The embeddings endpoint failed, timed out or answered in a wrong shape."""
+
+
+class EmbeddingPaused(EmbeddingUnavailable):
+    """No request made: a query embedding failed less than QUERY_PAUSE_SECONDS ago."""
 
 
 def passage_text(passage: Passage) -> str:
@@ -40,7 +48,10 @@ class Embedder:
         batch_size: int = 64,
         timeout_seconds: float = 5.0,
         batch_timeout_seconds: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._clock = clock
+        self._paused_until = 0.0
         self._client = client
         self.model = model
         self._cache = cache
@@ -82,7 +93,22 @@ class Embedder:
         return normalized
 
     async def embed_query(self, text: str) -> np.ndarray:
-        row: np.ndarray = (await self._embed([text], seconds=self._timeout, kind="query"))[0]
+        trial = bool(self._paused_until)
+        if trial:  # a query embedding failed lately: none until the pause is over, then one at a time
+            now = self._clock()
+            if now < self._paused_until:
+                raise EmbeddingPaused(f"paused for {self._paused_until - now:.0f} s more after a failure")
+            self._paused_until = now + self._timeout
+        try:
+            row: np.ndarray = (await self._embed([text], seconds=self._timeout, kind="query"))[0]
+        except EmbeddingUnavailable:
+            self._paused_until = self._clock() + QUERY_PAUSE_SECONDS
+            raise
+        except BaseException:  # cancelled: no outcome; after a trial the next turn may try at once
+            if trial:
+                self._paused_until = self._clock()
+            raise
+        self._paused_until = 0.0
         return row
 
     async def embed_passages(self, passages: Sequence[Passage]) -> dict[str, bytes]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from services.knowledge.analysis import content_terms, terms
-from services.knowledge.embedder import Embedder, EmbeddingUnavailable
+from services.knowledge.embedder import QUERY_PAUSE_SECONDS, Embedder, EmbeddingPaused, EmbeddingUnavailable
 from services.knowledge.fulltext import FullTextIndex
 from services.ports.knowledge import KnowledgeQuery, Passage, Retrieval, ScoredPassage, SkippedFile
 
@@ -188,8 +188,15 @@ class IndexSnapshot:
                 text = f"{query.recent[-1]}\n{query.message}"
             try:
                 vector = await self._embedder.embed_query(text)
+            except EmbeddingPaused as exc:
+                degraded = True
+                log.debug("knowledge: query embedding %s; this turn ranks by full text only", exc)
             except EmbeddingUnavailable as exc:
                 degraded = True
-                log.warning("knowledge: query embedding failed (%s); this turn ranks by full text only", exc)
+                log.warning(
+                    "knowledge: query embedding failed (%s); turns rank by full text only for %.0f s",
+                    exc,
+                    QUERY_PAUSE_SECONDS,
+                )
         found = self.rank(query, limit=limit, query_vector=vector)
         return Retrieval(tuple(found), self.version, degraded=degraded, seconds=time.perf_counter() - started)
