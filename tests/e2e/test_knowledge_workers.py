@@ -3,7 +3,8 @@ redis-server, the stub Bot API and the stub model server (chat and /embeddings),
 KNOWLEDGE_REFRESH_SECONDS=1. A question is answered from a document (the passage after the history);
 a file added, changed and deleted while they run reaches every worker (each one's /metrics
 sb_knowledge_passages and the index version it logs); each passage is embedded once across the two,
-and after both restart none is embedded again (only questions are)."""
+even embedding at the same moment (the stub holds /embeddings until both are at it), and after both
+restart none is embedded again (only questions are)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import aiohttp
+from redis.asyncio import Redis
 
 from services.engine.grounding import NO_KNOWLEDGE
 from services.engine.tokens import TokenCounter
@@ -21,7 +23,7 @@ from services.knowledge.corpus import read_corpus
 from services.knowledge.embedder import passage_text
 from tests.conftest import RedisServer, free_port
 from tests.e2e.processes import BotProcess, start_webhook_worker
-from tests.e2e.test_faults import post, worker_env
+from tests.e2e.test_faults import KEYS, post, worker_env
 from tests.e2e.test_knowledge import RETURNS, cite_first, knowledge_part
 from tests.e2e.waiting import eventually
 from tests.stubs.openai_server import StubOpenAI
@@ -99,6 +101,29 @@ async def every_worker_serves(workers: list[Worker], passages: int, *, not_versi
     return workers[0].indexes()[-1][0]
 
 
+async def both_embedding_at_once(stub_llm: StubOpenAI, redis_server: RedisServer) -> None:
+    """Hold /embeddings (its gate closed) until both workers are in their first embedding at once: two
+    passage requests arrived (each worker embeds all: the test then fails), or one did and the other
+    worker is polling the cache for the passages it claimed (HMGET: the embedding cache's only one
+    while no dead letters are listed); then open the gate."""
+    gate = stub_llm.embeddings.gate
+    assert gate is not None
+    redis = Redis.from_url(redis_server.url)
+    try:
+
+        async def both_in() -> bool:
+            stats = await redis.info("commandstats")
+            hmgets = int(stats.get("cmdstat_hmget", {}).get("calls", 0))
+            requests = len(stub_llm.embeddings.requests)
+            return requests >= 2 or (requests == 1 and hmgets >= 3)
+
+        await eventually(both_in, within=20, what="both workers embedding their first index")
+    finally:
+        gate.set()
+        stub_llm.embeddings.gate = None
+        await redis.aclose()
+
+
 def embedded_once(stub_llm: StubOpenAI, texts: Iterable[str]) -> None:
     counts = Counter(stub_llm.embeddings.embedded)
     wanted = set(texts)
@@ -129,8 +154,10 @@ async def test_two_workers_follow_the_folder_and_embed_each_passage_once(
         KNOWLEDGE_REFRESH_SECONDS="1",
     )
     every_text = passage_texts(folder)
+    stub_llm.embeddings.gate = asyncio.Event()
     workers = await start_workers(env, tmp_path, processes)
     full_text = await loaded(workers)
+    await both_embedding_at_once(stub_llm, redis_server)
     hybrid = await every_worker_serves(workers, len(every_text), not_version=full_text, what="both with vectors")
     embedded_once(stub_llm, every_text)
 
@@ -180,6 +207,10 @@ async def test_two_workers_follow_the_folder_and_embed_each_passage_once(
     passages_sent = [t for t in stub_llm.embeddings.embedded if t in every_text]
     assert all(w.process.log.count(b"passages not embedded") == 0 for w in workers)
     await asyncio.gather(*(w.process.stop() for w in workers))
+    redis = Redis.from_url(redis_server.url)
+    # the claims expire (CLAIM_SECONDS) before a restart minutes later would look: only the cache can answer
+    assert await redis.delete(KEYS.embedding_claims("stub-embed")) == 1
+    await redis.aclose()
     workers = await start_workers(env, tmp_path, processes)
     restarted = await loaded(workers)
     again = await every_worker_serves(workers, len(passage_texts(folder)), not_version=restarted, what="the restart")
