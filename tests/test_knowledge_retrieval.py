@@ -5,8 +5,7 @@ swapping in a rebuilt index when files change."""
 from __future__ import annotations
 
 import asyncio
-import shutil
-from logging import WARNING
+from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
 
@@ -175,19 +174,31 @@ async def test_a_vanished_folder_keeps_the_last_good_index(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, fault: str
 ) -> None:
     """KNOWLEDGE_DIR deleted, unmounted (the mount point left empty) or replaced by a file: the last
-    good index keeps serving, with one WARNING line however many refreshes look; once the documents
-    are back they are read again."""
-    root = tmp_path / "kb"
+    good index keeps serving, with one WARNING line however many refreshes look; the same folder back
+    is told once (INFO) and a second outage warns again; changed documents are read again."""
+    root, away = tmp_path / "kb", tmp_path / "away"
     root.mkdir()
+    caplog.set_level(INFO, logger="services.knowledge.library")
     (root / "a.md").write_text("# Refunds\n\nRefunds are paid within 14 days.\n")
     library = live_library(root)
     library.load()
     good = library.current()
-    shutil.rmtree(root)
-    if fault == "unmounted":
-        root.mkdir()
-    elif fault == "not a folder":
-        root.write_text("not a folder")
+
+    def vanish() -> None:
+        root.rename(away)
+        if fault == "unmounted":
+            root.mkdir()
+        elif fault == "not a folder":
+            root.write_text("not a folder")
+
+    def come_back() -> None:
+        if root.is_file():
+            root.unlink()
+        elif root.exists():
+            root.rmdir()
+        away.rename(root)
+
+    vanish()
     for _ in range(3):
         assert await library.refresh() is False
     assert library.current() is good
@@ -195,10 +206,14 @@ async def test_a_vanished_folder_keeps_the_last_good_index(
     assert [s.passage.document for s in found.passages] == ["a.md"]
     warnings = library_warnings(caplog)
     assert len(warnings) == 1 and str(root) in warnings[0] and "previous index" in warnings[0], warnings
-    if root.is_file():
-        root.unlink()
-    root.mkdir(exist_ok=True)
+    come_back()
+    assert await library.refresh() is False, "the same files: nothing to rebuild"
+    assert library.current() is good and "reads again" in caplog.text
+    vanish()
+    assert await library.refresh() is False
+    assert len(library_warnings(caplog)) == 2, "a second outage is told again"
+    come_back()
     (root / "a.md").write_text("# Refunds\n\nRefunds are paid within 30 days.\n")
     assert await library.refresh() is True
     assert [p.text for p in library.current().passages] == ["Refunds are paid within 30 days."]
-    assert len(library_warnings(caplog)) == 1
+    assert len(library_warnings(caplog)) == 2

@@ -126,6 +126,11 @@ class KnowledgeLibrary:
             self._fault = kind
         return False
 
+    def _cleared(self) -> None:
+        if self._fault is not None:
+            log.info("knowledge: %s reads again (was: %s)", self.root, self._fault)
+            self._fault = None
+
     async def refresh(self) -> bool:
         """Rebuild if any file changed since the last build; True if a new snapshot was swapped in."""
         fault = await asyncio.to_thread(self._fault_now)
@@ -133,6 +138,7 @@ class KnowledgeLibrary:
             return self._keep(fault)
         seen = await asyncio.to_thread(fingerprint, self.root)
         if seen == self._fingerprint and not self.needs_vectors:
+            self._cleared()  # the same files back (a remount): the index in use is theirs
             return False
         started = time.perf_counter()
         try:
@@ -146,9 +152,7 @@ class KnowledgeLibrary:
             log.debug("knowledge: the failed rebuild", exc_info=True)
             failure = f"rebuilding failed ({type(exc).__name__}: {exc})"[:300]
             return self._keep(failure, kind=f"rebuilding failed ({type(exc).__name__})")
-        if self._fault is not None:
-            log.info("knowledge: %s reads again (was: %s)", self.root, self._fault)
-            self._fault = None
+        self._cleared()
         # the fingerprint from before the read: a file changed while reading is read again next time
         self._snapshot, self.documents, self._fingerprint = snapshot, corpus.documents, seen
         log.info(
