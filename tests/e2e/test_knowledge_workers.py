@@ -101,27 +101,26 @@ async def every_worker_serves(workers: list[Worker], passages: int, *, not_versi
     return workers[0].indexes()[-1][0]
 
 
-async def both_embedding_at_once(stub_llm: StubOpenAI, redis_server: RedisServer) -> None:
+async def both_embedding_at_once(stub_llm: StubOpenAI, redis: Redis) -> None:
     """Hold /embeddings (its gate closed) until both workers are in their first embedding at once: two
     passage requests arrived (each worker embeds all: the test then fails), or one did and the other
     worker is polling the cache for the passages it claimed (HMGET: the embedding cache's only one
-    while no dead letters are listed); then open the gate."""
+    while no dead letters are listed; counted since the test reset the server's statistics); then
+    open the gate."""
     gate = stub_llm.embeddings.gate
     assert gate is not None
-    redis = Redis.from_url(redis_server.url)
+
+    async def both_in() -> bool:
+        stats = await redis.info("commandstats")
+        hmgets = int(stats.get("cmdstat_hmget", {}).get("calls", 0))
+        requests = len(stub_llm.embeddings.requests)
+        return requests >= 2 or (requests == 1 and hmgets >= 3)
+
     try:
-
-        async def both_in() -> bool:
-            stats = await redis.info("commandstats")
-            hmgets = int(stats.get("cmdstat_hmget", {}).get("calls", 0))
-            requests = len(stub_llm.embeddings.requests)
-            return requests >= 2 or (requests == 1 and hmgets >= 3)
-
         await eventually(both_in, within=20, what="both workers embedding their first index")
     finally:
         gate.set()
         stub_llm.embeddings.gate = None
-        await redis.aclose()
 
 
 def embedded_once(stub_llm: StubOpenAI, texts: Iterable[str]) -> None:
@@ -134,6 +133,7 @@ async def test_two_workers_follow_the_folder_and_embed_each_passage_once(
     telegram: StubTelegram,
     stub_llm: StubOpenAI,
     redis_server: RedisServer,
+    real_redis: Redis,
     tmp_path: Path,
     processes: list[BotProcess],
 ) -> None:
@@ -154,10 +154,11 @@ async def test_two_workers_follow_the_folder_and_embed_each_passage_once(
         KNOWLEDGE_REFRESH_SECONDS="1",
     )
     every_text = passage_texts(folder)
+    await real_redis.config_resetstat()  # (real_redis flushed the session's server) HMGETs counted from here
     stub_llm.embeddings.gate = asyncio.Event()
     workers = await start_workers(env, tmp_path, processes)
     full_text = await loaded(workers)
-    await both_embedding_at_once(stub_llm, redis_server)
+    await both_embedding_at_once(stub_llm, real_redis)
     hybrid = await every_worker_serves(workers, len(every_text), not_version=full_text, what="both with vectors")
     embedded_once(stub_llm, every_text)
 
@@ -207,10 +208,8 @@ async def test_two_workers_follow_the_folder_and_embed_each_passage_once(
     passages_sent = [t for t in stub_llm.embeddings.embedded if t in every_text]
     assert all(w.process.log.count(b"passages not embedded") == 0 for w in workers)
     await asyncio.gather(*(w.process.stop() for w in workers))
-    redis = Redis.from_url(redis_server.url)
     # the claims expire (CLAIM_SECONDS) before a restart minutes later would look: only the cache can answer
-    assert await redis.delete(KEYS.embedding_claims("stub-embed")) == 1
-    await redis.aclose()
+    assert await real_redis.delete(KEYS.embedding_claims("stub-embed")) == 1
     workers = await start_workers(env, tmp_path, processes)
     restarted = await loaded(workers)
     again = await every_worker_serves(workers, len(passage_texts(folder)), not_version=restarted, what="the restart")
