@@ -175,7 +175,8 @@ async def test_two_workers_follow_the_folder_and_embed_each_passage_once(
     assert "When will the refund be paid?" in str(request["messages"][-1]["content"])
     assert replies[-1].startswith("Here is what our policy says [1].")
 
-    # b. added, changed, deleted: every worker swaps its index
+    # b. added, changed, deleted: every worker swaps its index (each one's gauge and logged version; the
+    # prompts show the content: which worker serves a queued chat is not the posting one's choice)
     (folder / "giftcards.md").write_text(GIFT_CARDS)
     every_text |= passage_texts(folder)
     added = await every_worker_serves(workers, len(passage_texts(folder)), not_version=hybrid, what="the added file")
@@ -207,7 +208,7 @@ async def test_two_workers_follow_the_folder_and_embed_each_passage_once(
     embedded_once(stub_llm, every_text)
     passages_sent = [t for t in stub_llm.embeddings.embedded if t in every_text]
     assert all(w.process.log.count(b"passages not embedded") == 0 for w in workers)
-    await asyncio.gather(*(w.process.stop() for w in workers))
+    assert await asyncio.gather(*(w.process.stop() for w in workers)) == [0, 0]
     # the claims expire (CLAIM_SECONDS) before a restart minutes later would look: only the cache can answer
     assert await real_redis.delete(KEYS.embedding_claims("stub-embed")) == 1
     workers = await start_workers(env, tmp_path, processes)
