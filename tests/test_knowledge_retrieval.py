@@ -5,12 +5,15 @@ swapping in a rebuilt index when files change."""
 from __future__ import annotations
 
 import asyncio
+from logging import INFO, WARNING
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from services.engine.tokens import TokenCounter
 from services.knowledge.analysis import content_terms, terms
+from services.knowledge.corpus import Corpus, read_corpus
 from services.knowledge.library import KnowledgeLibrary
 from services.knowledge.snapshot import IndexSnapshot
 from services.ports.knowledge import KnowledgeQuery, Passage
@@ -119,24 +122,99 @@ async def test_the_library_swaps_in_a_rebuilt_index_when_files_change(tmp_path: 
     assert [p.document for p in library.current().passages] == ["a.md"]
 
 
-async def test_a_failed_rebuild_keeps_the_last_good_index(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    (tmp_path / "a.md").write_text("# Refunds\n\nRefunds are paid within 14 days.\n")
-    library = KnowledgeLibrary(
-        root=tmp_path,
+def live_library(root: Path, **reader: Any) -> KnowledgeLibrary:
+    return KnowledgeLibrary(
+        root=root,
         counter=TokenCounter.for_encoding(),
         passage_tokens=100,
         max_file_bytes=10**6,
         min_score=0.2,
         refresh_seconds=60,
+        **reader,
     )
+
+
+def library_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "services.knowledge.library" and r.levelno >= WARNING]
+
+
+async def test_a_failed_rebuild_keeps_the_last_good_index(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The corpus reader is injected (the public seam): it reads the folder, then fails before the
+    index is built. No half-built index is ever current, one WARNING line tells, the next refresh
+    after the fault clears swaps the folder in."""
+    (tmp_path / "a.md").write_text("# Refunds\n\nRefunds are paid within 14 days.\n")
+    failing = [True]
+    calls = [0]
+
+    def reader(root: Path, **options: Any) -> Corpus:
+        calls[0] += 1
+        corpus = read_corpus(root, **options)
+        if failing[0]:
+            raise MemoryError(f"out of memory while indexing (attempt {calls[0]})")
+        return corpus
+
+    library = live_library(tmp_path, reader=reader)
+    failing[0] = False
     library.load()
     good = library.current()
-    (tmp_path / "b.md").write_text("# New\n\ntext")
-
-    def broken() -> None:
-        raise MemoryError("out of memory while indexing")
-
-    library._read = broken  # type: ignore[method-assign,assignment]
+    (tmp_path / "b.md").write_text("# Delivery\n\nDelivery takes 3-5 working days.\n")
+    failing[0] = True
     assert await library.refresh() is False
+    assert await library.refresh() is False, "still failing (another message): retried, not logged again"
+    assert calls[0] == 3
+    assert library.current() is good and [p.document for p in good.passages] == ["a.md"]
+    warnings = library_warnings(caplog)
+    assert len(warnings) == 1 and "MemoryError" in warnings[0] and "previous index" in warnings[0], warnings
+    failing[0] = False
+    assert await library.refresh() is True
+    assert sorted(p.document for p in library.current().passages) == ["a.md", "b.md"]
+
+
+@pytest.mark.parametrize("fault", ["deleted", "unmounted", "not a folder"])
+async def test_a_vanished_folder_keeps_the_last_good_index(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, fault: str
+) -> None:
+    """KNOWLEDGE_DIR deleted, unmounted (the mount point left empty) or replaced by a file: the last
+    good index keeps serving, with one WARNING line however many refreshes look; the same folder back
+    is told once (INFO) and a second outage warns again; changed documents are read again."""
+    root, away = tmp_path / "kb", tmp_path / "away"
+    root.mkdir()
+    caplog.set_level(INFO, logger="services.knowledge.library")
+    (root / "a.md").write_text("# Refunds\n\nRefunds are paid within 14 days.\n")
+    library = live_library(root)
+    library.load()
+    good = library.current()
+
+    def vanish() -> None:
+        root.rename(away)
+        if fault == "unmounted":
+            root.mkdir()
+        elif fault == "not a folder":
+            root.write_text("not a folder")
+
+    def come_back() -> None:
+        if root.is_file():
+            root.unlink()
+        elif root.exists():
+            root.rmdir()
+        away.rename(root)
+
+    vanish()
+    for _ in range(3):
+        assert await library.refresh() is False
     assert library.current() is good
-    assert "rebuilding" in caplog.text and "previous index stays" in caplog.text
+    found = await library.current().search(KnowledgeQuery("when are refunds paid"), limit=3)
+    assert [s.passage.document for s in found.passages] == ["a.md"]
+    warnings = library_warnings(caplog)
+    assert len(warnings) == 1 and str(root) in warnings[0] and "previous index" in warnings[0], warnings
+    come_back()
+    assert await library.refresh() is False, "the same files: nothing to rebuild"
+    assert library.current() is good and "reads again" in caplog.text
+    vanish()
+    assert await library.refresh() is False
+    assert len(library_warnings(caplog)) == 2, "a second outage is told again"
+    come_back()
+    (root / "a.md").write_text("# Refunds\n\nRefunds are paid within 30 days.\n")
+    assert await library.refresh() is True
+    assert [p.text for p in library.current().passages] == ["Refunds are paid within 30 days."]
+    assert len(library_warnings(caplog)) == 2

@@ -1,14 +1,17 @@
 """The live knowledge of KNOWLEDGE_DIR: the first (full-text) build at start-up, then a look every
 KNOWLEDGE_REFRESH_SECONDS; a changed folder, or passages still without vectors, are rebuilt aside (the
-reading and indexing in a thread) and swapped in whole, so a turn never sees a half-built index and a
-failed rebuild keeps the last good one."""
+reading and indexing in a thread) and swapped in whole, so a turn never sees a half-built index. A
+failed rebuild, or a folder gone (deleted, unmounted: left empty, not a folder), keeps the last good
+one, told by one WARNING line per fault, not per look."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from pathlib import Path
+from typing import Protocol
 
 from services.engine.tokens import TokenCounter
 from services.knowledge.corpus import Corpus, DocumentInfo, fingerprint, read_corpus
@@ -16,6 +19,25 @@ from services.knowledge.embedder import Embedder
 from services.knowledge.snapshot import IndexSnapshot
 
 log = logging.getLogger(__name__)
+
+
+class CorpusReader(Protocol):
+    """How the folder is read into passages (``read_corpus``; a test injects a failing one)."""
+
+    def __call__(self, root: Path, *, counter: TokenCounter, passage_tokens: int, max_file_bytes: int) -> Corpus: ...
+
+
+def folder_fault(root: Path, *, had_documents: bool) -> str | None:
+    """Why ``root`` cannot be the knowledge now (gone, not a folder, unlistable, or left empty after
+    holding documents: an unmounted mount point looks so), or None."""
+    try:
+        if not root.is_dir():
+            return "KNOWLEDGE_DIR is gone or not a folder"
+        with os.scandir(root) as entries:
+            empty = next(entries, None) is None
+    except OSError as exc:
+        return f"KNOWLEDGE_DIR cannot be listed ({type(exc).__name__})"
+    return "KNOWLEDGE_DIR is empty (unmounted?)" if empty and had_documents else None
 
 
 class KnowledgeLibrary:
@@ -32,7 +54,11 @@ class KnowledgeLibrary:
         refresh_seconds: float,
         embedder: Embedder | None = None,
         min_similarity: float = 0.45,
+        reader: CorpusReader = read_corpus,
     ) -> None:
+        self._reader = reader
+        self._fault: str | None = None
+        """The fault the last refresh met (logged once), None while the folder reads."""
         self._embedder = embedder
         self._min_similarity = min_similarity
         self._vectors: dict[str, bytes] = {}
@@ -50,7 +76,7 @@ class KnowledgeLibrary:
         return self._snapshot
 
     def _read(self) -> Corpus:
-        return read_corpus(
+        return self._reader(
             self.root, counter=self._counter, passage_tokens=self._passage_tokens, max_file_bytes=self._max_file_bytes
         )
 
@@ -82,19 +108,51 @@ class KnowledgeLibrary:
     def needs_vectors(self) -> bool:
         return self._embedder is not None and self._snapshot.embedded < len(self._snapshot.passages)
 
+    def _fault_now(self) -> str | None:
+        return folder_fault(self.root, had_documents=bool(self.documents))
+
+    def _keep(self, fault: str, *, kind: str | None = None) -> bool:
+        """The last good index stays; a fault is logged when it starts (or its ``kind`` changes), not
+        on every look."""
+        kind = kind or fault
+        if kind != self._fault:
+            log.warning(
+                "knowledge: %s: %s; the previous index %s (%d passages) stays in use",
+                self.root,
+                fault,
+                self._snapshot.version,
+                len(self._snapshot.passages),
+            )
+            self._fault = kind
+        return False
+
+    def _cleared(self) -> None:
+        if self._fault is not None:
+            log.info("knowledge: %s reads again (was: %s)", self.root, self._fault)
+            self._fault = None
+
     async def refresh(self) -> bool:
         """Rebuild if any file changed since the last build; True if a new snapshot was swapped in."""
+        fault = await asyncio.to_thread(self._fault_now)
+        if fault is not None:
+            return self._keep(fault)
         seen = await asyncio.to_thread(fingerprint, self.root)
         if seen == self._fingerprint and not self.needs_vectors:
+            self._cleared()  # the same files back (a remount): the index in use is theirs
             return False
         started = time.perf_counter()
         try:
             corpus = await asyncio.to_thread(self._read)
+            fault = await asyncio.to_thread(self._fault_now)  # gone while it was read: what was read is not it
+            if fault is not None:
+                return self._keep(fault)
             await self._embed(corpus)
             snapshot = await asyncio.to_thread(self._index, corpus)
-        except Exception:  # a rebuild must never take the last good knowledge away
-            log.exception("knowledge: rebuilding %s failed; the previous index stays in use", self.root)
-            return False
+        except Exception as exc:  # a rebuild must never take the last good knowledge away
+            log.debug("knowledge: the failed rebuild", exc_info=True)
+            failure = f"rebuilding failed ({type(exc).__name__}: {exc})"[:300]
+            return self._keep(failure, kind=f"rebuilding failed ({type(exc).__name__})")
+        self._cleared()
         # the fingerprint from before the read: a file changed while reading is read again next time
         self._snapshot, self.documents, self._fingerprint = snapshot, corpus.documents, seen
         log.info(
@@ -112,6 +170,8 @@ class KnowledgeLibrary:
         seen = fingerprint(self.root)
         corpus, snapshot = self._build()
         self._snapshot, self.documents, self._fingerprint = snapshot, corpus.documents, seen
+        if not self.root.is_dir():  # read_corpus logged it: the refresh does not log it again
+            self._fault = folder_fault(self.root, had_documents=False)
         log.info(
             "knowledge: index %s from %s: %d documents, %d passages, %d files skipped",
             snapshot.version,

@@ -32,6 +32,8 @@ class StubEmbeddings:
     mode: Mode = "ok"
     requests: list[list[str]] = field(default_factory=list)
     """The inputs of every request, in order."""
+    gate: asyncio.Event | None = None
+    """While set to an Event not yet set, requests are recorded on arrival and answered once it is."""
 
     @property
     def embedded(self) -> list[str]:
@@ -42,6 +44,8 @@ class StubEmbeddings:
         body: dict[str, Any] = await request.json()
         inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
         self.requests.append([str(text) for text in inputs])
+        if self.gate is not None:
+            await self.gate.wait()
         if self.mode == "error":
             error = {"message": "The server had an error", "type": "server_error", "code": None}
             return web.json_response({"error": error}, status=500)
