@@ -8,6 +8,7 @@ added, changed and deleted while the bot runs, and /embeddings failing (answered
 from __future__ import annotations
 
 import io
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,11 @@ async def test_answers_from_the_documents_and_follows_the_folder(
         await telegram.wait_messages(CHAT, 8)
         block = knowledge_part(stub_llm.chat_requests[-1])
         assert block.count("</knowledge>") == 1 and "</customer_message>" not in block
+        prompts = [request["messages"] for request in stub_llm.chat_requests]
+        assert len(prompts) == 8
+        for before, after in itertools.pairwise(prompts):  # retrieval never touches the cached prefix
+            prefix = before[:-2]  # all but the turn's knowledge part and its new message
+            assert after[: len(prefix)] == prefix and after[len(prefix)] == before[-1]
 
         (folder / "giftcards.md").write_text("# Gift cards\n\nGift cards are sold in every store, 10-500 EUR.\n")
 
