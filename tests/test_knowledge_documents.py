@@ -5,6 +5,8 @@ skipped with one log line naming the file and the reason."""
 from __future__ import annotations
 
 import logging
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from fpdf import FPDF
 from pypdf import PdfReader, PdfWriter
 
 from services.engine.tokens import TokenCounter
-from services.knowledge.corpus import fingerprint, read_corpus
+from services.knowledge.corpus import ParsedFiles, fingerprint, read_corpus
 
 COUNTER = TokenCounter.for_encoding()
 HTML_EXPORT = """<!DOCTYPE html>
@@ -171,14 +173,40 @@ def test_a_missing_folder_is_an_empty_corpus_not_a_crash(tmp_path: Path) -> None
     assert corpus.passages == () and corpus.skipped[0].reason == "KNOWLEDGE_DIR is not a readable folder"
 
 
+def settled(path: Path, seconds_ago: int = 60) -> None:
+    """Give ``path`` a modification time well in the past (no longer "racy")."""
+    then = time.time_ns() - seconds_ago * 1_000_000_000
+    os.utime(path, ns=(then, then))
+
+
 def test_the_fingerprint_changes_with_any_file_and_ignores_hidden_ones(tmp_path: Path) -> None:
     (tmp_path / "a.md").write_text("# A\n\ntext")
+    settled(tmp_path / "a.md")
     before = fingerprint(tmp_path)
     (tmp_path / ".swap.md").write_text("x")
     assert fingerprint(tmp_path) == before
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b.md").write_text("# B\n\ntext")
     assert fingerprint(tmp_path) != before
+
+
+def test_a_file_rewritten_within_its_timestamp_tick_is_read_again(tmp_path: Path) -> None:
+    """Same size, same modification time, new text (two writes within one tick of a coarse clock):
+    while a file is that fresh, neither the fingerprint nor the parse cache take it as unchanged."""
+    path = tmp_path / "a.md"
+    path.write_text("# Refunds\n\nPaid within 14 days.\n")
+    stamp = time.time_ns()
+    os.utime(path, ns=(stamp, stamp))
+    parsed = ParsedFiles()
+    first = read_corpus(tmp_path, counter=COUNTER, passage_tokens=80, max_file_bytes=10**6, parsed=parsed)
+    seen = fingerprint(tmp_path)
+    path.write_text("# Refunds\n\nPaid within 30 days.\n")
+    os.utime(path, ns=(stamp, stamp))  # the tick did not move
+    assert fingerprint(tmp_path) != seen, "the next look reads it again"
+    second = read_corpus(tmp_path, counter=COUNTER, passage_tokens=80, max_file_bytes=10**6, parsed=parsed)
+    assert "14 days" in first.passages[0].text and "30 days" in second.passages[0].text
+    settled(path)
+    assert fingerprint(tmp_path) == fingerprint(tmp_path), "settled, it is stable again"
 
 
 def test_a_docbook_export_keeps_its_answers_and_drops_its_navigation_and_contents(tmp_path: Path) -> None:
@@ -192,3 +220,29 @@ def test_a_docbook_export_keeps_its_answers_and_drops_its_navigation_and_content
     assert not any("Table of Contents" in t or "Chapter 9." in t or "Chapter 11." in t for t in texts)
     assert [p.headings[-1].split(" ", 1)[0] for p in corpus.passages] == ["10.1.", "10.2.", "10.3.", "10.4.", "10.5."]
     assert any("linux-image-" in t for t in texts)  # the answer of 10.4 (how to remove an old kernel)
+
+
+def test_a_refresh_parses_only_the_files_that_changed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    write_pdf(tmp_path / "manual.pdf")
+    (tmp_path / "faq.md").write_text(MARKDOWN)
+    (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.4 nothing")
+    for path in tmp_path.iterdir():
+        settled(path, 120)
+    parsed = ParsedFiles()
+    first = read_corpus(tmp_path, counter=COUNTER, passage_tokens=120, max_file_bytes=1 << 20, parsed=parsed)
+    assert parsed.parses == 3 and len(first.skipped) == 1
+    caplog.clear()
+    (tmp_path / "faq.md").write_text(MARKDOWN.replace("14 days", "30 days"))
+    settled(tmp_path / "faq.md")
+    second = read_corpus(tmp_path, counter=COUNTER, passage_tokens=120, max_file_bytes=1 << 20, parsed=parsed)
+    assert parsed.parses == 4, "only the edited file was parsed again"
+    assert any("30 days" in p.text for p in second.passages) and not any("14 days" in p.text for p in second.passages)
+    assert [p for p in second.passages if p.document == "manual.pdf"] == [
+        p for p in first.passages if p.document == "manual.pdf"
+    ]
+    assert second.skipped == first.skipped and "broken.pdf" not in caplog.text, "a known skip is not logged again"
+    (tmp_path / "manual.pdf").unlink()
+    write_pdf(tmp_path / "manual.pdf")  # back, with a new time: parsed again
+    settled(tmp_path / "manual.pdf", 30)
+    read_corpus(tmp_path, counter=COUNTER, passage_tokens=120, max_file_bytes=1 << 20, parsed=parsed)
+    assert parsed.parses == 5

@@ -1,17 +1,19 @@
 """All of KNOWLEDGE_DIR read into passages: subfolders in sorted order, hidden and editor files
 ignored, symlinks never followed out of the folder, one WARNING line per skipped file (never fatal).
-``fingerprint`` is the cheap change check (names, sizes, times) the live refresh polls."""
+``fingerprint`` is the cheap change check (names, sizes, times) the live refresh polls; with
+``ParsedFiles`` a refresh parses only the files whose size or time changed."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from services.engine.tokens import TokenCounter
-from services.knowledge.documents import SUFFIXES, UnreadableDocument
+from services.knowledge.documents import SUFFIXES, Document, UnreadableDocument
 from services.knowledge.passages import cut_passages
 from services.knowledge.reading import read_document
 from services.ports.knowledge import Passage, SkippedFile
@@ -36,6 +38,53 @@ class Corpus:
     documents: tuple[DocumentInfo, ...]
     skipped: tuple[SkippedFile, ...]
     fingerprint: str
+
+
+RACY_NS = 2_000_000_000
+"""A file modified this recently may change again within the same timestamp tick (same size, same
+time, new text: git's "racy" entries): it is never taken as unchanged until it is older."""
+
+
+def _racy(stamp_ns: int) -> bool:
+    return time.time_ns() - stamp_ns < RACY_NS
+
+
+class ParsedFiles:
+    """What earlier reads parsed, by file name, size and modification time (a document, or why it was
+    skipped): a big PDF is not parsed again because a small FAQ file next to it was edited."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[tuple[int, int], Document | str]] = {}
+        self.parses = 0
+        """Files parsed so far (not found here)."""
+
+    def get(self, relative: str, stamp: tuple[int, int]) -> Document | str | None:
+        entry = self._entries.get(relative)
+        return entry[1] if entry is not None and entry[0] == stamp else None
+
+    def put(self, relative: str, stamp: tuple[int, int], outcome: Document | str) -> None:
+        self.parses += 1
+        if _racy(stamp[1]):  # it may still change within its tick: parsed again next time
+            self._entries.pop(relative, None)
+        else:
+            self._entries[relative] = (stamp, outcome)
+
+    def keep(self, names: set[str]) -> None:
+        """Forget the files that are gone."""
+        for name in set(self._entries) - names:
+            del self._entries[name]
+
+
+def _parse(path: Path, relative: str, max_file_bytes: int) -> Document | str:
+    """The document, or why it is skipped (logged here, once per parse)."""
+    try:
+        return read_document(path, relative=relative, max_bytes=max_file_bytes)
+    except UnreadableDocument as exc:
+        reason = str(exc)
+    except (OSError, RecursionError, MemoryError) as exc:
+        reason = f"cannot read: {type(exc).__name__}"
+    log.warning("knowledge: skipped %s: %s", relative, reason)
+    return reason
 
 
 def _files(root: Path) -> list[tuple[str, Path]]:
@@ -66,19 +115,26 @@ def fingerprint(root: Path) -> str:
         except OSError:
             continue
         digest.update(f"{relative}\x1f{stat.st_size}\x1f{stat.st_mtime_ns}\n".encode("utf-8", "replace"))
+        if _racy(stat.st_mtime_ns):  # may change unseen within its tick: the next look reads it again
+            digest.update(str(time.time_ns()).encode())
     return digest.hexdigest()[:16]
 
 
-def read_corpus(root: Path, *, counter: TokenCounter, passage_tokens: int, max_file_bytes: int) -> Corpus:
-    """Every readable document of ``root`` as passages; unreadable files skipped with their reason."""
+def read_corpus(
+    root: Path, *, counter: TokenCounter, passage_tokens: int, max_file_bytes: int, parsed: ParsedFiles | None = None
+) -> Corpus:
+    """Every readable document of ``root`` as passages; unreadable files skipped with their reason.
+    ``parsed``: the earlier reads' parses, reused for unchanged files and updated."""
     if not root.is_dir():
         reason = "KNOWLEDGE_DIR is not a readable folder"
         log.warning("knowledge: %s: %s", root, reason)
         return Corpus((), (), (SkippedFile(str(root), reason),), "")
+    parsed = parsed if parsed is not None else ParsedFiles()
     passages: list[Passage] = []
     documents: list[DocumentInfo] = []
     skipped: list[SkippedFile] = []
     seen: set[str] = set()
+    names: set[str] = set()
     for relative, path in _files(root):
         if path.suffix.lower() not in SUFFIXES:
             reason = f"unsupported type {path.suffix or '(no suffix)'}"
@@ -86,17 +142,22 @@ def read_corpus(root: Path, *, counter: TokenCounter, passage_tokens: int, max_f
             skipped.append(SkippedFile(relative, reason))
             continue
         try:
-            document = read_document(path, relative=relative, max_bytes=max_file_bytes)
-        except UnreadableDocument as exc:
-            log.warning("knowledge: skipped %s: %s", relative, exc)
-            skipped.append(SkippedFile(relative, str(exc)))
-            continue
-        except (OSError, RecursionError, MemoryError) as exc:
-            log.warning("knowledge: skipped %s: cannot read: %s", relative, type(exc).__name__)
+            stat = path.stat()
+        except OSError as exc:
             skipped.append(SkippedFile(relative, f"cannot read: {type(exc).__name__}"))
             continue
-        cut = [p for p in cut_passages(document, counter=counter, max_tokens=passage_tokens) if p.id not in seen]
+        stamp = (stat.st_size, stat.st_mtime_ns)
+        names.add(relative)
+        outcome = parsed.get(relative, stamp)
+        if outcome is None:
+            outcome = _parse(path, relative, max_file_bytes)
+            parsed.put(relative, stamp, outcome)
+        if isinstance(outcome, str):
+            skipped.append(SkippedFile(relative, outcome))
+            continue
+        cut = [p for p in cut_passages(outcome, counter=counter, max_tokens=passage_tokens) if p.id not in seen]
         seen.update(p.id for p in cut)
         passages.extend(cut)
-        documents.append(DocumentInfo(relative, document.title, document.url, len(cut), sum(p.tokens for p in cut)))
+        documents.append(DocumentInfo(relative, outcome.title, outcome.url, len(cut), sum(p.tokens for p in cut)))
+    parsed.keep(names)
     return Corpus(tuple(passages), tuple(documents), tuple(skipped), fingerprint(root))

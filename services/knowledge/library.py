@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from services.engine.tokens import TokenCounter
-from services.knowledge.corpus import Corpus, DocumentInfo, fingerprint, read_corpus
+from services.knowledge.corpus import Corpus, DocumentInfo, ParsedFiles, fingerprint, read_corpus
 from services.knowledge.embedder import Embedder
 from services.knowledge.snapshot import IndexSnapshot
 
@@ -24,7 +24,15 @@ log = logging.getLogger(__name__)
 class CorpusReader(Protocol):
     """How the folder is read into passages (``read_corpus``; a test injects a failing one)."""
 
-    def __call__(self, root: Path, *, counter: TokenCounter, passage_tokens: int, max_file_bytes: int) -> Corpus: ...
+    def __call__(
+        self,
+        root: Path,
+        *,
+        counter: TokenCounter,
+        passage_tokens: int,
+        max_file_bytes: int,
+        parsed: ParsedFiles | None = None,
+    ) -> Corpus: ...
 
 
 def folder_fault(root: Path, *, had_documents: bool) -> str | None:
@@ -57,6 +65,7 @@ class KnowledgeLibrary:
         reader: CorpusReader = read_corpus,
     ) -> None:
         self._reader = reader
+        self._parsed = ParsedFiles()
         self._fault: str | None = None
         """The fault the last refresh met (logged once), None while the folder reads."""
         self._embedder = embedder
@@ -77,7 +86,11 @@ class KnowledgeLibrary:
 
     def _read(self) -> Corpus:
         return self._reader(
-            self.root, counter=self._counter, passage_tokens=self._passage_tokens, max_file_bytes=self._max_file_bytes
+            self.root,
+            counter=self._counter,
+            passage_tokens=self._passage_tokens,
+            max_file_bytes=self._max_file_bytes,
+            parsed=self._parsed,
         )
 
     def _index(self, corpus: Corpus) -> IndexSnapshot:
