@@ -176,5 +176,6 @@ def test_knowledge_benchmark_smoke() -> None:
     assert "34 HTML files" in out and "87 answerable" in out, out
     for line in ("bm25s defaults (baseline)", "product full text", "<- default", "s per 1 000 pages"):
         assert line in out, out
-    assert "over the budget: 0" in out, out
+    assert re.search(r"prompts over the budget: 0 of \d+", out), out
     assert re.search(r"passages after the history \(product\)\s+\d+", out), out
+    assert re.search(r"sent whole after the instruction \(STATIC\)\s+\d+", out), out
