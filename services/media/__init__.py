@@ -1,1 +1,0 @@
-"""Media a customer sends (photos, voice, documents): pure rules, no I/O (image_tokens)."""
