@@ -14,6 +14,7 @@ OpenAI-compatible servers do.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 import time
@@ -24,8 +25,11 @@ from typing import Any, Literal
 
 from aiohttp import web
 
+from services.media.image_tokens import parse_rule
 from tests.stubs.embeddings import StubEmbeddings
-from tests.stubs.prompt_cache import PrefixCache, PromptTokens
+from tests.stubs.prompt_cache import Content, PrefixCache, PromptTokens
+from tests.stubs.transcriptions import StubTranscriptions
+from tests.stubs.vision import ImageInput, image_refusal, images_in, text_of
 
 # --- provider faults (issue 26): HTTP errors with headers, replies broken on the wire -----------------
 
@@ -112,7 +116,7 @@ def customer_texts(body: dict[str, Any]) -> list[str]:
     """The customer's texts in a request, oldest first (summary-call turns included)."""
     texts: list[str] = []
     for message in body["messages"]:
-        texts.extend(_TAG.findall(message.get("content") or ""))
+        texts.extend(_TAG.findall(text_of(message.get("content"))))
     return texts
 
 
@@ -206,6 +210,15 @@ class StubOpenAI:
     """Headers sent with every error answer, e.g. ``{"retry-after": "2"}`` as providers send with 429/503."""
     embeddings: StubEmbeddings = field(default_factory=StubEmbeddings)
     """``POST /v1/embeddings`` (its requests and fault mode)."""
+    transcriptions: StubTranscriptions = field(default_factory=StubTranscriptions)
+    """``POST /v1/audio/transcriptions`` (its script, calls and fault modes)."""
+    # --- image input (tests.stubs.vision) ---
+    vision: bool = True
+    """False: image parts are refused with OpenAI's 400 for a model without vision."""
+    image_rule: str = "gpt-4o"
+    """The rule image parts are billed by (services.media.image_tokens), whatever the request's model."""
+    image_tokens: list[int] = field(default_factory=list)
+    """Image tokens billed in each request, in the order of ``requests`` (0 without images)."""
 
     @property
     def chat_requests(self) -> list[dict[str, Any]]:
@@ -220,6 +233,7 @@ class StubOpenAI:
         app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/embeddings", self.embeddings.handle)
+        app.router.add_post("/v1/audio/transcriptions", self.transcriptions.handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
@@ -229,6 +243,7 @@ class StubOpenAI:
         return self.base_url
 
     async def stop(self) -> None:
+        self.transcriptions.stop()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -258,9 +273,17 @@ class StubOpenAI:
         return response
 
     async def _answer(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
-        prompt = self._tokens.prompt((m["role"], m.get("content") or "") for m in body["messages"])
+        images = images_in(body)
+        image_refused = image_refusal(images, vision=self.vision)
+        contents = [
+            self._content(i, m.get("content"), images, image_refused is None) for i, m in enumerate(body["messages"])
+        ]
+        prompt = self._tokens.prompt((m["role"], c) for m, c in zip(body["messages"], contents, strict=True))
         cached = self._cache.lookup_and_store(str(body.get("model")), prompt)
         self.cached_tokens.append(cached)
+        self.image_tokens.append(
+            sum(p[1] for c in contents if not isinstance(c, str) for p in c if not isinstance(p, str))
+        )
         delay = self.delays.popleft() if self.delays else self.latency
         if delay:
             await asyncio.sleep(delay)
@@ -268,7 +291,7 @@ class StubOpenAI:
             return web.json_response({"error": {"message": "down", "type": "server_error"}}, status=503)
         if self.always is not None:
             return _error_response(self.always)
-        refusal = self._response_format_refusal(body)
+        refusal = image_refused or self._response_format_refusal(body)
         if refusal is not None:
             return refusal
         is_summary = is_summary_request(body)
@@ -318,6 +341,22 @@ class StubOpenAI:
                 "usage": usage,
             }
         )
+
+    def _content(self, index: int, content: Any, images: list[ImageInput], bill: bool) -> Content:
+        """A message's content for the token count: its text, or its text and image parts (an image
+        stands as one token id from its bytes, repeated as many times as the image costs)."""
+        if not isinstance(content, list):
+            return str(content or "")
+        parts: list[str | tuple[int, int]] = []
+        mine = {image.part: image for image in images if image.message == index}
+        for position, part in enumerate(content):
+            image = mine.get(position)
+            if image is None:
+                parts.append(text_of([part]))
+            elif bill and image.size is not None and image.data is not None:
+                tokens = parse_rule(self.image_rule).cost(*image.size, image.detail).tokens  # type: ignore[arg-type]
+                parts.append((2_000_000 + int.from_bytes(hashlib.blake2b(image.data, digest_size=3).digest()), tokens))
+        return parts
 
     def _error_answer(self, status: int) -> web.Response:
         """An error as OpenAI shapes it: ``{"error": {message, type, param, code}}`` (429 as a rate limit)."""

@@ -20,7 +20,11 @@ BLOCK = 128
 # Framing token ids outside o200k's vocabulary (they only need to differ from real tokens).
 _START, _SEP, _END = 1_000_001, 1_000_002, 1_000_003
 
-Message = tuple[str, str]
+ImagePart = tuple[int, int]
+"""An image in a prompt: a token id standing for its bytes, and how many tokens the image costs."""
+Content = str | Sequence[str | ImagePart]
+"""A message's content: text, or text and image parts in order (the stub model server's image input)."""
+Message = tuple[str, Content]
 
 
 def cacheable(common_prefix_tokens: int) -> int:
@@ -47,8 +51,11 @@ class PromptTokens:
             self._memo[text] = tokens
         return tokens
 
-    def message(self, role: str, content: str) -> list[int]:
-        return [_START, *self._encode(role), _SEP, *self._encode(content), _END]
+    def message(self, role: str, content: Content) -> list[int]:
+        if isinstance(content, str):
+            return [_START, *self._encode(role), _SEP, *self._encode(content), _END]
+        body = [t for part in content for t in (self._encode(part) if isinstance(part, str) else [part[0]] * part[1])]
+        return [_START, *self._encode(role), _SEP, *body, _END]
 
     def prompt(self, messages: Iterable[Message]) -> array[int]:
         """The prompt's tokens without the reply primer (which is never part of a cached prefix)."""

@@ -2,7 +2,8 @@
 
 Implements getMe, getUpdates, sendMessage, sendMessageDraft, sendChatAction, editMessageText,
 deleteWebhook, setWebhook, setMyCommands, and for forum topics createForumTopic, closeForumTopic,
-reopenForumTopic and copyMessage (``message_thread_id`` is recorded with every call's parameters).
+reopenForumTopic and copyMessage (``message_thread_id`` is recorded with every call's parameters), and
+getFile with the file downloads (``files``: tests.stubs.files, which also builds the media updates).
 Faults can be injected per method: queued error answers (``faults``), a slow answer (``delays``), and a
 method this server lacks or answers with a non-Bot-API body (``broken``); ``instant_get_updates`` makes
 getUpdates answer at once instead of long polling.
@@ -22,6 +23,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.stubs.files import MediaUpdates, StubFiles
+
 BOT_USER = {"id": 424242, "is_bot": True, "first_name": "Support", "username": "support_test_bot"}
 
 
@@ -35,7 +38,7 @@ class Call:
 
 
 @dataclass
-class StubTelegram:
+class StubTelegram(MediaUpdates):
     calls: list[Call] = field(default_factory=list)
     updates: list[dict[str, Any]] = field(default_factory=list)
     faults: dict[str, deque[dict[str, Any]]] = field(default_factory=dict)
@@ -63,10 +66,14 @@ class StubTelegram:
     """getUpdates answers at once with what is pending (no long polling, as some servers and proxies do)."""
     polls: list[float] = field(default_factory=list)
     """When each getUpdates arrived (monotonic seconds)."""
+    files: StubFiles = field(default_factory=StubFiles)
+    """The files getFile and the download route serve (``add_file``, the media builders), the downloads."""
+    _media_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     async def start(self, host: str = "127.0.0.1") -> str:
         app = web.Application()
         app.router.add_post("/bot{token}/{method}", self._handle)
+        app.router.add_get("/file/bot{token}/{path:.+}", self.files.download)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, 0)
@@ -77,6 +84,7 @@ class StubTelegram:
 
     async def stop(self) -> None:
         self._stopping.set()
+        self.files.stop()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -246,6 +254,9 @@ class StubTelegram:
 
     async def _m_getMe(self, _params: dict[str, Any]) -> Any:
         return BOT_USER
+
+    async def _m_getFile(self, params: dict[str, Any]) -> Any:
+        return self.files.get_file(params)
 
     async def _handle_get_updates(self, params: dict[str, Any]) -> web.Response:
         if self._polling:
