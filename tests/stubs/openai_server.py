@@ -291,7 +291,8 @@ class StubOpenAI:
             return web.json_response({"error": {"message": "down", "type": "server_error"}}, status=503)
         if self.always is not None:
             return _error_response(self.always)
-        refusal = image_refused or self._response_format_refusal(body)
+        # Not ``or``: before aiohttp 3.10 a Response is an empty mapping, so it is falsy.
+        refusal = image_refused if image_refused is not None else self._response_format_refusal(body)
         if refusal is not None:
             return refusal
         is_summary = is_summary_request(body)
