@@ -180,6 +180,10 @@ class MemorySettings(BaseSettings):
         return self
 
 
+KNOWLEDGE_BLOCK_TOKENS = 120
+"""What a passage's <knowledge> block adds at most: tags, ref and its source (capped: SOURCE_PART_CHARS)."""
+
+
 class KnowledgeSettings(BaseSettings):
     """Answers grounded in the operator's documents: which folder, how passages are cut, how much of every
     prompt they may take, and the optional embeddings for hybrid retrieval."""
@@ -251,6 +255,17 @@ class KnowledgeSettings(BaseSettings):
         description="the in-process store's embedding cache (with REDIS_URL the cache is in Redis, shared by all "
         "workers)",
     )
+
+    @model_validator(mode="after")
+    def _passages_fit_the_budget(self) -> KnowledgeSettings:
+        room = self.knowledge_token_budget - KNOWLEDGE_BLOCK_TOKENS
+        if self.knowledge_passage_tokens > room:
+            raise ValueError(
+                f"KNOWLEDGE_PASSAGE_TOKENS={self.knowledge_passage_tokens} does not fit KNOWLEDGE_TOKEN_BUDGET="
+                f"{self.knowledge_token_budget}: a passage with its block takes up to {KNOWLEDGE_BLOCK_TOKENS} tokens "
+                f"more; at most {max(room, 0)}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _static_within_budget(self) -> KnowledgeSettings:

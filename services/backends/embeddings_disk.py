@@ -45,3 +45,6 @@ class DiskEmbeddingCache:
 
     async def claim(self, model: str, ids: Sequence[str], *, ttl_seconds: float) -> set[str]:
         return set(ids)
+
+    async def release(self, model: str, ids: Sequence[str]) -> None:
+        return None  # one process: nobody else claims

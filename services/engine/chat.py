@@ -326,7 +326,7 @@ class ChatService:
                     on_restart()
                 continue
             folded = compaction.fold_count if compaction else 0
-            if grounded is not None and not grounded.matched and not commit.duplicate and self._grounding:
+            if grounded is not None and grounded.gap and not commit.duplicate and self._grounding:
                 await self._grounding.record_gap(chat_id, text)
             return TurnResult(
                 reply=reply_text,

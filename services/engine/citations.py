@@ -8,9 +8,20 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.ports.knowledge import Passage
+from services.engine.prompt_format import neutralize
+from services.ports.knowledge import Passage, web_url
 
-_MARKER = re.compile(r"\s?[\[【(]\s*[Kk]\s*(\d{1,3})\s*[\]】)]")
+_MARKER = re.compile(r"\s?([\[【(])\s*([Kk])\s*(\d{1,3})\s*[\]】)]")
+"""[K1] or 【K1】, the form asked for: dropped when no such passage was sent. (K1) or [k1] count only
+when that passage was sent; otherwise they are left as written (a product code such as "(K120)")."""
+_MARKDOWN = re.compile(r"([\\`*_\[\]()~<>|#!])")
+
+
+def _plain(source: str) -> str:
+    """A document's name and headings as literal text in the reply (Markdown is rendered for
+    Telegram: a heading must not become a hidden link or bold), and no data fence in it (the reply
+    is stored and goes back into later prompts)."""
+    return _MARKDOWN.sub(r"\\\1", neutralize(source))
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,9 +36,10 @@ def render_citations(reply: str, refs: Mapping[str, Passage]) -> CitedReply:
     order: list[str] = []
 
     def replace(match: re.Match[str]) -> str:
-        ref = f"K{int(match.group(1))}"
+        ref = f"K{int(match.group(3))}"
         if ref not in refs:
-            return ""
+            strict = match.group(1) != "(" and match.group(2) == "K"
+            return "" if strict else match.group(0)
         if ref not in order:
             order.append(ref)
         space = " " if match.group(0)[:1].isspace() else ""
@@ -39,5 +51,6 @@ def render_citations(reply: str, refs: Mapping[str, Passage]) -> CitedReply:
     lines = []
     for number, ref in enumerate(order, start=1):
         passage = refs[ref]
-        lines.append(f"[{number}] {passage.source}" + (f" — {passage.url}" if passage.url else ""))
+        url = web_url(passage.url)
+        lines.append(f"[{number}] {_plain(passage.source)}" + (f" — {url}" if url else ""))
     return CitedReply(text.rstrip() + "\n\n" + "\n".join(lines), tuple(refs[ref].id for ref in order))

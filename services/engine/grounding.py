@@ -49,6 +49,16 @@ class Grounded:
     static: bool = False
     """The part holds all the documents and goes right after the instruction (KNOWLEDGE_STATIC_TOKENS);
     ``sent`` is then what the search found relevant, ``refs`` every passage."""
+    searched: bool = True
+    """The search ran (False: it failed, and the turn went without documents)."""
+    found: int = 0
+    """Passages the search found above the floor (sent or not: some may not have fit)."""
+
+    @property
+    def gap(self) -> bool:
+        """A question the documents do not answer (not one whose search failed or whose passages
+        only did not fit): what ``knowledge gaps`` lists."""
+        return self.searched and not self.found
 
     @property
     def matched(self) -> bool:
@@ -85,15 +95,16 @@ class Grounding:
         self._top_k = top_k
         self._gaps = gaps
         self._static_tokens = min(static_tokens, budget)
-        self._static: tuple[str, tuple[PromptPart, dict[str, Passage]] | None] | None = None
-        """(snapshot version, its whole-knowledge part and refs, or None when it does not fit)."""
+        self._static: tuple[KnowledgeSnapshot, tuple[PromptPart, dict[str, Passage]] | None] | None = None
+        """(the snapshot, its whole-knowledge part and refs, or None when it does not fit): by identity,
+        not version, since a changed link or title keeps the passages' ids."""
 
     def _whole(self, snapshot: KnowledgeSnapshot) -> tuple[PromptPart, dict[str, Passage]] | None:
         """All the snapshot's passages as one part, in document order, when they fit
         KNOWLEDGE_STATIC_TOKENS: the same bytes every turn until the documents change."""
         if not self._static_tokens or not snapshot.passages:
             return None
-        if self._static is not None and self._static[0] == snapshot.version:
+        if self._static is not None and self._static[0] is snapshot:
             return self._static[1]
         whole: tuple[PromptPart, dict[str, Passage]] | None = None
         if sum(p.tokens for p in snapshot.passages) <= self._static_tokens:  # a cheap bound first
@@ -101,7 +112,7 @@ class Grounding:
             content = "\n".join(knowledge_block(passage, ref) for ref, passage in refs.items())
             tokens = self._counter.count_message(self._role, content)
             whole = (PromptPart(self._role, content, tokens), refs) if tokens <= self._static_tokens else None
-        self._static = (snapshot.version, whole)
+        self._static = (snapshot, whole)
         return whole
 
     def query(self, session: Session, text: str) -> KnowledgeQuery:
@@ -119,9 +130,11 @@ class Grounding:
             retrieval = await snapshot.search(self.query(session, text), limit=self._top_k, full_text=bool(whole))
         except Exception:  # the knowledge must never be why a customer gets no answer
             log.exception("chat %s: knowledge retrieval failed; answering without documents", session.chat_id)
+        searched, found = retrieval is not None, len(retrieval.passages) if retrieval else 0
         if whole is not None:
-            found = retrieval.passages if retrieval else ()
-            return Grounded(whole[0], whole[1], found, retrieval.seconds if retrieval else 0.0, static=True)
+            relevant = retrieval.passages if retrieval else ()
+            seconds = retrieval.seconds if retrieval else 0.0
+            return Grounded(whole[0], whole[1], relevant, seconds, static=True, searched=searched, found=found)
         blocks: list[str] = []
         refs: dict[str, Passage] = {}
         sent: list[ScoredPassage] = []
@@ -140,7 +153,8 @@ class Grounding:
         content = "\n".join(blocks) if blocks else NO_KNOWLEDGE
         seconds = retrieval.seconds if retrieval else 0.0
         degraded = retrieval.degraded if retrieval else False
-        return Grounded(PromptPart(self._role, content, tokens), refs, tuple(sent), seconds, degraded)
+        part = PromptPart(self._role, content, tokens)
+        return Grounded(part, refs, tuple(sent), seconds, degraded, searched=searched, found=found)
 
     async def record_gap(self, chat_id: int, question: str) -> None:
         if self._gaps is None:

@@ -12,6 +12,7 @@ from bm25s.stopwords import STOPWORDS_EN, STOPWORDS_EN_PLUS, STOPWORDS_RUSSIAN
 
 _WORD = re.compile(r"[^\W_]+(?:[-/][^\W_]+)*")
 _CYRILLIC = re.compile(r"[\u0400-\u04ff]")
+_INVISIBLE = re.compile("[\u00ad\u200b\u200c\u200d\u2060\ufeff]")  # soft hyphen, zero-width: inside words
 # Ranking drops only Lucene's 33 English stop words: "how", "which", "can", "what" are words a
 # customer's question shares with an FAQ heading (benchmarks/knowledge.py measures both lists).
 # The relevance floor ignores NLTK's wider list too: "do you" absent from the documents must not
@@ -22,7 +23,33 @@ _STOP_RU_MORE = ("это", "этот", "эта", "эти", "этого", "это
 _STOP_RU = frozenset(word.replace("ё", "е") for word in (*STOPWORDS_RUSSIAN, *_STOP_RU_MORE))
 _RU = Stemmer.Stemmer("russian")
 _EN = Stemmer.Stemmer("english")
-_FUNCTION = frozenset(str(_EN.stemWord(word)) for word in STOPWORDS_EN_PLUS) - frozenset(STOPWORDS_EN)
+_FUNCTION_RU = (
+    "сколько",
+    "какой",
+    "какая",
+    "какое",
+    "какие",
+    "каком",
+    "какую",
+    "каких",
+    "когда",
+    "где",
+    "куда",
+    "откуда",
+    "почему",
+    "зачем",
+    "можно",
+    "нужно",
+    "надо",
+    "ли",
+    "а",
+    "скажите",
+    "подскажите",
+    "здравствуйте",
+)
+_FUNCTION = (frozenset(str(_EN.stemWord(word)) for word in STOPWORDS_EN_PLUS) - frozenset(STOPWORDS_EN)) | frozenset(
+    str(_RU.stemWord(word)) for word in _FUNCTION_RU
+)
 
 
 @lru_cache(maxsize=200_000)
@@ -36,7 +63,7 @@ def _term(word: str) -> str | None:
 
 def terms(text: str) -> list[str]:
     """The search terms of ``text`` in order (repeats kept: they weigh in BM25)."""
-    folded = unicodedata.normalize("NFKC", text).casefold().replace("ё", "е")
+    folded = _INVISIBLE.sub("", unicodedata.normalize("NFKC", text)).casefold().replace("ё", "е")
     found: list[str] = []
     for match in _WORD.finditer(folded):
         word = match.group()

@@ -50,19 +50,20 @@ def _racy(stamp_ns: int) -> bool:
 
 
 class ParsedFiles:
-    """What earlier reads parsed, by file name, size and modification time (a document, or why it was
-    skipped): a big PDF is not parsed again because a small FAQ file next to it was edited."""
+    """What earlier reads made of each file, by name, size and modification time (its document and
+    passages, or why it was skipped): a big PDF is not parsed and cut again because a small FAQ file
+    next to it was edited."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, tuple[tuple[int, int], Document | str]] = {}
+        self._entries: dict[str, tuple[tuple[int, int, int], Parsed]] = {}
         self.parses = 0
         """Files parsed so far (not found here)."""
 
-    def get(self, relative: str, stamp: tuple[int, int]) -> Document | str | None:
+    def get(self, relative: str, stamp: tuple[int, int, int]) -> Parsed | None:
         entry = self._entries.get(relative)
         return entry[1] if entry is not None and entry[0] == stamp else None
 
-    def put(self, relative: str, stamp: tuple[int, int], outcome: Document | str) -> None:
+    def put(self, relative: str, stamp: tuple[int, int, int], outcome: Parsed) -> None:
         self.parses += 1
         if _racy(stamp[1]):  # it may still change within its tick: parsed again next time
             self._entries.pop(relative, None)
@@ -75,10 +76,15 @@ class ParsedFiles:
             del self._entries[name]
 
 
-def _parse(path: Path, relative: str, max_file_bytes: int) -> Document | str:
-    """The document, or why it is skipped (logged here, once per parse)."""
+Parsed = tuple[Document, tuple[Passage, ...]] | str
+"""A file read: its document and passages, or why it is skipped."""
+
+
+def _parse(path: Path, relative: str, max_file_bytes: int, counter: TokenCounter, passage_tokens: int) -> Parsed:
+    """The document and its passages, or why it is skipped (logged here, once per parse)."""
     try:
-        return read_document(path, relative=relative, max_bytes=max_file_bytes)
+        document = read_document(path, relative=relative, max_bytes=max_file_bytes)
+        return document, tuple(cut_passages(document, counter=counter, max_tokens=passage_tokens))
     except UnreadableDocument as exc:
         reason = str(exc)
     except (OSError, RecursionError, MemoryError) as exc:
@@ -100,10 +106,16 @@ def _files(root: Path) -> list[tuple[str, Path]]:
             try:
                 if not path.resolve().is_relative_to(real_root) or not path.is_file():
                     continue
-            except OSError:
+            except (OSError, RuntimeError):  # RuntimeError: a symlink loop (Path.resolve, Python 3.11)
                 continue
-            found.append((path.relative_to(root).as_posix(), path))
+            found.append((_printable(path.relative_to(root).as_posix()), path))
     return found
+
+
+def _printable(relative: str) -> str:
+    """The name as text: a name that is not UTF-8 (a Latin-1 archive unpacked here) comes out of the
+    file system with lone surrogates, which no prompt, log line or Telegram message can carry."""
+    return os.fsencode(relative).decode("utf-8", "replace")
 
 
 def fingerprint(root: Path) -> str:
@@ -146,18 +158,19 @@ def read_corpus(
         except OSError as exc:
             skipped.append(SkippedFile(relative, f"cannot read: {type(exc).__name__}"))
             continue
-        stamp = (stat.st_size, stat.st_mtime_ns)
+        stamp = (stat.st_size, stat.st_mtime_ns, passage_tokens)
         names.add(relative)
         outcome = parsed.get(relative, stamp)
         if outcome is None:
-            outcome = _parse(path, relative, max_file_bytes)
+            outcome = _parse(path, relative, max_file_bytes, counter, passage_tokens)
             parsed.put(relative, stamp, outcome)
         if isinstance(outcome, str):
             skipped.append(SkippedFile(relative, outcome))
             continue
-        cut = [p for p in cut_passages(outcome, counter=counter, max_tokens=passage_tokens) if p.id not in seen]
+        document, cut_all = outcome
+        cut = [p for p in cut_all if p.id not in seen]
         seen.update(p.id for p in cut)
         passages.extend(cut)
-        documents.append(DocumentInfo(relative, outcome.title, outcome.url, len(cut), sum(p.tokens for p in cut)))
+        documents.append(DocumentInfo(relative, document.title, document.url, len(cut), sum(p.tokens for p in cut)))
     parsed.keep(names)
     return Corpus(tuple(passages), tuple(documents), tuple(skipped), fingerprint(root))

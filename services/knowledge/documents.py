@@ -30,11 +30,13 @@ class UnreadableDocument(Exception):
 SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".txt": "text", ".html": "html", ".htm": "html", ".pdf": "pdf"}
 
 _SPACES = re.compile(r"[ \t\u00a0]+")
+_INVISIBLE = re.compile("[\u00ad\u200b\u200c\u200d\u2060\ufeff]")
+"""Soft hyphens, zero-width spaces and joiners of web exports: they would split "достав&shy;ка"."""
 
 
 def squash(text: str) -> str:
-    """Whitespace inside a line collapsed, the ends trimmed."""
-    return _SPACES.sub(" ", text).strip()
+    """Invisible format characters dropped, whitespace inside a line collapsed, the ends trimmed."""
+    return _SPACES.sub(" ", _INVISIBLE.sub("", text)).strip()
 
 
 def decode_text(data: bytes) -> str:

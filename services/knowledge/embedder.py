@@ -128,9 +128,11 @@ class Embedder:
                     matrix = await self._embed([passage_text(by_id[pid]) for pid in batch], seconds=self._batch_timeout)
                 except EmbeddingUnavailable as exc:
                     log.warning("knowledge: %d passages not embedded (%s); they rank by full text", len(batch), exc)
+                    await self._cache.release(self.model, batch_ids[start:])  # the next try need not wait
                     return found
                 vectors = {pid: matrix[i].tobytes() for i, pid in enumerate(batch)}
                 await self._cache.put_many(self.model, vectors)
+                await self._cache.release(self.model, batch)
                 found.update(vectors)
             missing = [pid for pid in missing if pid not in found]
             if missing:  # claimed by another worker: wait for its vectors

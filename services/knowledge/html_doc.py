@@ -8,6 +8,7 @@ from __future__ import annotations
 from html.parser import HTMLParser
 
 from services.knowledge.documents import Document, Section, squash
+from services.ports.knowledge import web_url
 
 _SKIP = {"script", "style", "nav", "header", "footer", "aside", "noscript", "template", "svg", "form", "button"}
 _BLOCKS = {"p", "li", "dd", "td", "th", "pre", "blockquote", "div", "section", "article", "main", "body", "tr"}
@@ -31,6 +32,9 @@ class _Reader(HTMLParser):
         self.url: str | None = None
         self.sections: list[Section] = []
         self._skip_depth = 0
+        self._skip_tag = ""
+        """The element being skipped: only its own start and end tags count (a <li> or <option> left
+        unclosed inside a <nav>, valid HTML, must not swallow the rest of the page)."""
         self._stack: list[tuple[int, str]] = []
         self._text: list[str] = []
         self._heading: int | None = None
@@ -54,9 +58,12 @@ class _Reader(HTMLParser):
         self.sections.append(Section(headings, text))
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if self._skip_depth or tag in _SKIP or _chrome(attrs):
+        if self._skip_depth:
+            self._skip_depth += tag == self._skip_tag
+            return
+        if tag in _SKIP or _chrome(attrs):
             if tag not in _VOID:
-                self._skip_depth += 1
+                self._skip_tag, self._skip_depth = tag, 1
             return
         if tag == "link" and self.url is None:
             values = dict(attrs)
@@ -77,8 +84,7 @@ class _Reader(HTMLParser):
 
     def handle_endtag(self, tag: str) -> None:
         if self._skip_depth:
-            if tag not in _VOID:
-                self._skip_depth -= 1
+            self._skip_depth -= tag == self._skip_tag
             return
         if tag == "title":
             self._in_title = False
@@ -111,4 +117,4 @@ def parse_html(text: str, *, path: str, fallback_title: str) -> Document:
     reader._flush()
     first_heading = next((s.headings[0] for s in reader.sections if s.headings), None)
     title = squash(reader.title) or first_heading or fallback_title
-    return Document(path=path, title=title, url=reader.url, sections=tuple(reader.sections))
+    return Document(path=path, title=title, url=web_url(reader.url), sections=tuple(reader.sections))

@@ -108,14 +108,23 @@ class KnowledgeLibrary:
         corpus = self._read()
         return corpus, self._index(corpus)
 
-    async def _embed(self, corpus: Corpus) -> None:
-        """Vectors for the corpus's passages (cached ones cost nothing); a failure leaves them out."""
+    async def _embed(self, corpus: Corpus) -> bool:
+        """Vectors for the passages that have none yet (from the cache, else embedded); True if any
+        came. A failure leaves them out, retried at the next look."""
         if self._embedder is None:
-            return
+            return False
+        known = {p.id for p in corpus.passages}
+        self._vectors = {pid: vector for pid, vector in self._vectors.items() if pid in known}
+        missing = [p for p in corpus.passages if p.id not in self._vectors]
+        if not missing:
+            return False
         try:
-            self._vectors = await self._embedder.embed_passages(corpus.passages)
+            found = await self._embedder.embed_passages(missing)
         except Exception:  # the cache unreachable: the index is built full-text only, retried next time
             log.exception("knowledge: embedding the passages failed; full-text only until the next refresh")
+            return False
+        self._vectors.update(found)
+        return bool(found)
 
     @property
     def needs_vectors(self) -> bool:
@@ -145,21 +154,22 @@ class KnowledgeLibrary:
             self._fault = None
 
     async def refresh(self) -> bool:
-        """Rebuild if any file changed since the last build; True if a new snapshot was swapped in."""
-        fault = await asyncio.to_thread(self._fault_now)
-        if fault is not None:
-            return self._keep(fault)
-        seen = await asyncio.to_thread(fingerprint, self.root)
-        if seen == self._fingerprint and not self.needs_vectors:
-            self._cleared()  # the same files back (a remount): the index in use is theirs
-            return False
+        """Rebuild if any file changed since the last build; True if a new snapshot was swapped in.
+        The new full-text index is swapped in first (a new file reaches turns without waiting for
+        /embeddings), then again with the new passages' vectors."""
         started = time.perf_counter()
         try:
+            fault = await asyncio.to_thread(self._fault_now)
+            if fault is not None:
+                return self._keep(fault)
+            seen = await asyncio.to_thread(fingerprint, self.root)
+            if seen == self._fingerprint and not self.needs_vectors:
+                self._cleared()  # the same files back (a remount): the index in use is theirs
+                return False
             corpus = await asyncio.to_thread(self._read)
             fault = await asyncio.to_thread(self._fault_now)  # gone while it was read: what was read is not it
             if fault is not None:
                 return self._keep(fault)
-            await self._embed(corpus)
             snapshot = await asyncio.to_thread(self._index, corpus)
         except Exception as exc:  # a rebuild must never take the last good knowledge away
             log.debug("knowledge: the failed rebuild", exc_info=True)
@@ -168,11 +178,16 @@ class KnowledgeLibrary:
         self._cleared()
         # the fingerprint from before the read: a file changed while reading is read again next time
         self._snapshot, self.documents, self._fingerprint = snapshot, corpus.documents, seen
+        if await self._embed(corpus):
+            try:
+                self._snapshot = await asyncio.to_thread(self._index, corpus)
+            except Exception:  # the full-text index just swapped in stays
+                log.exception("knowledge: indexing the new vectors failed; full text only until the next refresh")
         log.info(
             "knowledge: index %s: %d documents, %d passages, %d files skipped (%.2f s)",
-            snapshot.version,
+            self._snapshot.version,
             len(corpus.documents),
-            len(snapshot.passages),
+            len(self._snapshot.passages),
             len(corpus.skipped),
             time.perf_counter() - started,
         )

@@ -6,14 +6,16 @@ from __future__ import annotations
 import re
 
 from services.knowledge.documents import Document, Section, squash
+from services.ports.knowledge import web_url
 
 _ATX = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
 _BOLD_QUESTION = re.compile(r"^\*\*(.+\?)\*\*\s*$")
 _INLINE = [
-    (re.compile(r"!\[([^\]]*)\]\([^)]*\)"), r"\1"),
-    (re.compile(r"\[([^\]]+)\]\(([^)]*)\)"), r"\1 (\2)"),
-    (re.compile(r"(\*\*|__)(.+?)\1"), r"\2"),
+    # bounded classes that stop at the next "[" or "(": a line of 60 000 "[" is read in linear time
+    (re.compile(r"!\[([^\[\]\n]{0,500})\]\([^()\n]{0,2000}\)"), r"\1"),
+    (re.compile(r"\[([^\[\]\n]{1,500})\]\(([^()\n]{0,2000})\)"), r"\1 (\2)"),
+    (re.compile(r"(\*\*|__)([^\n]{1,300}?)\1"), r"\2"),
     (re.compile(r"`([^`]+)`"), r"\1"),
 ]
 
@@ -101,4 +103,4 @@ def parse_markdown(text: str, *, path: str, fallback_title: str) -> Document:
     fence = None
     flush()
     title = meta.get("title") or first_heading or fallback_title
-    return Document(path=path, title=title, url=meta.get("url") or None, sections=tuple(sections))
+    return Document(path=path, title=title, url=web_url(meta.get("url")), sections=tuple(sections))

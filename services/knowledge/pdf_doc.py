@@ -11,6 +11,9 @@ from services.knowledge.documents import Document, Section, UnreadableDocument, 
 
 MAX_PAGES = 2000
 MAX_CHARS = 5_000_000
+MAX_PAGE_CONTENT = 1_000_000
+"""Bytes of one page's decompressed content stream: a text page holds tens of kB; more is a page the
+pure-Python text extraction would chew on for minutes (a small PDF that inflates: a "PDF bomb")."""
 
 logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings per odd object would flood the log
 
@@ -27,7 +30,10 @@ def parse_pdf(data: bytes, *, path: str, fallback_title: str) -> Document:
         count = len(pages)
         texts: list[str] = []
         total = 0
-        for page in list(pages)[:MAX_PAGES]:
+        for number, page in enumerate(list(pages)[:MAX_PAGES], start=1):
+            contents = page.get_contents()  # inflated in C, cheap: checked before the slow extraction
+            if contents is not None and len(contents.get_data()) > MAX_PAGE_CONTENT:
+                raise UnreadableDocument(f"page {number} content over {MAX_PAGE_CONTENT} bytes (a PDF bomb?)")
             page_text = page.extract_text() or ""
             total += len(page_text)
             if total > MAX_CHARS:

@@ -31,7 +31,8 @@ CONTEXT_WHEN_TERMS = 3
 back (a follow-up such as "and how do I undo that?"); a full question stands on its own."""
 _POINTING = re.compile(
     r"\b(that|this|it|its|them|they|those|these|there|same|one|это|этого|этому|эту|этот|эти|то|того|тому|"
-    r"его|ее|её|их|им|там|туда|так|такой|такое|тот|та|те)\b",
+    r"его|ее|её|их|им|там|туда|так|такой|такое|тот|та|те|он|она|оно|они|него|неё|нее|ней|ним|нему|нём|нем|"
+    r"ему|ей|них|ими|тогда|тоже|также)\b",
     re.IGNORECASE,
 )
 

@@ -18,3 +18,7 @@ class EmbeddingCache(Protocol):
         """The ids this caller should embed now: not claimed by another worker in the last
         ``ttl_seconds`` (the others are being embedded elsewhere and will appear in the cache)."""
         ...
+
+    async def release(self, model: str, ids: Sequence[str]) -> None:
+        """Drop this caller's claims on ``ids`` (embedded, or given up: another worker may take them now)."""
+        ...

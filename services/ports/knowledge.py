@@ -3,10 +3,26 @@ retrieval returns, and the live source every turn reads one immutable snapshot f
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Protocol
 
+_WEB_URL = re.compile(r"https?://[^\s<>\[\]()\"'`\\]+", re.IGNORECASE)
+
+
+def web_url(value: str | None) -> str | None:
+    """A document's declared link when it is an absolute http(s) URL a customer may be shown; else
+    None (``javascript:``, a relative canonical href, spaces or brackets that would break the reply)."""
+    candidate = (value or "").strip()
+    return candidate if _WEB_URL.fullmatch(candidate) else None
+
+
 SOURCE_SEPARATOR = " › "
+SOURCE_PART_CHARS = 80
+"""A file name or heading longer than this is cut in ``source``: the block around a passage stays
+small, so any passage of KNOWLEDGE_PASSAGE_TOKENS fits KNOWLEDGE_TOKEN_BUDGET whatever its headings."""
+SOURCE_PARTS = 4
+"""At most the file name and its three innermost headings."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +45,10 @@ class Passage:
     def source(self) -> str:
         """What the prompt and the customer see: ``returns.md › Refunds``."""
         name = self.document.rsplit("/", 1)[-1]
-        return SOURCE_SEPARATOR.join((name, *self.headings))
+        parts = (name, *self.headings[-(SOURCE_PARTS - 1) :]) if self.headings else (name,)
+        return SOURCE_SEPARATOR.join(
+            p if len(p) <= SOURCE_PART_CHARS else p[: SOURCE_PART_CHARS - 1] + "…" for p in parts
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,3 +62,8 @@ class RedisEmbeddingCache:
                 )
                 won.update(v.decode() if isinstance(v, bytes) else str(v) for v in got)
         return won
+
+    async def release(self, model: str, ids: Sequence[str]) -> None:
+        with redis_errors("embedding cache unavailable"):
+            for start in range(0, len(ids), CHUNK):
+                await self._redis.hdel(self._keys.embedding_claims(model), *ids[start : start + CHUNK])
