@@ -248,7 +248,7 @@ async def run_with_error_router(
 ) -> tuple[FailingChat, list[DeadLetter]]:
     """One update through the real dispatcher (error router included) until it is dead-lettered."""
     redis = fakeredis.FakeAsyncRedis()
-    queue = RedisWorkQueue(redis=redis, keys=KEYS, lease_ms=1000)
+    queue = RedisWorkQueue(redis=redis, keys=KEYS, lease_ms=10_000)  # a starved worker keeps its lease
     chat = FailingChat(error)
     settings = BotSettings(_env_file=None, bot_token=TOKEN, telegram_api_url=telegram.base_url)  # type: ignore[call-arg]
     bot = build_bot(settings)
