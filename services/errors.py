@@ -109,3 +109,16 @@ class CorruptSessionError(StoreError):
 class LeaseLostError(SupportBotError):
     """This worker no longer holds the chat's lease: the write was refused (fencing) and nothing may be
     sent; the turn is abandoned to the worker that took the chat over."""
+
+
+class MediaError(SupportBotError):
+    """A photo, voice note or document the bot cannot use: too big or too long, unreadable, of a kind
+    it does not read, or refused by the model's endpoint. ``kind``: image, voice or document;
+    ``reason``: what the customer is told (services.media.reasons); ``limit``: the limit it broke, if
+    any. Answered, never retried, nothing stored."""
+
+    def __init__(self, message: str, *, kind: str, reason: str, limit: int | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.reason = reason
+        self.limit = limit

@@ -277,6 +277,50 @@ class KnowledgeSettings(BaseSettings):
         return self
 
 
+class MediaSettings(BaseSettings):
+    """Photos, voice notes and documents customers send: which kinds are read, how images are sent and
+    counted, which model transcribes, and the limits checked before anything is downloaded."""
+
+    model_config = _CONFIG
+
+    images_enabled: bool = Field(default=True, description="photos and image files are read; off: the text-only reply")
+    voice_enabled: bool = Field(
+        default=True, description="voice notes, audio files and video notes are transcribed; off: the text-only reply"
+    )
+    documents_enabled: bool = Field(
+        default=True, description="PDF, text, Markdown and HTML files are read; off: the text-only reply"
+    )
+    image_detail: Literal["low", "high", "auto"] = Field(
+        default="auto", description="the detail images are sent with (low: a fixed small cost per image)"
+    )
+    image_tokens_rule: str | None = Field(
+        default=None,
+        description="how images are counted: a model name, tile:BASE:PER_TILE or patch:MULTIPLIER; unset: the chat "
+        "model's published rule (a conservative count for an unknown model)",
+    )
+    image_max_per_turn: int = Field(default=4, ge=1, le=10, description="most images one turn sends (an album's rest is named only)")
+    transcription_model: str = Field(
+        default="gpt-4o-mini-transcribe", description="the model of the provider's /audio/transcriptions"
+    )
+    transcription_timeout_seconds: float = Field(
+        default=60.0, gt=0, description="timeout of one transcription request, seconds"
+    )
+    voice_max_seconds: PositiveInt = Field(
+        default=300, description="longest voice note, audio file or video note transcribed (checked before download)"
+    )
+    media_max_bytes: PositiveInt = Field(
+        default=20 * 1024 * 1024,
+        le=20 * 1024 * 1024,
+        description="largest file downloaded (Telegram's getFile serves at most 20 MB)",
+    )
+    document_max_tokens: int = Field(
+        default=3000,
+        ge=100,
+        description="most tokens of a document's text a turn carries (the customer is told when only the first part "
+        "was read); must fit CHAT_INPUT_TOKEN_BUDGET next to the instruction",
+    )
+
+
 class RedisSettings(BaseSettings):
     """Storage: Redis (one server or a Cluster) or, without REDIS_URL, the in-process store."""
 

@@ -9,6 +9,7 @@ from services.fence import Fence
 from services.ports.deadletters import DeadLetters, Quarantine
 from services.ports.handoffs import HandoffStore
 from services.ports.knowledge import KnowledgeGaps
+from services.ports.media import Albums, MediaMemos
 from services.ports.queue import PollingLease, WorkQueue
 from services.ports.ratelimit import RateLimiter
 from services.ports.sessions import SessionStore
@@ -30,6 +31,16 @@ class Backend(Protocol):
     @property
     def gaps(self) -> KnowledgeGaps:
         """Questions no document answered (recorded only with KNOWLEDGE_DIR; /forget removes a chat's)."""
+        ...
+
+    @property
+    def memos(self) -> MediaMemos:
+        """Transcripts and image notes by file (a redelivered update pays the provider once)."""
+        ...
+
+    @property
+    def albums(self) -> Albums:
+        """The photos of Telegram albums, collected so an album is answered as one turn."""
         ...
 
     async def ping(self) -> None:
