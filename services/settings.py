@@ -298,7 +298,9 @@ class MediaSettings(BaseSettings):
         description="how images are counted: a model name, tile:BASE:PER_TILE or patch:MULTIPLIER; unset: the chat "
         "model's published rule (a conservative count for an unknown model)",
     )
-    image_max_per_turn: int = Field(default=4, ge=1, le=10, description="most images one turn sends (an album's rest is named only)")
+    image_max_per_turn: int = Field(
+        default=4, ge=1, le=10, description="most images one turn sends (an album's rest is named only)"
+    )
     transcription_model: str = Field(
         default="gpt-4o-mini-transcribe", description="the model of the provider's /audio/transcriptions"
     )

@@ -101,7 +101,9 @@ class InMemorySessionStore:
         chat = self._fenced(chat_id, expected_version)
         for message in messages:
             chat.messages.append(
-                StoredMessage(chat.next_seq, message.role, message.content, message.tokens, message.knowledge)
+                StoredMessage(
+                    chat.next_seq, message.role, message.content, message.tokens, message.knowledge, message.media
+                )
             )
             chat.next_seq += 1
         if compaction is not None:

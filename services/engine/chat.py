@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
-import json
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
-from typing import Literal
+from dataclasses import replace
+from functools import partial
 
-from prompts.support_chat import HANDOFF_MARK, HANDOFF_TOOL, HANDOFF_TOOL_SPEC
+from prompts.support_chat import HANDOFF_MARK, HANDOFF_TOOL_SPEC
 from services.engine.compactor import Compactor
 from services.engine.grounding import Grounded, Grounding
-from services.engine.models import Compaction, NewMessage, OnDelta, OnRestart, PromptPart, Session, StoredMessage
+from services.engine.models import (
+    Compaction,
+    Completion,
+    NewMessage,
+    OnDelta,
+    OnRestart,
+    PromptPart,
+    Session,
+    StoredMessage,
+)
 from services.engine.policy import CompactionPolicy
 from services.engine.prompt_format import clean_text, customer_block
 from services.engine.summarizer import Summarizer
 from services.engine.tokens import TokenCounter
-from services.engine.turns import CompactionReport, NoObserver, TurnResult
+from services.engine.turns import CompactionReport, NoObserver, PendingTurn, TurnResult, handoff_reason
 from services.engine.window import Window, build_window, fixed_cost
 from services.errors import (
     ConcurrentUpdateError,
@@ -24,10 +33,15 @@ from services.errors import (
     CorruptHistoryError,
     CorruptSessionError,
     LLMBadReplyError,
+    LLMRequestRejectedError,
+    MediaError,
     MessageTooLongError,
     StoreError,
 )
 from services.fence import Fence
+from services.media import reasons
+from services.media.notes import ImageNotes, cancel_quietly
+from services.media.turn import TurnMedia, stored_part, turn_part
 from services.ports.chat_model import ChatModel
 from services.ports.observer import TurnObserver
 from services.ports.sessions import SessionStore, TurnStatus
@@ -36,20 +50,6 @@ log = logging.getLogger(__name__)
 
 
 Deliver = Callable[[TurnResult], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class PendingTurn:
-    """A committed turn between ``ChatService.begin`` and ``finish``: ``result`` is to be sent to the
-    customer if ``deliver`` (a reply, the stored reply of a redelivered turn, or a handoff), then
-    ``after`` says what ``finish`` records: nothing, the redelivered reply, or the answer (and a
-    compaction if due)."""
-
-    chat_id: int
-    turn_id: str | None
-    result: TurnResult
-    deliver: bool = False
-    after: Literal["nothing", "redelivered", "answered"] = "nothing"
 
 
 def render_stored(message: StoredMessage) -> PromptPart:
@@ -79,8 +79,10 @@ class ChatService:
         observer: TurnObserver | None = None,
         handoff_tool: bool = False,
         grounding: Grounding | None = None,
+        notes: ImageNotes | None = None,
     ) -> None:
         self._store = store
+        self._notes = notes
         self._grounding = grounding
         self.summarizer = summarizer
         self._tools: tuple[dict[str, object], ...] = (HANDOFF_TOOL_SPEC,) if handoff_tool else ()
@@ -115,10 +117,13 @@ class ChatService:
         on_restart: OnRestart | None = None,
         turn_id: str | None = None,
         fence: Fence | None = None,
+        media: TurnMedia | None = None,
     ) -> TurnResult:
         """``begin``, hand the reply (if any) to ``deliver``, then ``finish``: the whole turn in one
         call, for callers that deliver in a callback (the console, the evaluation)."""
-        turn = await self.begin(chat_id, text, on_delta=on_delta, on_restart=on_restart, turn_id=turn_id, fence=fence)
+        turn = await self.begin(
+            chat_id, text, on_delta=on_delta, on_restart=on_restart, turn_id=turn_id, fence=fence, media=media
+        )
         if turn.deliver:
             await deliver(turn.result)
         return await self.finish(turn, fence=fence)
@@ -132,6 +137,7 @@ class ChatService:
         on_restart: OnRestart | None = None,
         turn_id: str | None = None,
         fence: Fence | None = None,
+        media: TurnMedia | None = None,
     ) -> PendingTurn:
         """Produce the turn and commit it; the caller sends ``result`` if ``deliver``, then calls
         ``finish``, which records the reply as sent and compacts memory if it passed the high-water
@@ -157,7 +163,14 @@ class ChatService:
             if status.committed:
                 return await self._redeliver(chat_id, turn_id, status, fence)
         result = await self.respond(
-            chat_id, text, on_delta=on_delta, on_restart=on_restart, turn_id=turn_id, fence=fence, loaded=session
+            chat_id,
+            text,
+            on_delta=on_delta,
+            on_restart=on_restart,
+            turn_id=turn_id,
+            fence=fence,
+            loaded=session,
+            media=media,
         )
         if quarantined:
             result = replace(result, quarantined=True)
@@ -246,15 +259,17 @@ class ChatService:
         turn_id: str | None = None,
         fence: Fence | None = None,
         loaded: Session | None = None,
+        media: TurnMedia | None = None,
     ) -> TurnResult:
         """Produce and store one turn. Nothing is written unless the model replied. ``loaded``: the
         session as just loaded (the first attempt uses it instead of loading again). When another
-        writer changed the chat meanwhile the turn is produced again, after ``on_restart``."""
+        writer changed the chat meanwhile the turn is produced again, after ``on_restart``.
+        ``media``: what the customer sent besides ``text`` (the caption); images go to the model this
+        turn only (at low detail when the prompt has no room for them), the history keeps notes."""
         if len(text) > self._max_message_chars:  # checked before tokenizing megabytes of text
             raise MessageTooLongError(tokens=len(text), limit=self._max_message_chars, unit="characters")
         text = clean_text(text)
-        content = customer_block(text)
-        new_part = PromptPart("user", content, self._counter.count_message("user", content))
+        new_part = turn_part(self._counter, text, media)
         quarantined = False
         for attempt in range(1, self._commit_attempts + 1):
             if attempt == 1 and loaded is not None:
@@ -262,7 +277,7 @@ class ChatService:
             else:
                 session, fresh = await self._load(chat_id, fence)
             try:
-                window = self._window(self._summary_part(session), session.messages, new_part)
+                window, new_part = self._fitting_window(self._summary_part(session), session, new_part, text, media)
             except CorruptHistoryError as exc:
                 await self._quarantine(chat_id, exc, fence)
                 session, fresh = await self._store.load(chat_id), True
@@ -272,7 +287,7 @@ class ChatService:
             compaction: Compaction | None = None
             if window.removed_history_messages:
                 compaction, window, forced = await self.compactor.before_reply(
-                    session, new_part, window, lambda summary, rest: self._window(summary, rest, new_part)
+                    session, new_part, window, partial(self._window_for, new_part)
                 )
             grounded: Grounded | None = None
             if self._grounding is not None:
@@ -285,14 +300,21 @@ class ChatService:
                     messages=placed,
                     estimated_tokens=window.estimated_tokens + grounded.part.tokens,
                 )
-            if self._tools:
-                completion = await self._llm.chat(
-                    window.messages, on_delta=on_delta, tools=self._tools, chat_id=chat_id
-                )
-            else:
-                completion = await self._llm.chat(window.messages, on_delta=on_delta, chat_id=chat_id)
+            noting = (
+                asyncio.ensure_future(self._notes.describe(chat_id, media.images, text))
+                if self._notes is not None and media is not None and media.images
+                else None
+            )
+            try:
+                completion = await self._reply(window.messages, on_delta, chat_id, images=bool(new_part.images))
+            except BaseException:
+                if noting is not None:
+                    await cancel_quietly(noting)
+                raise
+            stored = stored_part(self._counter, text, media, await noting if noting is not None else ())
+            refs = media.refs if media is not None else ()
             handoff = (
-                _handoff_reason(completion.tool_call.name, completion.tool_call.arguments)
+                handoff_reason(completion.tool_call.name, completion.tool_call.arguments)
                 if (completion.tool_call is not None)
                 else None
             )
@@ -313,7 +335,7 @@ class ChatService:
                 commit = await self._store.commit_turn(
                     chat_id,
                     expected_version=session.version,
-                    messages=[NewMessage("user", text, new_part.tokens), reply],
+                    messages=[NewMessage("user", stored.content, stored.tokens, media=refs), reply],
                     compaction=compaction,
                     turn_id=turn_id,
                     fence=fence,
@@ -337,7 +359,7 @@ class ChatService:
                 context_history_messages=window.context_history_messages,
                 removed_history_messages=window.removed_history_messages,
                 stored_messages=0 if commit.duplicate else len(session.messages) - folded + 2,
-                history_tokens=sum(m.tokens for m in session.messages[folded:]) + new_part.tokens + reply.tokens,
+                history_tokens=sum(m.tokens for m in session.messages[folded:]) + stored.tokens + reply.tokens,
                 summary_present=compaction is not None or session.summary is not None,
                 usage=completion.usage,
                 llm_seconds=completion.seconds,
@@ -351,6 +373,41 @@ class ChatService:
                 cited=cited,
             )
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _reply(
+        self, messages: tuple[PromptPart, ...], on_delta: OnDelta | None, chat_id: int, *, images: bool
+    ) -> Completion:
+        try:
+            if self._tools:
+                return await self._llm.chat(messages, on_delta=on_delta, tools=self._tools, chat_id=chat_id)
+            return await self._llm.chat(messages, on_delta=on_delta, chat_id=chat_id)
+        except LLMRequestRejectedError as exc:
+            if not images:
+                raise
+            # the endpoint refused the request that carried images: a model without vision
+            what = f"the model refused image input: {exc}"
+            raise MediaError(what, kind="image", reason=reasons.NOT_UNDERSTOOD) from exc
+
+    def _fitting_window(
+        self, summary: PromptPart | None, session: Session, new: PromptPart, text: str, media: TurnMedia | None
+    ) -> tuple[Window, PromptPart]:
+        """The window with the new message; images that leave it no room go at low detail, and
+        are refused when even that does not fit."""
+        try:
+            return self._window(summary, session.messages, new), new
+        except MessageTooLongError:
+            if not new.images:
+                raise
+        low = turn_part(self._counter, text, media, low=True)
+        try:
+            return self._window(summary, session.messages, low), low
+        except MessageTooLongError as exc:
+            raise MediaError(
+                f"the images do not fit the prompt ({exc})", kind="image", reason=reasons.TOO_BIG, limit=exc.limit
+            ) from exc
+
+    def _window_for(self, new: PromptPart, summary: PromptPart | None, history: tuple[StoredMessage, ...]) -> Window:
+        return self._window(summary, history, new)
 
     def _window(self, summary: PromptPart | None, history: tuple[StoredMessage, ...], new: PromptPart) -> Window:
         return build_window(
@@ -378,14 +435,3 @@ class ChatService:
     async def close(self) -> None:
         """Close the LLM client (the store belongs to its backend, which whoever built it closes)."""
         await self._llm.close()
-
-
-def _handoff_reason(name: str, arguments: str) -> str | None:
-    """The reason of a ``handoff_to_operator`` call (None for any other tool)."""
-    if name != HANDOFF_TOOL:
-        return None
-    try:
-        reason = json.loads(arguments).get("reason") if arguments else None
-    except (ValueError, AttributeError):
-        reason = None
-    return clean_text(str(reason))[:500] if reason else "the assistant handed the conversation over"

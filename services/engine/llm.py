@@ -185,6 +185,11 @@ class LLMClient:
             lambda progress: self._stream(self.chat_model, messages, extra, stream, progress), capped=True
         )
 
+    async def describe(self, messages: Sequence[PromptPart], *, max_tokens: int) -> Completion:
+        """A short plain completion of the chat model (the note an image is remembered by)."""
+        extra: dict[str, Any] = {self._token_limit_param: max_tokens}
+        return await self._with_retries(lambda _progress: self._complete("chat", self.chat_model, messages, extra))
+
     def prompt_cache_key(self, chat_id: int) -> str:
         """The chat's key for the provider's cache routing: stable across workers and restarts, and a
         keyed hash, so the provider can tell chats apart but not which Telegram chat each one is."""

@@ -13,22 +13,60 @@ Role = Literal["user", "assistant"]
 
 
 @dataclass(frozen=True, slots=True)
+class ImagePart:
+    """An image sent with one message, this turn only: a data URL (never a Telegram file URL, which
+    holds the bot token), its detail, and its prompt tokens by the model's rule."""
+
+    url: str
+    detail: str
+    tokens: int
+
+    def as_openai(self) -> dict[str, Any]:
+        return {"type": "image_url", "image_url": {"url": self.url, "detail": self.detail}}
+
+
+@dataclass(frozen=True, slots=True)
 class PromptPart:
-    """One chat message as it goes to the model, with its token cost (framing included)."""
+    """One chat message as it goes to the model, with its token cost (framing and images included)."""
 
     role: str
     content: str
     tokens: int
+    images: tuple[ImagePart, ...] = ()
 
-    def as_openai(self) -> dict[str, str]:
-        return {"role": self.role, "content": self.content}
+    def as_openai(self) -> dict[str, Any]:
+        if not self.images:
+            return {"role": self.role, "content": self.content}
+        parts = [{"type": "text", "text": self.content}, *(image.as_openai() for image in self.images)]
+        return {"role": self.role, "content": parts}
 
 
-def _message_fields(role: str, content: str, tokens: int, knowledge: tuple[str, ...]) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class MediaRef:
+    """What the customer sent besides text, as the turn's record keeps it: the kind (photo, voice,
+    audio, video_note, document) and Telegram's file id (an operator's view of it in a handoff;
+    no pixels, no audio, no URL)."""
+
+    kind: str
+    file_id: str
+
+
+def _message_fields(
+    role: str, content: str, tokens: int, knowledge: tuple[str, ...], media: tuple[MediaRef, ...] = ()
+) -> dict[str, Any]:
     fields: dict[str, Any] = {"r": role, "c": content, "t": tokens}
     if knowledge:  # only then: a turn without passages is stored byte for byte as before
         fields["k"] = list(knowledge)
+    if media:  # likewise: a text turn's record is unchanged
+        fields["m"] = [[ref.kind, ref.file_id] for ref in media]
     return fields
+
+
+def _media_of(data: dict[str, Any]) -> tuple[MediaRef, ...]:
+    refs = data.get("m", [])
+    if not isinstance(refs, list) or not all(isinstance(r, list) and len(r) == 2 for r in refs):
+        raise ValueError(f"bad media references {refs!r}")
+    return tuple(MediaRef(str(kind), str(file_id)) for kind, file_id in refs)
 
 
 def _dumps(fields: dict[str, Any]) -> str:
@@ -39,17 +77,20 @@ def _dumps(fields: dict[str, Any]) -> str:
 class StoredMessage:
     """A message of the verbatim history. ``content`` is the prompt text, ``tokens`` its cost, counted once.
 
-    ``knowledge``: ids of the passages the reply's prompt carried (JSON ``k``, absent when none). A
-    record of the turn, never prompt text: the next prompt is the same with or without it."""
+    ``knowledge``: ids of the passages the reply's prompt carried (JSON ``k``, absent when none);
+    ``media``: what the customer sent besides text (JSON ``m``). Records of the turn, never prompt
+    text: the next prompt is the same with or without them."""
 
     seq: int
     role: Role
     content: str
     tokens: int
     knowledge: tuple[str, ...] = ()
+    media: tuple[MediaRef, ...] = ()
 
     def to_json(self) -> str:
-        return _dumps({"s": self.seq, **_message_fields(self.role, self.content, self.tokens, self.knowledge)})
+        fields = _message_fields(self.role, self.content, self.tokens, self.knowledge, self.media)
+        return _dumps({"s": self.seq, **fields})
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> StoredMessage:
@@ -66,6 +107,7 @@ class StoredMessage:
             content=str(data["c"]),
             tokens=int(data["t"]),
             knowledge=tuple(str(i) for i in ids),
+            media=_media_of(data),
         )
 
     def as_prompt_part(self) -> PromptPart:
@@ -81,10 +123,12 @@ class NewMessage:
     tokens: int
     knowledge: tuple[str, ...] = ()
     """Ids of the passages the reply's prompt carried (see ``StoredMessage.knowledge``)."""
+    media: tuple[MediaRef, ...] = ()
+    """What the customer sent besides text (see ``StoredMessage.media``)."""
 
     def to_json(self) -> str:
         """The stored record without its sequence number (the store prefixes ``"s"``)."""
-        return _dumps(_message_fields(self.role, self.content, self.tokens, self.knowledge))
+        return _dumps(_message_fields(self.role, self.content, self.tokens, self.knowledge, self.media))
 
 
 @dataclass(frozen=True, slots=True)

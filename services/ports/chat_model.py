@@ -23,6 +23,10 @@ class ChatModel(Protocol):
         ``chat_id`` lets the provider keep one chat's prompts on one cache (prompt_cache_key)."""
         ...
 
+    async def describe(self, messages: Sequence[PromptPart], *, max_tokens: int) -> Completion:
+        """A short plain completion of the chat model (an image's note); not streamed, no tools."""
+        ...
+
     async def summarize(self, messages: Sequence[PromptPart], *, schema: dict[str, Any]) -> Completion:
         """A structured (JSON) completion for the summarizer."""
         ...

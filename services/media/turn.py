@@ -1,0 +1,77 @@
+"""What a customer's media adds to one turn, and the customer message it is remembered as.
+
+Pixels go to the model on the turn they arrive and never again; the stored message is text: the
+image note, the transcript or the document's text (inside the customer's data fence like any text),
+after a marker saying what it was, then the caption. ``refs`` keep Telegram's file ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from services.engine.models import ImagePart, MediaRef, PromptPart
+from services.engine.prompt_format import customer_block
+from services.engine.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from services.media.documents import DocumentText
+
+
+@dataclass(frozen=True, slots=True)
+class TurnImage:
+    """An image ready to send: at its detail and, for a prompt it would not fit, at low detail."""
+
+    part: ImagePart
+    low: ImagePart
+    file_unique_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TurnMedia:
+    images: tuple[TurnImage, ...] = ()
+    unsent_images: int = 0
+    """Album photos past IMAGE_MAX_PER_TURN: named in the message, not sent."""
+    transcript: str | None = None
+    voice_kind: str = "voice message"
+    document: DocumentText | None = None
+    refs: tuple[MediaRef, ...] = ()
+
+
+def remembered_text(caption: str, media: TurnMedia, notes: tuple[str, ...] = ()) -> str:
+    """The customer message stored for the turn: a marker line per thing sent, then the caption."""
+    lines: list[str] = []
+    for index, _image in enumerate(media.images):
+        note = notes[index].strip() if index < len(notes) else ""
+        lines.append(f"[photo: {note}]" if note else "[photo]")
+    if media.unsent_images:
+        lines.append(f"[{media.unsent_images} more photo(s), not looked at]")
+    if media.transcript is not None:
+        lines.append(f"[{media.voice_kind}, transcribed]: {media.transcript}")
+    if media.document is not None:
+        document = media.document
+        pages = f", {document.pages} pages" if document.pages else ""
+        part = ", only the first part was read" if document.truncated else ""
+        lines.append(f"[document {document.name}{pages}{part}]")
+        lines.append(document.text)
+    if caption:
+        lines.append(caption)
+    return "\n".join(lines)
+
+
+def turn_part(counter: TokenCounter, text: str, media: TurnMedia | None, *, low: bool = False) -> PromptPart:
+    """The new customer message as it goes to the model this turn: the text (markers without notes
+    yet) and, when there are images, their parts (``low``: every image at low detail)."""
+    content = customer_block(remembered_text(text, media) if media is not None else text)
+    tokens = counter.count_message("user", content)
+    if media is None or not media.images:
+        return PromptPart("user", content, tokens)
+    images = tuple(image.low if low else image.part for image in media.images)
+    return PromptPart("user", content, tokens + sum(image.tokens for image in images), images=images)
+
+
+def stored_part(counter: TokenCounter, text: str, media: TurnMedia | None, notes: tuple[str, ...]) -> PromptPart:
+    """The customer message as the history keeps it: text only (notes instead of pixels)."""
+    remembered = remembered_text(text, media, notes) if media is not None else text
+    content = customer_block(remembered)
+    return PromptPart("user", remembered, counter.count_message("user", content))
