@@ -9,6 +9,8 @@ from services.engine.llm import LLMClient
 from services.engine.policy import CompactionPolicy, WaterMarkPolicy
 from services.engine.summarizer import Summarizer
 from services.engine.tokens import TokenCounter
+from services.media.notes import ImageNotes
+from services.ports.media import MediaMemos
 from services.ports.observer import TurnObserver
 from services.ports.sessions import SessionStore
 
@@ -23,6 +25,7 @@ def make_service(
     policy: CompactionPolicy | None = None,
     observer: TurnObserver | None = None,
     grounding: Grounding | None = None,
+    notes: ImageNotes | None = None,
 ) -> ChatService:
     registry = default_registry()
     summarizer = Summarizer(llm=llm, counter=counter, prompt=registry.get("summary"), max_tokens=summary_max_tokens)
@@ -38,7 +41,13 @@ def make_service(
         policy=policy or WaterMarkPolicy(),
         observer=observer,
         grounding=grounding,
+        notes=notes,
     )
+
+
+def make_notes(llm: LLMClient, counter: TokenCounter, memos: MediaMemos | None = None) -> ImageNotes:
+    instruction = default_registry().get("image_note").render(max_words=30)
+    return ImageNotes(llm=llm, counter=counter, instruction=instruction, role="system", memos=memos)
 
 
 def customer_line(n: int) -> str:

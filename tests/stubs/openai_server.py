@@ -120,6 +120,11 @@ def customer_texts(body: dict[str, Any]) -> list[str]:
     return texts
 
 
+def is_note_request(body: dict[str, Any]) -> bool:
+    first = (body.get("messages") or [{}])[0]
+    return text_of(first.get("content")).startswith("You write the support team's notes about images")
+
+
 def echo_reply(body: dict[str, Any]) -> str:
     texts = customer_texts(body)
     return f"Support answer to: {texts[-1][:60] if texts else '?'}"
@@ -219,10 +224,19 @@ class StubOpenAI:
     """The rule image parts are billed by (services.media.image_tokens), whatever the request's model."""
     image_tokens: list[int] = field(default_factory=list)
     """Image tokens billed in each request, in the order of ``requests`` (0 without images)."""
+    image_note: Callable[[ImageInput], str] = lambda image: (
+        f"an image of {image.size[0]}x{image.size[1]} pixels" if image.size else "an image"
+    )
+    """What the model "sees" in an image when asked for its note (prompts/image_note.py)."""
+
+    @property
+    def note_requests(self) -> list[dict[str, Any]]:
+        """Requests for image notes (the instruction of prompts/image_note.py)."""
+        return [r for r in self.requests if is_note_request(r)]
 
     @property
     def chat_requests(self) -> list[dict[str, Any]]:
-        return [r for r in self.requests if not is_summary_request(r)]
+        return [r for r in self.requests if not is_summary_request(r) and not is_note_request(r)]
 
     @property
     def summary_requests(self) -> list[dict[str, Any]]:
@@ -297,7 +311,11 @@ class StubOpenAI:
             return refusal
         is_summary = is_summary_request(body)
         queue = self.summary_replies if is_summary else self.chat_replies
-        reply: Reply = queue.popleft() if queue else (self.summary_reply if is_summary else self.chat_reply)(body)
+        reply: Reply
+        if is_note_request(body):  # beside the chat replies: a test's queued replies are for those
+            reply = "\n".join(f"{n}: {self.image_note(image)}" for n, image in enumerate(images, 1))
+        else:
+            reply = queue.popleft() if queue else (self.summary_reply if is_summary else self.chat_reply)(body)
         if self.fail_with is not None:
             reply = self.fail_with
         if isinstance(reply, int):
