@@ -21,6 +21,7 @@ from bot.serving.fastpath import json_codec
 from bot.serving.startup import with_startup_retries
 from bot.settings import BotSettings
 from bot.settings import Settings as Settings  # re-exported: importers of bot.factory.Settings keep working
+from bot.telegram.albums import AlbumDispatcher
 from bot.telegram.desk import HandoffDesk
 from bot.telegram.handlers import all_routers
 from bot.telegram.middlewares.access import AccessMiddleware
@@ -34,13 +35,15 @@ from services.backends.memory import InMemoryBackend
 from services.backends.redis.backend import RedisBackend
 from services.backends.redis.connection import choose_cluster, redis_client
 from services.backends.redis.keys import KeySpace, bot_id_of
-from services.engine.builders import build_chat_service, build_llm_client
+from services.engine.builders import build_chat_service, build_image_notes, build_llm_client, build_media_reader
 from services.engine.chat import ChatService
 from services.engine.handoff_memory import HandoffMemory
 from services.engine.tokens import TokenCounter
 from services.errors import ConfigurationError
+from services.media.reader import MediaReader
 from services.ports.backend import Backend, QueuedBackend
 from services.ports.knowledge import KnowledgeGaps, KnowledgeSource
+from services.ports.media import MediaMemos
 from services.ports.sessions import SessionStore
 
 if TYPE_CHECKING:
@@ -165,6 +168,7 @@ def build_engine(
     *,
     knowledge: KnowledgeSource | None = None,
     gaps: KnowledgeGaps | None = None,
+    memos: MediaMemos | None = None,
 ) -> ChatService:
     """The engine as the bot runs it, on the backend's store: every turn and every LLM call in flight
     lands in the metrics, a refused summary call in the provider watch, and every request the provider
@@ -173,6 +177,11 @@ def build_engine(
     llm = build_llm_client(settings.llm, settings.memory, cache_key_secret=cache_key_secret(settings))
     llm.on_in_flight = LLM_IN_FLIGHT.set
     llm.on_accepted = PROVIDER.accepted
+    role = settings.llm.openai_instruction_role
+    counter = TokenCounter.for_encoding(settings.memory.tokenizer_encoding)
+    notes = (
+        build_image_notes(llm=llm, counter=counter, role=role, memos=memos) if settings.media.images_enabled else None
+    )
     chat = build_chat_service(
         llm=llm,
         store=store,
@@ -184,6 +193,8 @@ def build_engine(
         knowledge=knowledge,
         knowledge_settings=settings.knowledge,
         gaps=gaps,
+        counter=counter,
+        notes=notes,
     )
     watch_summarizer(chat.summarizer)
     chat.summarizer.on_refused = lambda status, detail: PROVIDER.refused("summary", status, detail)
@@ -220,20 +231,30 @@ def build_bot(settings: BotSettings) -> Bot:
     return Bot(settings.require_token(), session=session, default=DefaultBotProperties(parse_mode=None))
 
 
-def build_dispatcher(chat: ChatService, settings: BotSettings, *, backend: Backend) -> Dispatcher:
+def build_media(settings: Settings, backend: Backend, knowledge: KnowledgeSource | None = None) -> MediaReader:
+    """The reader of customers' photos, voice notes and documents (MEDIA settings), on the backend's memos."""
+    counter = TokenCounter.for_encoding(settings.memory.tokenizer_encoding)
+    return build_media_reader(settings.media, settings.llm, counter=counter, memos=backend.memos, knowledge=knowledge)
+
+
+def build_dispatcher(
+    chat: ChatService, settings: BotSettings, *, backend: Backend, media: MediaReader | None = None
+) -> Dispatcher:
     """Handlers get ``chat`` (the engine), ``settings``, ``limiter`` and ``backend`` (for /forget,
     which deletes every record of the chat through ``backend.forget_chat``), ``desk`` (handoff to an
     operator; off without ``OPERATOR_CHAT_ID``), and ``say`` (the customer's texts) from the language
     middleware."""
     # SimpleEventIsolation: updates of one chat are handled one at a time, in order, within this process
     # (across processes the work queue's per-chat lease does the same)
-    dispatcher = Dispatcher(
+    dispatcher = AlbumDispatcher(
         events_isolation=SimpleEventIsolation(),
         chat=chat,
         settings=settings,
         limiter=backend.limiter,
         backend=backend,
         desk=build_desk(chat, settings, backend),
+        media_reader=media,
+        albums=backend.albums,
     )
     dispatcher.message.outer_middleware(LanguageMiddleware(settings))
     dispatcher.message.outer_middleware(AccessMiddleware())
@@ -241,6 +262,8 @@ def build_dispatcher(chat: ChatService, settings: BotSettings, *, backend: Backe
 
     async def on_shutdown() -> None:
         await chat.close()
+        if media is not None:
+            await media.close()
         await backend.close()
 
     dispatcher.shutdown.register(on_shutdown)

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.settings import KnowledgeSettings, LLMSettings, MemorySettings, RedisSettings
+from services.settings import KnowledgeSettings, LLMSettings, MediaSettings, MemorySettings, RedisSettings
 
 _SECRET_CHARS = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 
@@ -242,6 +242,7 @@ class Settings:
     llm: LLMSettings = field(default_factory=LLMSettings)
     memory: MemorySettings = field(default_factory=MemorySettings)
     knowledge: KnowledgeSettings = field(default_factory=KnowledgeSettings)
+    media: MediaSettings = field(default_factory=MediaSettings)
     redis: RedisSettings = field(default_factory=RedisSettings)
     workers: WorkerSettings = field(default_factory=WorkerSettings)
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)

@@ -51,7 +51,9 @@ async def test_a_photo_is_sent_once_and_remembered_by_its_note(
     [stored_user, _] = (await store.load(3)).messages
     assert stored_user.content == "[photo: monitor stand cracked at the base, box intact]\nIt arrived like this"
     assert stored_user.media == (MediaRef("photo", "file-uq1"),)
-    assert stored_user.tokens == counter.count_message("user", f"<customer_message>\n{stored_user.content}\n</customer_message>")
+    assert stored_user.tokens == counter.count_message(
+        "user", f"<customer_message>\n{stored_user.content}\n</customer_message>"
+    )
     await service.handle(3, "Can you replace it?", deliver=noop)
     follow_up = stub_llm.chat_requests[-1]
     assert images_in(follow_up) == []
@@ -87,10 +89,13 @@ async def test_images_without_room_go_at_low_detail_or_are_refused(
 ) -> None:
     store = InMemorySessionStore()
     big = photo(2000, 1500, detail="high")  # 765 tokens at high on gpt-4o, 85 at low
-    service = make_service(store=store, llm=llm, counter=counter, budget=900, summary_max_tokens=100)
+    notes = make_notes(llm, counter)
+    service = make_service(store=store, llm=llm, counter=counter, budget=900, summary_max_tokens=100, notes=notes)
     await service.handle(6, "see", deliver=noop, media=with_photos(big))
     [image] = images_in(stub_llm.chat_requests[-1])
     assert image.detail == "low"
+    [noted] = images_in(stub_llm.note_requests[-1])
+    assert noted.detail == "low", "the note is asked with the images the reply got"
     many = with_photos(*(photo(unique=f"u{i}", detail="low") for i in range(10)))  # 850 tokens even at low
     with pytest.raises(MediaError) as refused:
         await service.handle(6, "and these", deliver=noop, media=many)

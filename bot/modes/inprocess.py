@@ -16,6 +16,7 @@ from bot.factory import (
     build_dispatcher,
     build_engine,
     build_knowledge,
+    build_media,
     provider_probe,
     set_commands,
 )
@@ -88,14 +89,14 @@ def readiness(backend: Backend, running: Callable[[], bool]) -> ReadyCheck:
 async def run_polling(settings: Settings) -> None:
     backend = build_backend(settings)
     knowledge = build_knowledge(settings, backend)
-    chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps)
+    chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps, memos=backend.memos)
     bot = build_bot(settings.bot)
     try:
         await with_startup_retries("connecting to Telegram", bot.get_me)
     except SupportBotError:
         await bot.session.close()
         raise
-    dispatcher = build_dispatcher(chat, settings.bot, backend=backend)
+    dispatcher = build_dispatcher(chat, settings.bot, backend=backend, media=build_media(settings, backend, knowledge))
     watch_handoffs(dispatcher, bot)
     run_beside(dispatcher, "provider-probe", provider_probe(settings))
     if knowledge is not None:
@@ -124,9 +125,9 @@ async def run_polling(settings: Settings) -> None:
 def run_webhook(settings: Settings) -> None:
     backend = build_backend(settings)
     knowledge = build_knowledge(settings, backend)
-    chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps)
+    chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps, memos=backend.memos)
     bot = build_bot(settings.bot)
-    dispatcher = build_dispatcher(chat, settings.bot, backend=backend)
+    dispatcher = build_dispatcher(chat, settings.bot, backend=backend, media=build_media(settings, backend, knowledge))
     watch_handoffs(dispatcher, bot)
     run_beside(dispatcher, "provider-probe", provider_probe(settings))
     if knowledge is not None:

@@ -18,6 +18,7 @@ from bot.factory import (
     build_dispatcher,
     build_engine,
     build_knowledge,
+    build_media,
     open_redis_backend,
     provider_probe,
     set_commands,
@@ -62,11 +63,11 @@ async def _run(settings: Settings, backend: QueuedBackend, bot: Bot) -> None:
     await with_startup_retries("connecting to Redis", backend.ping)
     await with_startup_retries("connecting to Telegram", bot.get_me)
     knowledge = build_knowledge(settings, backend)
-    chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps)
+    chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps, memos=backend.memos)
     queue = backend.queue(lease_ms=lease_ms)
     dead_letters = backend.dead_letters
     route = operator_route(settings.bot.operator_chat_id, backend.handoffs)
-    dispatcher = build_dispatcher(chat, settings.bot, backend=backend)
+    dispatcher = build_dispatcher(chat, settings.bot, backend=backend, media=build_media(settings, backend, knowledge))
     desk: HandoffDesk = dispatcher["desk"]
 
     async def internal(chat_id: int, item_id: str, fence: Fence) -> None:
@@ -90,7 +91,12 @@ async def _run(settings: Settings, backend: QueuedBackend, bot: Bot) -> None:
     )
     serve_received = settings.bot.bot_mode == "webhook" and workers.webhook_serve_received
     intake = Intake(
-        queue=queue, dead_letters=dead_letters, identity=identity, route=route, serve=worker if serve_received else None
+        queue=queue,
+        dead_letters=dead_letters,
+        identity=identity,
+        route=route,
+        serve=worker if serve_received else None,
+        albums=backend.albums,
     )
     await with_startup_retries("registering the bot commands", lambda: set_commands(bot, settings.bot))
 

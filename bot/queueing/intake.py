@@ -23,9 +23,11 @@ from aiogram.exceptions import ClientDecodeError, TelegramAPIError, TelegramConf
 from aiohttp import web
 
 from bot.metrics import DEAD_LETTERS, REDELIVERIES
+from bot.telegram.albums import record_album_photo
 from services.errors import TransientError
 from services.ports.deadletters import DeadLetters
 from services.ports.handoffs import HandoffStore
+from services.ports.media import Albums
 from services.ports.queue import Claim, PollingLease, Step, WorkQueue, item_id_of
 
 log = logging.getLogger(__name__)
@@ -103,7 +105,9 @@ class Intake:
         identity: str,
         route: Route | None = None,
         serve: LocalServer | None = None,
+        albums: Albums | None = None,
     ) -> None:
+        self._albums = albums
         self._route = route
         self._serve = serve
         self._queue = queue
@@ -121,6 +125,8 @@ class Intake:
             chat_id = await self._route(chat_id, update)  # TransientError: offered again
             if chat_id is None:
                 return
+        if self._albums is not None:  # before the queue: the album's first photo waits for the rest
+            await record_album_photo(self._albums, update)  # StoreUnavailableError: offered again
         try:
             # ASCII JSON: a lone surrogate ("\ud800", valid JSON) cannot be encoded as UTF-8 for Redis
             payload = json.dumps(update, ensure_ascii=True, separators=(",", ":"))

@@ -19,17 +19,36 @@ TEXTS: dict[str, dict[str, str]] = {
             "to repeat yourself.\n\n/new starts a new conversation, /help shows what I can do."
         ),
         "help": (
-            "Write your question as a text message and I will answer.\n"
+            "Write your question and I will answer.\n"
             "/new: forget this conversation and start over\n"
             "/forget: delete everything stored about this chat\n"
             "/operator: talk to a person from the support team (where available)\n"
             "/help: this message\n"
-            "I understand text only; please describe photos or voice messages in words."
+            "You can also send photos, voice messages and documents (PDF, text, Markdown)."
         ),
         "new_done": "Done: I have forgotten our previous conversation. How can I help?",
         "text_only": "Sorry, I can only read text messages. Please describe it in words.",
         "too_long": "Your message is too long: {tokens} tokens, the limit is {limit}. Please shorten it or split it.",
         "too_long_chars": "Your message is too long: {tokens} characters, the limit is {limit}. Please shorten it.",
+        "media_too_big": "This file is too big for me (the limit is {limit_mb} MB). Please send a smaller one "
+        "or describe it in words.",
+        "media_too_long": "This recording is too long for me (the limit is {limit} seconds). Please send a "
+        "shorter one or write it down.",
+        "media_unreadable": "I could not open this file: it seems damaged or empty. Please send it again or "
+        "describe it in words.",
+        "media_unsupported": "I cannot read this kind of file. Please send a photo, a PDF, a text file or a "
+        "voice message, or describe it in words.",
+        "media_encrypted": "This document is password-protected, so I cannot read it. Please send it without "
+        "the password or paste the text.",
+        "media_empty": "I found no text in this document (a scan?). Please send a photo of it or describe it in words.",
+        "media_voice_empty": "I could not make out any words in this recording. Please try again or write it.",
+        "media_image_not_understood": "I cannot look at images right now. Please describe in words what the "
+        "photo shows.",
+        "media_voice_not_understood": "I cannot listen to recordings right now. Please write your message.",
+        "media_document_not_understood": "I cannot read this document right now. Please paste the text.",
+        "media_image_too_big": "These photos are too many or too large for me at once. Please send fewer, or "
+        "describe them in words.",
+        "media_document_cut": "Your document is long: I read only its first part (about {tokens} tokens).",
         "rate_limited": "You are sending messages too fast. Please wait {seconds} seconds and try again.",
         "not_allowed": "Sorry, this assistant is not available for you.",
         "forget_done": "Done: everything stored about this chat has been deleted.",
@@ -88,17 +107,33 @@ TEXTS: dict[str, dict[str, str]] = {
             "/new начинает новый разговор, /help показывает, что я умею."
         ),
         "help": (
-            "Напишите вопрос текстом, и я отвечу.\n"
+            "Напишите вопрос, и я отвечу.\n"
             "/new: забыть этот разговор и начать заново\n"
             "/forget: удалить всё, что хранится об этом чате\n"
             "/operator: связаться с сотрудником поддержки (если доступно)\n"
             "/help: это сообщение\n"
-            "Я понимаю только текст; опишите фото или голосовое сообщение словами."
+            "Можно присылать и фото, голосовые сообщения и документы (PDF, текст, Markdown)."
         ),
         "new_done": "Готово: предыдущий разговор забыт. Чем могу помочь?",
         "text_only": "Извините, я понимаю только текстовые сообщения. Опишите, пожалуйста, словами.",
         "too_long": "Сообщение слишком длинное: {tokens} токенов при лимите {limit}. Сократите его или разделите.",
         "too_long_chars": "Сообщение слишком длинное: {tokens} символов при лимите {limit}. Сократите его.",
+        "media_too_big": "Файл слишком большой (предел {limit_mb} МБ). Пришлите файл поменьше или опишите словами.",
+        "media_too_long": "Запись слишком длинная (предел {limit} с). Пришлите покороче или напишите текстом.",
+        "media_unreadable": "Не удалось открыть файл: похоже, он повреждён или пуст. Пришлите его ещё раз или "
+        "опишите словами.",
+        "media_unsupported": "Такие файлы я не читаю. Пришлите фото, PDF, текстовый файл или голосовое "
+        "сообщение, или опишите словами.",
+        "media_encrypted": "Документ защищён паролем, я не могу его прочитать. Пришлите его без пароля или "
+        "вставьте текст.",
+        "media_empty": "В документе нет текста (это скан?). Пришлите его фото или опишите словами.",
+        "media_voice_empty": "Не удалось разобрать слова в записи. Попробуйте ещё раз или напишите текстом.",
+        "media_image_not_understood": "Сейчас я не могу смотреть изображения. Опишите, пожалуйста, словами, "
+        "что на фото.",
+        "media_voice_not_understood": "Сейчас я не могу слушать записи. Напишите, пожалуйста, текстом.",
+        "media_document_not_understood": "Сейчас я не могу прочитать документ. Вставьте, пожалуйста, текст.",
+        "media_image_too_big": "Слишком много или слишком большие фото за раз. Пришлите меньше или опишите словами.",
+        "media_document_cut": "Документ длинный: я прочитал только его начало (около {tokens} токенов).",
         "rate_limited": "Вы отправляете сообщения слишком часто. Подождите {seconds} с и повторите.",
         "not_allowed": "Извините, этот помощник вам недоступен.",
         "forget_done": "Готово: всё, что хранилось об этом чате, удалено.",

@@ -4,6 +4,7 @@ the evaluation runner and the benchmarks)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import openai
@@ -21,10 +22,18 @@ from services.engine.summarizer import Summarizer
 from services.engine.summary_format import FormatSetting
 from services.engine.tokens import TokenCounter
 from services.errors import ConfigurationError
+from services.media.notes import ImageNotes
+from services.media.reader import MediaReader
+from services.media.transcriber import Transcriber
+from services.media.vocabulary import Glossary
+from services.ports.chat_model import ChatModel
 from services.ports.knowledge import KnowledgeGaps, KnowledgeSource
+from services.ports.media import MediaMemos
 from services.ports.observer import TurnObserver
 from services.ports.sessions import SessionStore
-from services.settings import KnowledgeSettings, LLMSettings, MemorySettings
+from services.settings import KnowledgeSettings, LLMSettings, MediaSettings, MemorySettings
+
+IMAGE_NOTE_WORDS = 30
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +104,7 @@ def build_chat_service(
     knowledge: KnowledgeSource | None = None,
     knowledge_settings: KnowledgeSettings | None = None,
     gaps: KnowledgeGaps | None = None,
+    notes: ImageNotes | None = None,
 ) -> ChatService:
     """A ChatService wired from settings. Raises ConfigurationError for an unusable budget."""
     counter = counter or TokenCounter.for_encoding(memory.tokenizer_encoding)
@@ -149,4 +159,50 @@ def build_chat_service(
         observer=observer,
         handoff_tool=handoff,
         grounding=grounding,
+        notes=notes,
     )
+
+
+def build_image_notes(
+    *, llm: ChatModel, counter: TokenCounter, role: str, memos: MediaMemos | None, prompts: PromptRegistry | None = None
+) -> ImageNotes:
+    instruction = (prompts or default_registry()).get("image_note").render(max_words=str(IMAGE_NOTE_WORDS))
+    return ImageNotes(llm=llm, counter=counter, instruction=instruction, role=role, memos=memos)
+
+
+def build_media_reader(
+    settings: MediaSettings,
+    llm: LLMSettings,
+    *,
+    counter: TokenCounter,
+    memos: MediaMemos | None,
+    knowledge: KnowledgeSource | None = None,
+) -> MediaReader:
+    """The reader of customers' files; voice needs OPENAI_API_KEY's provider to serve /audio/transcriptions."""
+    transcriber, client = None, None
+    if settings.voice_enabled:
+        client = AsyncOpenAI(
+            api_key=llm.openai_api_key.get_secret_value().strip(),
+            base_url=llm.openai_base_url,
+            timeout=settings.transcription_timeout_seconds,
+            max_retries=0,  # the queue retries the turn; a transcript already made is kept (memos)
+        )
+        transcriber = Transcriber(
+            client=client, model=settings.transcription_model, timeout=settings.transcription_timeout_seconds
+        )
+    return MediaReader(
+        settings=settings,
+        model=llm.openai_model,
+        counter=counter,
+        transcriber=transcriber,
+        memos=memos,
+        vocabulary=_vocabulary(knowledge),
+        on_close=client.close if client is not None else None,
+    )
+
+
+def _vocabulary(knowledge: KnowledgeSource | None) -> Callable[[], str | None]:
+    if knowledge is None:
+        return lambda: None
+    glossary = Glossary()
+    return lambda: glossary(knowledge.current().passages)

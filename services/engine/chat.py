@@ -301,7 +301,7 @@ class ChatService:
                     estimated_tokens=window.estimated_tokens + grounded.part.tokens,
                 )
             noting = (
-                asyncio.ensure_future(self._notes.describe(chat_id, media.images, text))
+                asyncio.ensure_future(self._notes.describe(chat_id, media.images, new_part.images, text))
                 if self._notes is not None and media is not None and media.images
                 else None
             )

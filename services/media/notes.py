@@ -10,7 +10,7 @@ import logging
 import re
 from collections.abc import Sequence
 
-from services.engine.models import PromptPart
+from services.engine.models import ImagePart, PromptPart
 from services.engine.prompt_format import clean_text, customer_block
 from services.engine.tokens import TokenCounter
 from services.errors import LLMError
@@ -41,15 +41,18 @@ class ImageNotes:
         self._memos = memos
         self._max_tokens = max_tokens
 
-    async def describe(self, chat_id: int, images: Sequence[TurnImage], caption: str) -> tuple[str, ...]:
-        """One note per image, in order ("" where the model wrote none)."""
+    async def describe(
+        self, chat_id: int, images: Sequence[TurnImage], parts: Sequence[ImagePart], caption: str
+    ) -> tuple[str, ...]:
+        """One note per image, in order ("" where the model wrote none); ``parts``: the images as the
+        reply gets them (at low detail when the reply's prompt had no room for more)."""
         key = "+".join(image.file_unique_id for image in images)
         if self._memos is not None:
             cached = await self._memos.get(chat_id, "note", key)
             if cached is not None:
                 return tuple(cached.split("\n"))
         content = customer_block(caption) if caption else "(no caption)"
-        ask = PromptPart("user", content, 0, images=tuple(image.part for image in images))
+        ask = PromptPart("user", content, 0, images=tuple(parts))
         try:
             completion = await self._llm.describe((self._instruction, ask), max_tokens=self._max_tokens)
         except LLMError as exc:

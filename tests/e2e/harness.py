@@ -8,14 +8,22 @@ from dataclasses import dataclass
 
 from aiogram import Bot, Dispatcher
 
-from bot.factory import Settings, build_backend, build_bot, build_dispatcher, build_engine, build_knowledge
+from bot.factory import (
+    Settings,
+    build_backend,
+    build_bot,
+    build_dispatcher,
+    build_engine,
+    build_knowledge,
+    build_media,
+)
 from bot.modes.inprocess import watch_handoffs
 from bot.settings import BotSettings
 from services.engine.chat import ChatService
 from services.knowledge.library import KnowledgeLibrary
 from services.ports.backend import Backend
 from services.ports.sessions import SessionStore
-from services.settings import KnowledgeSettings, LLMSettings, MemorySettings, RedisSettings
+from services.settings import KnowledgeSettings, LLMSettings, MediaSettings, MemorySettings, RedisSettings
 
 TOKEN = "123456:TEST-token-secret"
 
@@ -27,6 +35,7 @@ def make_settings(
     *,
     bot: dict[str, object] | None = None,
     knowledge: dict[str, object] | None = None,
+    media: dict[str, object] | None = None,
     **memory: object,
 ) -> Settings:
     return Settings(
@@ -48,6 +57,7 @@ def make_settings(
         memory=MemorySettings(_env_file=None, **memory),  # type: ignore[call-arg]
         redis=RedisSettings(_env_file=None, redis_url=redis_url),  # type: ignore[call-arg]
         knowledge=KnowledgeSettings(_env_file=None, **(knowledge or {})),  # type: ignore[arg-type]
+        media=MediaSettings(_env_file=None, **(media or {})),  # type: ignore[arg-type]
     )
 
 
@@ -87,9 +97,13 @@ async def start_bot(settings: Settings) -> RunningBot:
     """The bot in this process with the backend its settings choose (Redis with a REDIS_URL)."""
     backend = build_backend(settings)
     knowledge = build_knowledge(settings, backend)
-    chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps)
+    chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps, memos=backend.memos)
     running = RunningBot(
-        settings, backend, chat, build_bot(settings.bot), build_dispatcher(chat, settings.bot, backend=backend)
+        settings,
+        backend,
+        chat,
+        build_bot(settings.bot),
+        build_dispatcher(chat, settings.bot, backend=backend, media=build_media(settings, backend, knowledge)),
     )
     watch_handoffs(running.dispatcher, running.bot, every=0.1)  # as run_polling does
     if knowledge is not None:  # as run_beside runs it

@@ -37,6 +37,9 @@ class Call:
     """Wall-clock time, comparable with the workers' log timestamps (same machine)."""
 
 
+_FILE_PARAMS = ("photo", "voice", "audio", "document", "video_note")
+
+
 @dataclass
 class StubTelegram(MediaUpdates):
     calls: list[Call] = field(default_factory=list)
@@ -297,6 +300,17 @@ class StubTelegram(MediaUpdates):
             "from": BOT_USER,
             "text": params.get("text", ""),
         }
+
+    async def _send_file(self, params: dict[str, Any]) -> Any:
+        """sendPhoto, sendVoice...: a file re-sent by its file_id (one this stub served), as a message."""
+        file_id = next((str(params[k]) for k in _FILE_PARAMS if k in params), "")
+        if file_id not in self.files.files:
+            return web.json_response(
+                {"ok": False, "error_code": 400, "description": "Bad Request: wrong file identifier/HTTP URL specified"}
+            )
+        return await self._m_sendMessage(params)
+
+    _m_sendPhoto = _m_sendVoice = _m_sendAudio = _m_sendDocument = _m_sendVideoNote = _send_file
 
     async def _m_editMessageText(self, params: dict[str, Any]) -> Any:
         return await self._m_sendMessage(params)

@@ -4,9 +4,10 @@ handoff opened, the customer told."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from aiogram import Bot
-from aiogram.exceptions import TelegramBadRequest
+from aiogram.exceptions import TelegramAPIError, TelegramBadRequest
 from aiogram.types import User
 
 from bot.metrics import HANDOFF_TICKETS, HANDOFFS_OPENED
@@ -14,6 +15,7 @@ from bot.telegram.desk.base import DeskBase, split_text, topic_name
 from bot.telegram.texts import Texts
 from bot.telegram.ticket import ticket_text
 from services.engine.handoff_records import Handoff, TranscriptEntry
+from services.engine.models import StoredMessage
 from services.fence import Fence
 
 log = logging.getLogger(__name__)
@@ -85,6 +87,7 @@ class Starting(DeskBase):
         if await self._begin(chat_id, ticket_id, fence):
             for chunk in split_text(f"{ticket}\n\n{ops('op_how')}"):
                 await self._send(bot, self.group, chunk, fence, thread=topic)
+            await self._show_media(bot, chat_id, recent, topic, fence)
             await self.store.record(chat_id, ticket_id, TranscriptEntry("event", "ticket posted"), fence=fence)
             HANDOFF_TICKETS.inc()
         opened = await self.store.start(
@@ -92,6 +95,20 @@ class Starting(DeskBase):
         )
         if opened:
             HANDOFFS_OPENED.labels(trigger).inc()
+
+    async def _show_media(
+        self, bot: Bot, chat_id: int, recent: Sequence[StoredMessage], topic: int, fence: Fence | None
+    ) -> None:
+        """The photos, recordings and files of the ticket's messages, by their file ids (best effort:
+        the ticket already says what each one showed or said)."""
+        assert self.group is not None
+        for ref in (ref for message in recent for ref in message.media):
+            if fence is not None:
+                fence.ensure_valid()
+            try:
+                await _send_file(bot, self.group, topic, ref.kind, ref.file_id)
+            except TelegramAPIError as exc:
+                log.warning("chat %s: its %s could not be shown to the operators: %s", chat_id, ref.kind, exc)
 
     async def _topic(self, bot: Bot, chat_id: int, record: Handoff, user: User | None, fence: Fence | None) -> int:
         assert self.group is not None
@@ -108,3 +125,16 @@ class Starting(DeskBase):
         created = await bot.create_forum_topic(self.group, topic_name(user, chat_id, self._ops("op_customer")))
         await self.store.set_topic(chat_id, self.group, created.message_thread_id, fence=fence)
         return created.message_thread_id
+
+
+async def _send_file(bot: Bot, chat_id: int, topic: int, kind: str, file_id: str) -> None:
+    if kind == "photo":
+        await bot.send_photo(chat_id, file_id, message_thread_id=topic)
+    elif kind == "voice":
+        await bot.send_voice(chat_id, file_id, message_thread_id=topic)
+    elif kind == "audio":
+        await bot.send_audio(chat_id, file_id, message_thread_id=topic)
+    elif kind == "video_note":
+        await bot.send_video_note(chat_id, file_id, message_thread_id=topic)
+    elif kind in ("document", "image_file"):
+        await bot.send_document(chat_id, file_id, message_thread_id=topic)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
 from aiogram import Bot, Router
@@ -22,6 +23,7 @@ from services.engine.chat import ChatService
 from services.engine.turns import TurnResult
 from services.errors import LeaseLostError
 from services.fence import Fence
+from services.media.turn import TurnMedia
 from services.ports.queue import item_id_of
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,24 @@ async def on_text(
     fence: Fence | None = None,
 ) -> None:
     """``customer_text``: the message's text as AccessMiddleware read it (without the bot's mention)."""
+    await serve_turn(message, bot, chat, settings, say, event_update, desk, customer_text, fence=fence)
+
+
+async def serve_turn(
+    message: Message,
+    bot: Bot,
+    chat: ChatService,
+    settings: BotSettings,
+    say: Texts,
+    event_update: Update,
+    desk: HandoffDesk,
+    customer_text: str,
+    *,
+    fence: Fence | None = None,
+    media: Callable[[], Awaitable[TurnMedia | None]] | None = None,
+) -> TurnResult:
+    """One turn in Telegram: "typing…" (and drafts in private chats) while ``media`` is read (the
+    downloads, a transcription) and the reply is produced, then the reply rendered."""
     started = time.perf_counter()
     chat_id = message.chat.id
     turn_id = item_id_of(event_update.update_id)
@@ -57,6 +77,7 @@ async def on_text(
                 on_restart=drafts.restart if drafts else None,
                 turn_id=turn_id,
                 fence=fence,
+                media=await media() if media is not None else None,
             )
             if turn.deliver:
                 if drafts is not None:
@@ -89,6 +110,7 @@ async def on_text(
         drafts.sent if drafts else 0,
         result.duplicate,
     )
+    return result
 
 
 async def render_turn(

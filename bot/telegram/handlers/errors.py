@@ -12,7 +12,7 @@ from bot.metrics import ERRORS
 from bot.provider_health import PROVIDER
 from bot.serving.failures import is_transient
 from bot.settings import BotSettings
-from bot.telegram.texts import Texts, text
+from bot.telegram.texts import TEXTS, Texts, text
 from services.errors import (
     ConcurrentUpdateError,
     LeaseLostError,
@@ -20,6 +20,7 @@ from services.errors import (
     LLMConfigurationError,
     LLMReplyTruncatedError,
     LLMUnavailableError,
+    MediaError,
     MessageTooLongError,
     StoreError,
 )
@@ -33,6 +34,8 @@ def user_text_for(exc: BaseException, language: str) -> str:
     if isinstance(exc, MessageTooLongError):
         key = "too_long_chars" if exc.unit == "characters" else "too_long"
         return text(language, key, tokens=exc.tokens, limit=exc.limit)
+    if isinstance(exc, MediaError):
+        return media_text(exc, language)
     kinds: list[tuple[type[BaseException], str]] = [
         (LLMUnavailableError, "llm_unavailable"),
         (LLMReplyTruncatedError, "reply_truncated"),
@@ -46,7 +49,17 @@ def user_text_for(exc: BaseException, language: str) -> str:
     return text(language, "internal_error")
 
 
-_ANSWERED = (MessageTooLongError, LLMReplyTruncatedError, LLMBadReplyError, ConcurrentUpdateError)
+def media_text(exc: MediaError, language: str) -> str:
+    """``media_<kind>_<reason>`` where a kind has its own text, else ``media_<reason>``."""
+    if exc.reason == "off":
+        return text(language, "text_only")
+    specific = f"media_{exc.kind}_{exc.reason}"
+    key = specific if specific in TEXTS["en"] else f"media_{exc.reason}"
+    limit = exc.limit or 0
+    return text(language, key if key in TEXTS["en"] else "media_unreadable", limit=limit, limit_mb=limit // 2**20)
+
+
+_ANSWERED = (MessageTooLongError, LLMReplyTruncatedError, LLMBadReplyError, ConcurrentUpdateError, MediaError)
 """Failures of the customer's request itself: told to the customer, and the update is done."""
 
 

@@ -1,0 +1,90 @@
+"""Telegram albums as one turn. An album is several updates (one photo each, one media group id);
+each is recorded as it arrives (by the intake in queued mode, before the per-chat queue; by the
+dispatcher's ``feed_update`` in-process, before the per-chat lock), so the first photo's turn can
+wait until the album stops growing and take every photo; the others find theirs taken."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from aiogram import Bot, Dispatcher
+from aiogram.types import Update
+
+from services.ports.media import AlbumItem, Albums
+
+log = logging.getLogger(__name__)
+
+QUIET_SECONDS = 0.8
+"""An album is complete when no photo was added for this long (Telegram sends them within ms)."""
+MAX_WAIT_SECONDS = 4.0
+POLL_SECONDS = 0.1
+
+
+def album_of(update: dict[str, Any]) -> tuple[int, str, AlbumItem] | None:
+    """(chat id, media group id, the photo) of an update that is an album's photo or image file."""
+    message = update.get("message")
+    if not isinstance(message, dict) or not message.get("media_group_id"):
+        return None
+    chat = message.get("chat")
+    if not isinstance(chat, dict) or not isinstance(chat.get("id"), int):
+        return None
+    caption = str(message.get("caption") or "")
+    photos = message.get("photo")
+    document = message.get("document")
+    if isinstance(photos, list) and photos and isinstance(photos[-1], dict):
+        best = photos[-1]
+        width, height = int(best.get("width") or 0), int(best.get("height") or 0)
+    elif isinstance(document, dict) and str(document.get("mime_type") or "").startswith("image/"):
+        best, width, height = document, 0, 0
+    else:
+        return None
+    if not isinstance(best.get("file_id"), str) or not isinstance(best.get("file_unique_id"), str):
+        return None
+    size = best.get("file_size")
+    item = AlbumItem(
+        message_id=int(message.get("message_id") or 0),
+        file_id=best["file_id"],
+        file_unique_id=best["file_unique_id"],
+        caption=caption,
+        file_size=size if isinstance(size, int) else None,
+        width=width,
+        height=height,
+    )
+    return chat["id"], str(message["media_group_id"]), item
+
+
+async def record_album_photo(albums: Albums, update: dict[str, Any]) -> None:
+    """Record the update's album photo, if it is one (idempotent)."""
+    found = album_of(update)
+    if found is not None:
+        await albums.add(*found)
+
+
+async def wait_until_complete(
+    albums: Albums, chat_id: int, group: str, *, quiet: float = QUIET_SECONDS, max_wait: float = MAX_WAIT_SECONDS
+) -> None:
+    """Return once the album has not grown for ``quiet`` seconds (at most ``max_wait`` in all)."""
+    started = last_change = time.monotonic()
+    count = await albums.count(chat_id, group)
+    while (now := time.monotonic()) - last_change < quiet and now - started < max_wait:
+        await asyncio.sleep(POLL_SECONDS)
+        latest = await albums.count(chat_id, group)
+        if latest != count:
+            count, last_change = latest, time.monotonic()
+
+
+class AlbumDispatcher(Dispatcher):
+    """A Dispatcher that records an album's photo before the update meets the per-chat lock (the
+    handler of the album's first photo holds it while it waits for the rest)."""
+
+    async def feed_update(self, bot: Bot, update: Update, **kwargs: Any) -> Any:
+        albums: Albums | None = self.get("albums")
+        if albums is not None and update.message is not None and update.message.media_group_id:
+            try:
+                await record_album_photo(albums, update.model_dump(mode="json", exclude_none=True))
+            except Exception as exc:
+                log.warning("album photo of update %s not recorded early: %s", update.update_id, exc)
+        return await super().feed_update(bot, update, **kwargs)

@@ -1,0 +1,96 @@
+"""Telegram's side of a customer's files: what a message carries (``incoming_of``) and the download
+(``downloader``): getFile's size checked against the cap, the bytes read into memory, never past it.
+
+The file URL aiogram builds holds the bot token: it stays inside aiogram's session (never logged,
+stored or passed on here); the services get bytes. A failed download is transient (retried like any
+turn); a file Telegram no longer has, or will not serve, is the customer's to resend."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+from aiogram import Bot
+from aiogram.exceptions import TelegramBadRequest
+from aiogram.types import Message
+from aiohttp import ClientError, ClientResponseError
+
+from services.errors import MediaError, TransientError
+from services.media import reasons
+from services.media.reader import Download, Incoming, IncomingKind
+
+log = logging.getLogger(__name__)
+
+DOWNLOAD_TIMEOUT_SECONDS = 60
+
+
+class DownloadFailedError(TransientError):
+    """Telegram's file server could not be reached or cut the download: tried again later."""
+
+
+class _Capped(io.BytesIO):
+    """A buffer that refuses to grow past ``cap`` bytes (a file larger than getFile said)."""
+
+    def __init__(self, cap: int, kind: reasons.MediaKind) -> None:
+        super().__init__()
+        self._cap = cap
+        self._kind = kind
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        if self.tell() + len(data) > self._cap:
+            raise MediaError(
+                f"download over {self._cap} bytes", kind=self._kind, reason=reasons.TOO_BIG, limit=self._cap
+            )
+        return super().write(data)
+
+
+def downloader(bot: Bot, kind: reasons.MediaKind) -> Download:
+    async def download(file_id: str, max_bytes: int) -> bytes:
+        try:
+            file = await bot.get_file(file_id)
+        except TelegramBadRequest as exc:
+            big = "too big" in exc.message.lower()
+            reason = reasons.TOO_BIG if big else reasons.UNREADABLE
+            raise MediaError(f"getFile refused: {exc.message}", kind=kind, reason=reason, limit=max_bytes) from exc
+        if file.file_size is not None and file.file_size > max_bytes:
+            raise MediaError(f"{file.file_size} bytes", kind=kind, reason=reasons.TOO_BIG, limit=max_bytes)
+        if not file.file_path:
+            raise MediaError("getFile gave no file path", kind=kind, reason=reasons.UNREADABLE)
+        buffer = _Capped(max_bytes, kind)
+        try:
+            await bot.download_file(file.file_path, destination=buffer, timeout=DOWNLOAD_TIMEOUT_SECONDS)
+        except ClientResponseError as exc:
+            if 400 <= exc.status < 500 and exc.status not in (408, 429):
+                raise MediaError(f"file server answered {exc.status}", kind=kind, reason=reasons.UNREADABLE) from exc
+            raise DownloadFailedError(f"file server answered {exc.status}") from None  # the URL holds the token
+        except (ClientError, TimeoutError, OSError) as exc:
+            raise DownloadFailedError(f"download failed: {type(exc).__name__}") from None
+        return buffer.getvalue()
+
+    return download
+
+
+def incoming_of(message: Message) -> list[Incoming]:
+    """The files of a message the bot may read (the largest photo size: the reader shrinks it)."""
+    if message.photo:
+        best = message.photo[-1]
+        return [Incoming("photo", best.file_id, best.file_unique_id, best.file_size)]
+    if (voice := message.voice) is not None:
+        return [
+            Incoming("voice", voice.file_id, voice.file_unique_id, voice.file_size, voice.duration, voice.mime_type)
+        ]
+    if (audio := message.audio) is not None:
+        name = audio.file_name
+        return [
+            Incoming(
+                "audio", audio.file_id, audio.file_unique_id, audio.file_size, audio.duration, audio.mime_type, name
+            )
+        ]
+    if (note := message.video_note) is not None:
+        return [Incoming("video_note", note.file_id, note.file_unique_id, note.file_size, note.duration, "video/mp4")]
+    if (document := message.document) is not None:
+        mime = (document.mime_type or "").lower()
+        kind: IncomingKind = "image_file" if mime.startswith("image/") else "document"
+        size, name = document.file_size, document.file_name
+        return [Incoming(kind, document.file_id, document.file_unique_id, size, None, mime, name)]
+    return []

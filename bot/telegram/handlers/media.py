@@ -1,0 +1,77 @@
+"""Photos, image files, albums, voice notes, audio, video notes and documents: read into the turn
+(services.media.reader), then answered like text. A kind turned off keeps the text-only reply."""
+
+from __future__ import annotations
+
+from aiogram import Bot, Router
+from aiogram.types import Message, Update
+
+from bot.settings import BotSettings
+from bot.telegram.albums import wait_until_complete
+from bot.telegram.desk import HandoffDesk
+from bot.telegram.files import downloader, incoming_of
+from bot.telegram.handlers.chat import serve_turn
+from bot.telegram.middlewares.ratelimit import RateLimitMiddleware
+from bot.telegram.texts import Texts
+from services.engine.chat import ChatService
+from services.fence import Fence
+from services.media.reader import Incoming, MediaReader
+from services.media.turn import TurnMedia
+from services.ports.media import AlbumItem, Albums
+from services.ports.queue import item_id_of
+
+
+async def has_media(message: Message) -> bool:
+    return bool(incoming_of(message))
+
+
+async def on_media(
+    message: Message,
+    bot: Bot,
+    chat: ChatService,
+    settings: BotSettings,
+    say: Texts,
+    event_update: Update,
+    desk: HandoffDesk,
+    media_reader: MediaReader,
+    albums: Albums,
+    fence: Fence | None = None,
+) -> None:
+    chat_id = message.chat.id
+    items = incoming_of(message)
+    family = items[0].family
+    if not media_reader.enabled(family):
+        await message.answer(say("text_only"))
+        return
+    media_reader.check(items)  # before any download, and before an album waits for its photos
+    caption = message.caption or ""
+    if message.media_group_id and family == "image":
+        group, turn_id = message.media_group_id, item_id_of(event_update.update_id)
+        best = items[0]
+        await albums.add(chat_id, group, AlbumItem(message.message_id, best.file_id, best.file_unique_id, caption))
+        await wait_until_complete(albums, chat_id, group)
+        taken = await albums.take(chat_id, group, turn_id)
+        if not taken:
+            return  # answered with the album's first photo
+        items = [Incoming("photo", t.file_id, t.file_unique_id, t.file_size) for t in taken]
+        caption = "\n".join(text for text in dict.fromkeys(t.caption for t in taken) if text)
+        media_reader.check(items)
+    read: list[TurnMedia] = []
+
+    async def media() -> TurnMedia:
+        read.append(await media_reader.read(chat_id, items, download=downloader(bot, family)))
+        return read[-1]
+
+    result = await serve_turn(message, bot, chat, settings, say, event_update, desk, caption, fence=fence, media=media)
+    document = read[-1].document if read else None
+    if document is not None and document.truncated and not result.duplicate:
+        if fence is not None:
+            fence.ensure_valid()
+        await bot.send_message(chat_id, say("media_document_cut", tokens=document.tokens))
+
+
+def make_router() -> Router:
+    router = Router(name="media")
+    router.message.middleware(RateLimitMiddleware())
+    router.message.register(on_media, has_media)
+    return router

@@ -1,0 +1,187 @@
+"""End to end with media: real aiogram Bot/Dispatcher ↔ stub Bot API (getFile, file downloads), real
+AsyncOpenAI ↔ stub model server (image parts, /audio/transcriptions), a real redis-server. A photo
+with a caption answered (a data URL reaches the model; the bot token reaches nothing the model gets
+and no log line), remembered by its note; an album as one turn; a voice note answered from its
+transcript and paid for once; a PDF read; bad files refused with nothing stored."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from fpdf import FPDF
+from PIL import Image
+from pypdf import PdfReader, PdfWriter
+
+from tests.conftest import RedisServer
+from tests.e2e.harness import TOKEN, RunningBot, make_settings, start_bot
+from tests.stubs.openai_server import StubOpenAI
+from tests.stubs.telegram_server import StubTelegram
+from tests.stubs.vision import images_in
+
+CHAT = 4242
+
+
+def jpeg(width: int = 1600, height: int = 1200, color: tuple[int, int, int] = (180, 40, 40)) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), color).save(buffer, "JPEG", quality=80)
+    return buffer.getvalue()
+
+
+def pdf(text: str) -> bytes:
+    document = FPDF()
+    document.add_page()
+    document.set_font("helvetica", size=11)
+    document.multi_cell(0, 6, text)
+    return bytes(document.output())
+
+
+async def stored(bot: RunningBot, chat_id: int = CHAT) -> list[str]:
+    return [m.content for m in (await bot.store.load(chat_id)).messages]
+
+
+@pytest.fixture
+async def media_bot(
+    telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, request: pytest.FixtureRequest
+) -> AsyncIterator[RunningBot]:
+    options: dict[str, Any] = getattr(request, "param", {})
+    settings = make_settings(telegram.base_url, stub_llm.base_url, redis_server.url, media=options)
+    bot = await start_bot(settings)
+    try:
+        yield bot
+    finally:
+        await bot.stop()
+
+
+async def test_a_photo_is_seen_once_remembered_by_its_note_and_the_token_goes_nowhere(
+    media_bot: RunningBot, telegram: StubTelegram, stub_llm: StubOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    stub_llm.image_note = lambda _image: "monitor stand cracked at the base, box intact"
+    sent = telegram.push(telegram.photo_message(CHAT, jpeg(), width=1600, height=1200, caption="It arrived like this"))
+    await telegram.wait_messages(CHAT, 1)
+    [image] = images_in(stub_llm.chat_requests[-1])
+    assert image.mime == "image/jpeg" and image.size is not None and max(image.size) <= 2048
+    assert "It arrived like this" in json.dumps(stub_llm.chat_requests[-1])
+    assert len(stub_llm.note_requests) == 1
+    secret = TOKEN.split(":", 1)[1]
+    everything_sent = json.dumps(stub_llm.requests)
+    assert (
+        secret not in everything_sent
+        and "api.telegram.org" not in everything_sent
+        and "/file/bot" not in everything_sent
+    )
+    assert not [r.getMessage() for r in caplog.records if secret in r.getMessage()]
+    assert await stored(media_bot) == [
+        "[photo: monitor stand cracked at the base, box intact]\nIt arrived like this",
+        "Support answer to: It arrived like this",
+    ]
+    message = (await media_bot.store.load(CHAT)).messages[0]
+    largest = sent["message"]["photo"][-1]["file_id"]
+    assert [(ref.kind, ref.file_id) for ref in message.media] == [("photo", largest)]
+    assert [d.status for d in telegram.files.downloads] == [200], "only the largest size is downloaded"
+    telegram.send_text(CHAT, "Can you send a new one?")
+    await telegram.wait_messages(CHAT, 2)
+    follow_up = stub_llm.chat_requests[-1]
+    assert images_in(follow_up) == [] and "monitor stand cracked at the base" in json.dumps(follow_up)
+
+
+async def test_an_album_is_one_turn(media_bot: RunningBot, telegram: StubTelegram, stub_llm: StubOpenAI) -> None:
+    for update in telegram.album(
+        CHAT, [jpeg(color=(10, 10, 200)), jpeg(color=(10, 200, 10)), jpeg()], caption="3 boxes"
+    ):
+        telegram.push(update)
+    telegram.send_text(CHAT, "thanks")  # answered after every photo of the album was handled
+    await telegram.wait_messages(CHAT, 2)
+    assert len(telegram.texts_to(CHAT)) == 2
+    album_request, _ = stub_llm.chat_requests
+    assert len(images_in(album_request)) == 3
+    user, _, _, _ = await stored(media_bot)
+    assert user.count("[photo: an image of") == 3 and user.endswith("3 boxes")
+
+
+async def test_a_voice_note_is_answered_from_its_transcript_and_paid_for_once(
+    media_bot: RunningBot, telegram: StubTelegram, stub_llm: StubOpenAI
+) -> None:
+    stub_llm.transcriptions.default_text = "My order 7718 has not arrived."
+    voice = telegram.voice_message(CHAT, b"OggS\x00fake-opus-bytes", duration=4)
+    telegram.push(voice)
+    await telegram.wait_messages(CHAT, 1)
+    [call] = stub_llm.transcriptions.calls
+    assert call.filename.endswith(".ogg") and call.file == b"OggS\x00fake-opus-bytes"
+    assert "My order 7718 has not arrived." in json.dumps(stub_llm.chat_requests[-1])
+    assert (await stored(media_bot))[0] == "[voice message, transcribed]: My order 7718 has not arrived."
+    again = telegram.message_update(CHAT, None, extra={"voice": voice["message"]["voice"]})
+    telegram.push(again)  # the same file sent again (a forward): its transcript is kept
+    await telegram.wait_messages(CHAT, 2)
+    assert len(stub_llm.transcriptions.calls) == 1
+
+
+async def test_a_pdf_is_read(media_bot: RunningBot, telegram: StubTelegram, stub_llm: StubOpenAI) -> None:
+    telegram.push(telegram.document_message(CHAT, pdf("Invoice 55-1207. Total: 349.00 EUR."), caption="wrong total?"))
+    await telegram.wait_messages(CHAT, 1)
+    prompt = json.dumps(stub_llm.chat_requests[-1])
+    assert "Invoice 55-1207" in prompt and "wrong total?" in prompt
+    [user, _] = await stored(media_bot)
+    assert user.startswith("[document invoice.pdf, 1 pages]")
+
+
+def encrypted_pdf() -> bytes:
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(pdf("secret"))))
+    writer.encrypt("pw")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+BAD_INPUTS = {
+    "empty photo": (lambda t: t.photo_message(CHAT, b"", width=800, height=600), "could not open this file"),
+    "corrupt photo": (lambda t: t.photo_message(CHAT, jpeg()[:200], width=800, height=600), "could not open"),
+    "photo over 20 MB": (lambda t: t.photo_message(CHAT, jpeg(), size=21 * 2**20), "too big"),
+    "voice too long": (lambda t: t.voice_message(CHAT, b"OggS", duration=3600), "too long"),
+    "encrypted PDF": (lambda t: t.document_message(CHAT, encrypted_pdf()), "password-protected"),
+    "corrupt PDF": (lambda t: t.document_message(CHAT, b"%PDF-1.4 broken"), "could not open"),
+    "Word file": (
+        lambda t: t.document_message(CHAT, b"PK\x03\x04", file_name="a.docx", mime_type="application/msword"),
+        "cannot read this kind",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+async def test_bad_files_get_a_clear_reply_and_nothing_is_stored(
+    case: str, media_bot: RunningBot, telegram: StubTelegram, stub_llm: StubOpenAI
+) -> None:
+    build, expected = BAD_INPUTS[case]
+    telegram.push(build(telegram))
+    [reply] = await telegram.wait_messages(CHAT, 1)
+    assert expected in reply
+    assert await stored(media_bot) == []
+    assert stub_llm.chat_requests == []
+
+
+async def test_an_unsupported_codec_and_a_model_without_vision(
+    media_bot: RunningBot, telegram: StubTelegram, stub_llm: StubOpenAI
+) -> None:
+    stub_llm.transcriptions.mode = "unsupported"
+    telegram.push(telegram.voice_message(CHAT, b"not audio"))
+    assert "cannot read this kind" in (await telegram.wait_messages(CHAT, 1))[-1]
+    stub_llm.vision = False
+    telegram.push(telegram.photo_message(CHAT, jpeg(), caption="see"))
+    assert "describe in words what the photo shows" in (await telegram.wait_messages(CHAT, 2))[-1]
+    assert await stored(media_bot) == []
+
+
+@pytest.mark.parametrize("media_bot", [{"images_enabled": False, "voice_enabled": False}], indirect=True)
+async def test_kinds_turned_off_keep_the_text_only_reply(
+    media_bot: RunningBot, telegram: StubTelegram, stub_llm: StubOpenAI
+) -> None:
+    telegram.push(telegram.photo_message(CHAT, jpeg()))
+    telegram.push(telegram.voice_message(CHAT, b"OggS"))
+    replies = await telegram.wait_messages(CHAT, 2)
+    assert all("only read text" in reply for reply in replies)
+    assert telegram.files.downloads == [] and stub_llm.transcriptions.calls == []
