@@ -94,10 +94,12 @@ def test_html_without_its_page_chrome(counter: TokenCounter) -> None:
 
 def test_the_type_comes_from_the_mime_type_when_the_name_says_nothing(counter: TokenCounter, pdf: bytes) -> None:
     assert read(pdf, "scan_0001", counter, mime="application/pdf").pages == 2
-    assert read(b"# Title\n\nbody text", "README", counter, mime="text/markdown; charset=utf-8").text == "Title\nbody text"
+    markdown = read(b"# Title\n\nbody text", "README", counter, mime="text/markdown; charset=utf-8")
+    assert markdown.text == "Title\nbody text"
     assert "Delivery times" in read(HTML_EXPORT.encode(), "page", counter, mime="text/html").text
     assert read(b"plain body", "server.log", counter, mime="text/plain").text == "plain body"
-    assert read(b"# not a heading in text", "notes.txt", counter, mime="text/markdown").text == "# not a heading in text"
+    by_suffix = read(b"# not a heading in text", "notes.txt", counter, mime="text/markdown")
+    assert by_suffix.text == "# not a heading in text"  # the suffix wins
 
 
 def test_a_file_over_the_cap_is_cut_within_it_at_a_line_break(counter: TokenCounter) -> None:
