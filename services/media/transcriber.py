@@ -156,12 +156,8 @@ class Transcriber:
         if isinstance(exc, openai.APIStatusError):
             status, message = exc.status_code, _message_of(exc)
             if status == 413:
-                return MediaError(
-                    f"the provider refused the voice note as too big: {message}"[:300],
-                    kind="voice",
-                    reason=reasons.TOO_BIG,
-                    limit=self.max_bytes,
-                )
+                what = f"the provider refused the voice note as too big: {message}"[:300]
+                return MediaError(what, kind="voice", reason=reasons.TOO_BIG)  # its limit unknown, not ours
             if status in (400, 415, 422):
                 error = incomplete_reply(exc, mid_answer=False)
                 if isinstance(error, LLMConfigurationError):  # a key or model code sent with a 400
@@ -174,8 +170,8 @@ class Transcriber:
                     if any(word in lowered for word in _LENGTH_WORDS)
                     else reasons.NOT_UNDERSTOOD
                 )
-                return MediaError(f"the provider refused the voice note: HTTP {status}: {message}"[:300],
-                                  kind="voice", reason=reason)  # fmt: skip
+                what = f"the provider refused the voice note: HTTP {status}: {message}"[:300]
+                return MediaError(what, kind="voice", reason=reason)
         error = incomplete_reply(exc, mid_answer=False)
         if error is None or isinstance(error, LLMUnavailableError):
             return error
