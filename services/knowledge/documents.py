@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,10 +22,20 @@ class Document:
     title: str
     url: str | None
     sections: tuple[Section, ...]
+    pages: int | None = None
+    """A PDF's page count (also the pages not read); None for the other formats."""
+
+
+RefusalKind = Literal["unreadable", "unsupported", "encrypted", "empty", "too_big"]
 
 
 class UnreadableDocument(Exception):
-    """The file cannot serve as knowledge; ``str(exc)`` is the reason."""
+    """The file cannot serve as knowledge; ``str(exc)`` is the reason, ``kind`` the same for code
+    (customer documents map it to what the customer is told)."""
+
+    def __init__(self, message: str, *, kind: RefusalKind = "unreadable") -> None:
+        super().__init__(message)
+        self.kind: RefusalKind = kind
 
 
 SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".txt": "text", ".html": "html", ".htm": "html", ".pdf": "pdf"}
@@ -48,7 +59,7 @@ def decode_text(data: bytes) -> str:
     except UnicodeDecodeError as exc:
         raise UnreadableDocument(f"not UTF-8 (byte {exc.start})") from None
     if not text.strip():
-        raise UnreadableDocument("empty")
+        raise UnreadableDocument("empty", kind="empty")
     return text
 
 

@@ -18,19 +18,20 @@ pure-Python text extraction would chew on for minutes (a small PDF that inflates
 logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings per odd object would flood the log
 
 
-def parse_pdf(data: bytes, *, path: str, fallback_title: str) -> Document:
+def parse_pdf(data: bytes, *, path: str, fallback_title: str, max_pages: int = MAX_PAGES) -> Document:
+    """The text of the first ``max_pages`` pages (``Document.pages``: all of them)."""
     from pypdf import PdfReader
     from pypdf.errors import PyPdfError
 
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
-            raise UnreadableDocument("encrypted PDF")
+            raise UnreadableDocument("encrypted PDF", kind="encrypted")
         pages = reader.pages
         count = len(pages)
         texts: list[str] = []
         total = 0
-        for number, page in enumerate(list(pages)[:MAX_PAGES], start=1):
+        for number, page in enumerate(list(pages)[:max_pages], start=1):
             contents = page.get_contents()  # inflated in C, cheap: checked before the slow extraction
             if contents is not None and len(contents.get_data()) > MAX_PAGE_CONTENT:
                 raise UnreadableDocument(f"page {number} content over {MAX_PAGE_CONTENT} bytes (a PDF bomb?)")
@@ -44,13 +45,13 @@ def parse_pdf(data: bytes, *, path: str, fallback_title: str) -> Document:
         raise
     except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError) as exc:
         raise UnreadableDocument(f"broken PDF: {type(exc).__name__}: {exc}"[:200]) from None
-    if count > MAX_PAGES:
-        logging.getLogger(__name__).warning("%s: only the first %d of %d pages read", path, MAX_PAGES, count)
+    if count > max_pages:
+        logging.getLogger(__name__).warning("%s: only the first %d of %d pages read", path, max_pages, count)
     text = "\n\n".join(texts)
     text = re.sub(r"(\w)-\n(\w)", r"\1\2", text)
     blocks = paragraphs(re.sub(r"\n(?=[A-ZА-ЯЁ0-9•\-])", "\n\n", text))
     if not blocks:
-        raise UnreadableDocument("PDF has no extractable text (scanned images?)")
+        raise UnreadableDocument("PDF has no extractable text (scanned images?)", kind="empty")
     sections: list[Section] = []
     heading: tuple[str, ...] = ()
     for block in blocks:
@@ -61,4 +62,4 @@ def parse_pdf(data: bytes, *, path: str, fallback_title: str) -> Document:
     if not sections:
         sections = [Section((), block) for block in blocks]
     title = squash(str(metadata_title)) or (blocks[0] if len(blocks[0]) <= 120 else fallback_title)
-    return Document(path=path, title=title, url=None, sections=tuple(sections))
+    return Document(path=path, title=title, url=None, sections=tuple(sections), pages=count)

@@ -17,10 +17,10 @@ def read_document(path: Path, *, relative: str, max_bytes: int) -> Document:
     """The document at ``path`` (``relative``: its name under KNOWLEDGE_DIR); UnreadableDocument otherwise."""
     kind = SUFFIXES.get(path.suffix.lower())
     if kind is None:
-        raise UnreadableDocument(f"unsupported type {path.suffix or '(no suffix)'}")
+        raise UnreadableDocument(f"unsupported type {path.suffix or '(no suffix)'}", kind="unsupported")
     size = path.stat().st_size
     if size > max_bytes:
-        raise UnreadableDocument(f"{size} bytes, over KNOWLEDGE_MAX_FILE_BYTES={max_bytes}")
+        raise UnreadableDocument(f"{size} bytes, over KNOWLEDGE_MAX_FILE_BYTES={max_bytes}", kind="too_big")
     if size == 0:
         raise UnreadableDocument("empty")
     data = path.read_bytes()
@@ -35,5 +35,5 @@ def read_document(path: Path, *, relative: str, max_bytes: int) -> Document:
         else:
             document = parse_text(text, path=relative, fallback_title=path.stem)
     if not any(section.text for section in document.sections):
-        raise UnreadableDocument("no text found")
+        raise UnreadableDocument("no text found", kind="empty")
     return document

@@ -1,1 +1,1 @@
-"""Media a customer sends (photos, voice, documents): pure rules, no I/O (image_tokens)."""
+"""Media a customer sends (photos, voice, documents): image tokens, refusal reasons, documents and voice as text."""

@@ -4,8 +4,9 @@ Multipart ``file``, ``model`` and optional ``prompt``, ``language``, ``response_
 default: ``{"text", "usage"}``; text: the bare transcript). The transcript comes from ``replies`` (one
 per call), else ``texts`` (audio bytes → text), else ``default_text``. Every call is recorded (bytes,
 file name, model, prompt, outcome). Faults as OpenAI answers them: ``error`` (500), ``unsupported``
-(400 "Invalid file format", also for a file name whose extension OpenAI does not take), ``hang``; over
-25 MB is refused with 413 as OpenAI does.
+(400 "Invalid file format", also for a file name whose extension OpenAI does not take), ``hang``,
+``throttled`` (429, Retry-After: 7), ``unauthorized`` (401 invalid_api_key), ``too_long`` (400, over
+the model's duration); over 25 MB is refused with 413 as OpenAI does.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from aiohttp import web
 FORMATS = ("flac", "m4a", "mp3", "mp4", "mpeg", "mpga", "oga", "ogg", "wav", "webm")
 """The file types OpenAI's transcription endpoint accepts (by the file name's extension)."""
 MAX_BYTES = 25 * 1024 * 1024
-Outcome = Literal["ok", "error", "unsupported", "hang"]
+Outcome = Literal["ok", "error", "unsupported", "hang", "throttled", "unauthorized", "too_long"]
 
 
 @dataclass
@@ -89,6 +90,13 @@ class StubTranscriptions:
         if outcome == "unsupported":
             message = f"Invalid file format. Supported formats: {list(FORMATS)}"
             return _error(400, message, "invalid_request_error")
+        if outcome == "throttled":
+            return _error(429, "Rate limit reached for requests", "requests", headers={"retry-after": "7"})
+        if outcome == "unauthorized":
+            return _error(401, "Incorrect API key provided: sk-***", "invalid_request_error", code="invalid_api_key")
+        if outcome == "too_long":
+            message = "audio duration 1612.5 seconds is longer than 1500 seconds which is the maximum for this model"
+            return _error(400, message, "invalid_request_error")
         text = self.replies.popleft() if self.replies else self.texts.get(data, self.default_text)
         if call.response_format == "text":
             return web.Response(text=text + "\n", content_type="text/plain")
@@ -110,5 +118,14 @@ class StubTranscriptions:
         }
 
 
-def _error(status: int, message: str, kind: str = "server_error", param: str | None = None) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": kind, "param": param, "code": None}}, status=status)
+def _error(
+    status: int,
+    message: str,
+    kind: str = "server_error",
+    param: str | None = None,
+    *,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return web.json_response(body, status=status, headers=headers)
