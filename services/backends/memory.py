@@ -8,6 +8,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from services.backends.memory_media import InMemoryAlbums, InMemoryMediaMemos
 from services.engine.handoff_records import (
     NEEDS_OPEN,
     RELAYED_IDS_KEPT,
@@ -384,6 +385,8 @@ class InMemoryBackend:
         self.limiter = InMemoryRateLimiter(per_minute=per_minute)
         self.handoffs = InMemoryHandoffStore()
         self.gaps = InMemoryKnowledgeGaps(ttl_seconds=ttl_seconds)
+        self.memos = InMemoryMediaMemos(ttl_seconds=ttl_seconds)
+        self.albums = InMemoryAlbums(ttl_seconds=ttl_seconds)
 
     async def ping(self) -> None:
         await self.store.ping()
@@ -396,6 +399,8 @@ class InMemoryBackend:
         await self.store.forget(chat_id, fence=fence)
         self.handoffs._drop(chat_id)
         await self.gaps.forget(chat_id)
+        self.memos.forget(chat_id)
+        self.albums.forget(chat_id)
 
     async def close(self) -> None:
         await self.store.close()

@@ -6,11 +6,11 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from functools import partial
 
 from prompts.support_chat import HANDOFF_MARK, HANDOFF_TOOL_SPEC
 from services.engine.compactor import Compactor
 from services.engine.grounding import Grounded, Grounding
+from services.engine.handoff_call import handoff_reason
 from services.engine.models import (
     Compaction,
     Completion,
@@ -19,14 +19,14 @@ from services.engine.models import (
     OnRestart,
     PromptPart,
     Session,
-    StoredMessage,
 )
 from services.engine.policy import CompactionPolicy
-from services.engine.prompt_format import clean_text, customer_block
+from services.engine.prompt_format import clean_text
 from services.engine.summarizer import Summarizer
 from services.engine.tokens import TokenCounter
-from services.engine.turns import CompactionReport, NoObserver, PendingTurn, TurnResult, handoff_reason
-from services.engine.window import Window, build_window, fixed_cost
+from services.engine.turn_window import TurnWindow
+from services.engine.turns import CompactionReport, NoObserver, PendingTurn, TurnResult
+from services.engine.window import fixed_cost
 from services.errors import (
     ConcurrentUpdateError,
     ConfigurationError,
@@ -50,12 +50,6 @@ log = logging.getLogger(__name__)
 
 
 Deliver = Callable[[TurnResult], Awaitable[None]]
-
-
-def render_stored(message: StoredMessage) -> PromptPart:
-    """A stored message as prompt text: customer text goes inside its data fence."""
-    content = customer_block(message.content) if message.role == "user" else message.content
-    return PromptPart(message.role, content, message.tokens)
 
 
 class ChatService:
@@ -98,6 +92,7 @@ class ChatService:
         self._commit_attempts = commit_attempts
         self._max_message_chars = max_message_chars
         self._observer = observer or NoObserver()
+        self._windows = TurnWindow(instruction=self._instruction, budget=self._budget, counter=counter)
         history_room = self._budget - fixed_cost(self._instruction, []) - summary_max_tokens
         if history_room <= 0:
             raise ConfigurationError(
@@ -277,17 +272,19 @@ class ChatService:
             else:
                 session, fresh = await self._load(chat_id, fence)
             try:
-                window, new_part = self._fitting_window(self._summary_part(session), session, new_part, text, media)
+                window, new_part = self._windows.fitting(
+                    self._summary_part(session), session.messages, new_part, text, media
+                )
             except CorruptHistoryError as exc:
                 await self._quarantine(chat_id, exc, fence)
                 session, fresh = await self._store.load(chat_id), True
-                window = self._window(None, session.messages, new_part)
+                window = self._windows.build(None, session.messages, new_part)
             quarantined = quarantined or fresh
             forced: CompactionReport | None = None
             compaction: Compaction | None = None
             if window.removed_history_messages:
                 compaction, window, forced = await self.compactor.before_reply(
-                    session, new_part, window, partial(self._window_for, new_part)
+                    session, new_part, window, self._windows.with_new(new_part)
                 )
             grounded: Grounded | None = None
             if self._grounding is not None:
@@ -387,37 +384,6 @@ class ChatService:
             # the endpoint refused the request that carried images: a model without vision
             what = f"the model refused image input: {exc}"
             raise MediaError(what, kind="image", reason=reasons.NOT_UNDERSTOOD) from exc
-
-    def _fitting_window(
-        self, summary: PromptPart | None, session: Session, new: PromptPart, text: str, media: TurnMedia | None
-    ) -> tuple[Window, PromptPart]:
-        """The window with the new message; images that leave it no room go at low detail, and
-        are refused when even that does not fit."""
-        try:
-            return self._window(summary, session.messages, new), new
-        except MessageTooLongError:
-            if not new.images:
-                raise
-        low = turn_part(self._counter, text, media, low=True)
-        try:
-            return self._window(summary, session.messages, low), low
-        except MessageTooLongError as exc:
-            raise MediaError(
-                f"the images do not fit the prompt ({exc})", kind="image", reason=reasons.TOO_BIG, limit=exc.limit
-            ) from exc
-
-    def _window_for(self, new: PromptPart, summary: PromptPart | None, history: tuple[StoredMessage, ...]) -> Window:
-        return self._window(summary, history, new)
-
-    def _window(self, summary: PromptPart | None, history: tuple[StoredMessage, ...], new: PromptPart) -> Window:
-        return build_window(
-            instruction=self._instruction,
-            context=[summary] if summary else [],
-            history=history,
-            new_message=new,
-            budget=self._budget,
-            render=render_stored,
-        )
 
     def _summary_part(self, session: Session) -> PromptPart | None:
         if session.summary is None:

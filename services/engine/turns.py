@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Literal
 
-from prompts.support_chat import HANDOFF_TOOL
 from services.engine.models import Usage
-from services.engine.prompt_format import clean_text
 from services.ports.knowledge import ScoredPassage
 
 
@@ -85,14 +82,3 @@ class PendingTurn:
     result: TurnResult
     deliver: bool = False
     after: Literal["nothing", "redelivered", "answered"] = "nothing"
-
-
-def handoff_reason(name: str, arguments: str) -> str | None:
-    """The reason of a ``handoff_to_operator`` call (None for any other tool)."""
-    if name != HANDOFF_TOOL:
-        return None
-    try:
-        reason = json.loads(arguments).get("reason") if arguments else None
-    except (ValueError, AttributeError):
-        reason = None
-    return clean_text(str(reason))[:500] if reason else "the assistant handed the conversation over"

@@ -8,6 +8,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
+from services.media.transcriber import vocabulary_prompt
 from services.ports.knowledge import Passage
 
 MAX_TERMS = 40
@@ -34,5 +35,5 @@ class Glossary:
     def __call__(self, passages: Sequence[Passage]) -> str | None:
         if passages is not self._passages:
             terms = glossary_terms(passages)
-            self._passages, self._prompt = passages, (f"Glossary: {', '.join(terms)}." if terms else None)
+            self._passages, self._prompt = passages, vocabulary_prompt(terms)
         return self._prompt

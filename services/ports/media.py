@@ -67,6 +67,13 @@ class AlbumItem:
         )
 
 
+def album_id(group: str) -> str:
+    """``group`` (Telegram's ``media_group_id``) checked to be usable as part of a record's name."""
+    if not group or any(c in group for c in ":,"):
+        raise ValueError(f"an album id has no ':' or ',': {group!r}")
+    return group
+
+
 class Albums(Protocol):
     async def add(self, chat_id: int, group: str, item: AlbumItem) -> int:
         """Record ``item`` of album ``group`` once (by message id); how many items the album has now."""

@@ -7,6 +7,7 @@ from services.backends.redis.deadletters import RedisDeadLetters
 from services.backends.redis.gaps import RedisKnowledgeGaps
 from services.backends.redis.handoffs import RedisHandoffStore
 from services.backends.redis.keys import KeySpace
+from services.backends.redis.media import RedisAlbums, RedisMediaMemos
 from services.backends.redis.poller import RedisPollingLease
 from services.backends.redis.quarantine import RedisQuarantine
 from services.backends.redis.queue import RedisWorkQueue
@@ -32,6 +33,8 @@ class RedisBackend:
         self.quarantined = RedisQuarantine(redis=redis, keys=keys)
         self.handoffs = RedisHandoffStore(redis=redis, keys=keys, ttl_seconds=ttl_seconds)
         self.gaps = RedisKnowledgeGaps(redis=redis, keys=keys, ttl_seconds=ttl_seconds)
+        self.memos = RedisMediaMemos(redis=redis, keys=keys, ttl_seconds=ttl_seconds)
+        self.albums = RedisAlbums(redis=redis, keys=keys, ttl_seconds=ttl_seconds)
 
     def queue(self, *, lease_ms: int = 30_000) -> RedisWorkQueue:
         return RedisWorkQueue(redis=self.redis, keys=self.keys, lease_ms=lease_ms, ttl_seconds=self.ttl_seconds)
@@ -44,9 +47,10 @@ class RedisBackend:
 
     async def forget_chat(self, chat_id: int, *, fence: Fence | None = None) -> None:
         """The handoff's topic binding, then the session and the handoff record (one fenced script; the
-        quarantined copy included), then the chat's dead letters and its unanswered questions. The
-        rate-limit window stays (ids and times only: /forget is no way around the limit). Messages
-        already copied into the operator group stay there: they are the operators' records, not the bot's."""
+        quarantined copy, media memos and albums included), then the chat's dead letters and its
+        unanswered questions. The rate-limit window stays (ids and times only: /forget is no way around
+        the limit). Messages already copied into the operator group stay there: they are the operators'
+        records, not the bot's."""
         record = await self.handoffs.get(chat_id, transcript=False)  # the transcript is not decoded
         # first (idempotent): the record keeps the topic until then
         await self.handoffs.unbind(chat_id, record.topic_group, record.topic_id)

@@ -31,6 +31,8 @@ CHAT_KEY_NAMES = (
     "handoff",  # hash: handoff to an operator: state, topic, reason, trigger, language, opened, first_reply, flagged
     "handoff_log",  # list: the handoff's transcript (customer and operator messages, notes)
     "handoff_relayed",  # sorted set: message ids already relayed (exactly once), by time
+    "memos",  # hash: transcripts and image notes by file_unique_id (t:<id>, n:<id>)
+    "albums",  # hash: album photos (i:<group>:<msg>), their order (l:<group>) and takers (t:<group>:<msg>)
 )
 
 CONTENT_KEY_NAMES = (
@@ -43,6 +45,8 @@ CONTENT_KEY_NAMES = (
     "handoff",
     "handoff_log",
     "handoff_relayed",
+    "memos",
+    "albums",
 )
 """Per-chat keys /forget deletes outright (``meta`` is cut down to its version counter). The queue's
 ``inbox``/``seen``/``lease``/``attempts`` stay (ids and work still to do), and so does the rate-limit
@@ -60,7 +64,7 @@ def bot_id_of(token: str) -> str:
 
 
 class _ChatKey:
-    """One key of a chat, built from the chat's tag when read (a turn reads a few of its 16 keys)."""
+    """One key of a chat, built from the chat's tag when read (a turn reads a few of its 18 keys)."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self._suffix = f":{name}"
@@ -94,6 +98,8 @@ class ChatKeys:
     handoff = _ChatKey()
     handoff_log = _ChatKey()
     handoff_relayed = _ChatKey()
+    memos = _ChatKey()
+    albums = _ChatKey()
 
     def __init__(self, tag: str) -> None:
         self.tag = tag

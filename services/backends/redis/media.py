@@ -1,0 +1,105 @@
+"""MediaMemos and Albums in Redis: two hashes of the chat (its hash slot, deleted by /forget with the
+session's content keys, expiring with the session). An album is collected by one script per photo
+and taken by one script, so two workers never both answer a photo."""
+
+from __future__ import annotations
+
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.scripts import AnyRedis, redis_errors, register
+from services.ports.media import AlbumItem, MemoKind, album_id
+
+_MEMO_FIELD = {"transcript": "t:", "note": "n:"}
+
+# KEYS: memos. ARGV: field, text, ttl (ms).
+_PUT_MEMO = """
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+if tonumber(ARGV[3]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+return 0
+"""
+
+_COUNT = """
+local function count(list)
+  local n = 0
+  if list then for _ in string.gmatch(list, '[^,]+') do n = n + 1 end end
+  return n
+end
+"""
+
+# KEYS: albums. ARGV: group, message id, item (JSON), ttl (ms). → items recorded.
+_ADD = (
+    _COUNT
+    + """
+local order = 'l:' .. ARGV[1]
+if redis.call('HSETNX', KEYS[1], 'i:' .. ARGV[1] .. ':' .. ARGV[2], ARGV[3]) == 1 then
+  local list = redis.call('HGET', KEYS[1], order)
+  redis.call('HSET', KEYS[1], order, (list and (list .. ',') or '') .. ARGV[2])
+end
+if tonumber(ARGV[4]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
+return count(redis.call('HGET', KEYS[1], order))
+"""
+)
+
+# KEYS: albums. ARGV: group.
+_COUNT_ITEMS = _COUNT + "return count(redis.call('HGET', KEYS[1], 'l:' .. ARGV[1]))\n"
+
+# KEYS: albums. ARGV: group, turn id, ttl (ms). → the items this turn holds (taken now or before).
+_TAKE = """
+local out = {}
+local list = redis.call('HGET', KEYS[1], 'l:' .. ARGV[1])
+if not list then return out end
+for mid in string.gmatch(list, '[^,]+') do
+  local field = 't:' .. ARGV[1] .. ':' .. mid
+  local taker = redis.call('HGET', KEYS[1], field)
+  if not taker then
+    redis.call('HSET', KEYS[1], field, ARGV[2])
+    taker = ARGV[2]
+  end
+  if taker == ARGV[2] then table.insert(out, redis.call('HGET', KEYS[1], 'i:' .. ARGV[1] .. ':' .. mid)) end
+end
+if tonumber(ARGV[3]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+return out
+"""
+
+
+class RedisMediaMemos:
+    def __init__(self, *, redis: AnyRedis, keys: KeySpace, ttl_seconds: float = 0) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._ttl_ms = max(0, int(ttl_seconds * 1000))
+        self._put = register(redis, _PUT_MEMO)
+
+    async def get(self, chat_id: int, kind: MemoKind, file_unique_id: str) -> str | None:
+        with redis_errors(f"cannot read the media memos of chat {chat_id}"):
+            raw = await self._redis.hget(self._keys.chat(chat_id).memos, _MEMO_FIELD[kind] + file_unique_id)
+        return raw.decode() if isinstance(raw, bytes) else raw
+
+    async def put(self, chat_id: int, kind: MemoKind, file_unique_id: str, text: str) -> None:
+        field = _MEMO_FIELD[kind] + file_unique_id
+        with redis_errors(f"cannot store a media memo of chat {chat_id}"):
+            await self._put(keys=[self._keys.chat(chat_id).memos], args=[field, text, self._ttl_ms])
+
+
+class RedisAlbums:
+    def __init__(self, *, redis: AnyRedis, keys: KeySpace, ttl_seconds: float = 0) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._ttl_ms = max(0, int(ttl_seconds * 1000))
+        self._add = register(redis, _ADD)
+        self._count = register(redis, _COUNT_ITEMS)
+        self._take = register(redis, _TAKE)
+
+    async def add(self, chat_id: int, group: str, item: AlbumItem) -> int:
+        args = [album_id(group), item.message_id, item.to_json(), self._ttl_ms]
+        with redis_errors(f"cannot record an album photo of chat {chat_id}"):
+            return int(await self._add(keys=[self._keys.chat(chat_id).albums], args=args))
+
+    async def count(self, chat_id: int, group: str) -> int:
+        with redis_errors(f"cannot read an album of chat {chat_id}"):
+            return int(await self._count(keys=[self._keys.chat(chat_id).albums], args=[album_id(group)]))
+
+    async def take(self, chat_id: int, group: str, turn_id: str) -> tuple[AlbumItem, ...]:
+        args = [album_id(group), turn_id, self._ttl_ms]
+        with redis_errors(f"cannot take an album of chat {chat_id}"):
+            raw = await self._take(keys=[self._keys.chat(chat_id).albums], args=args)
+        items = [AlbumItem.from_json(entry) for entry in raw]
+        return tuple(sorted(items, key=lambda item: item.message_id))

@@ -1,0 +1,64 @@
+"""The prompt window of one turn: the instruction, the summary, the newest history that fits and the
+new message within the budget; a new message with images that leave no room goes at low detail, and
+is refused (MediaError TOO_BIG) when even that does not fit. No I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from services.engine.models import PromptPart, StoredMessage
+from services.engine.prompt_format import customer_block
+from services.engine.tokens import TokenCounter
+from services.engine.window import Window, build_window
+from services.errors import MediaError, MessageTooLongError
+from services.media import reasons
+from services.media.turn import TurnMedia, turn_part
+
+
+def render_stored(message: StoredMessage) -> PromptPart:
+    """A stored message as prompt text: customer text goes inside its data fence."""
+    content = customer_block(message.content) if message.role == "user" else message.content
+    return PromptPart(message.role, content, message.tokens)
+
+
+class TurnWindow:
+    def __init__(self, *, instruction: PromptPart, budget: int, counter: TokenCounter) -> None:
+        self.instruction = instruction
+        self.budget = budget
+        self._counter = counter
+
+    def build(self, summary: PromptPart | None, history: tuple[StoredMessage, ...], new: PromptPart) -> Window:
+        return build_window(
+            instruction=self.instruction,
+            context=[summary] if summary else [],
+            history=history,
+            new_message=new,
+            budget=self.budget,
+            render=render_stored,
+        )
+
+    def with_new(self, new: PromptPart) -> Callable[[PromptPart | None, tuple[StoredMessage, ...]], Window]:
+        """The window of ``new`` for another summary and history (what compaction tries)."""
+        return lambda summary, history: self.build(summary, history, new)
+
+    def fitting(
+        self,
+        summary: PromptPart | None,
+        history: tuple[StoredMessage, ...],
+        new: PromptPart,
+        text: str,
+        media: TurnMedia | None,
+    ) -> tuple[Window, PromptPart]:
+        """The window with the new message, and the new message as sent (its images perhaps at low)."""
+        try:
+            return self.build(summary, history, new), new
+        except MessageTooLongError:
+            if not new.images:
+                raise
+        low = turn_part(self._counter, text, media, low=True)
+        try:
+            return self.build(summary, history, low), low
+        except MessageTooLongError as exc:
+            raise MediaError(
+                f"the images do not fit the prompt ({exc})", kind="image", reason=reasons.TOO_BIG, limit=exc.limit
+            ) from exc
