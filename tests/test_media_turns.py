@@ -99,7 +99,7 @@ async def test_images_without_room_go_at_low_detail_or_are_refused(
     many = with_photos(*(photo(unique=f"u{i}", detail="low") for i in range(10)))  # 850 tokens even at low
     with pytest.raises(MediaError) as refused:
         await service.handle(6, "and these", deliver=noop, media=many)
-    assert refused.value.reason == reasons.TOO_BIG
+    assert refused.value.reason == reasons.NO_ROOM
     assert len((await store.load(6)).messages) == 2
 
 

@@ -78,13 +78,34 @@ async def wait_until_complete(
 
 class AlbumDispatcher(Dispatcher):
     """A Dispatcher that records an album's photo before the update meets the per-chat lock (the
-    handler of the album's first photo holds it while it waits for the rest)."""
+    handler of the album's first photo holds it while it waits for the rest). Recording awaits the
+    store, so every message of a chat passes a per-chat gate in arrival order first: a text sent
+    right after an album does not overtake the album's photos to the per-chat lock."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._gates: dict[int, tuple[asyncio.Lock, list[int]]] = {}
 
     async def feed_update(self, bot: Bot, update: Update, **kwargs: Any) -> Any:
         albums: Albums | None = self.get("albums")
-        if albums is not None and update.message is not None and update.message.media_group_id:
-            try:
-                await record_album_photo(albums, update.model_dump(mode="json", exclude_none=True))
-            except Exception as exc:
-                log.warning("album photo of update %s not recorded early: %s", update.update_id, exc)
+        message = update.message
+        if albums is None or message is None:
+            return await super().feed_update(bot, update, **kwargs)
+        lock, users = self._gates.setdefault(message.chat.id, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:  # no wait (and no yield) when no album photo of the chat is being recorded
+                if message.media_group_id:
+                    await self._record(albums, update)
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._gates[message.chat.id]
         return await super().feed_update(bot, update, **kwargs)
+
+    @staticmethod
+    async def _record(albums: Albums, update: Update) -> None:
+        try:
+            await record_album_photo(albums, update.model_dump(mode="json", exclude_none=True))
+        except Exception as exc:
+            log.warning("album photo of update %s not recorded early: %s", update.update_id, exc)

@@ -32,6 +32,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "too_long_chars": "Your message is too long: {tokens} characters, the limit is {limit}. Please shorten it.",
         "media_too_big": "This file is too big for me (the limit is {limit_mb} MB). Please send a smaller one "
         "or describe it in words.",
+        "media_too_big_any": "This file is too big for me. Please send a smaller one or describe it in words.",
         "media_too_long": "This recording is too long for me (the limit is {limit} seconds). Please send a "
         "shorter one or write it down.",
         "media_unreadable": "I could not open this file: it seems damaged or empty. Please send it again or "
@@ -46,7 +47,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "photo shows.",
         "media_voice_not_understood": "I cannot listen to recordings right now. Please write your message.",
         "media_document_not_understood": "I cannot read this document right now. Please paste the text.",
-        "media_image_too_big": "These photos are too many or too large for me at once. Please send fewer, or "
+        "media_image_no_room": "These photos are too many or too large for me at once. Please send fewer, or "
         "describe them in words.",
         "media_document_cut": "Your document is long: I read only its first part (about {tokens} tokens).",
         "rate_limited": "You are sending messages too fast. Please wait {seconds} seconds and try again.",
@@ -119,6 +120,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "too_long": "Сообщение слишком длинное: {tokens} токенов при лимите {limit}. Сократите его или разделите.",
         "too_long_chars": "Сообщение слишком длинное: {tokens} символов при лимите {limit}. Сократите его.",
         "media_too_big": "Файл слишком большой (предел {limit_mb} МБ). Пришлите файл поменьше или опишите словами.",
+        "media_too_big_any": "Файл слишком большой для меня. Пришлите файл поменьше или опишите словами.",
         "media_too_long": "Запись слишком длинная (предел {limit} с). Пришлите покороче или напишите текстом.",
         "media_unreadable": "Не удалось открыть файл: похоже, он повреждён или пуст. Пришлите его ещё раз или "
         "опишите словами.",
@@ -132,7 +134,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "что на фото.",
         "media_voice_not_understood": "Сейчас я не могу слушать записи. Напишите, пожалуйста, текстом.",
         "media_document_not_understood": "Сейчас я не могу прочитать документ. Вставьте, пожалуйста, текст.",
-        "media_image_too_big": "Слишком много или слишком большие фото за раз. Пришлите меньше или опишите словами.",
+        "media_image_no_room": "Слишком много или слишком большие фото за раз. Пришлите меньше или опишите словами.",
         "media_document_cut": "Документ длинный: я прочитал только его начало (около {tokens} токенов).",
         "rate_limited": "Вы отправляете сообщения слишком часто. Подождите {seconds} с и повторите.",
         "not_allowed": "Извините, этот помощник вам недоступен.",

@@ -1,6 +1,6 @@
 """The prompt window of one turn: the instruction, the summary, the newest history that fits and the
 new message within the budget; a new message with images that leave no room goes at low detail, and
-is refused (MediaError TOO_BIG) when even that does not fit. No I/O."""
+is refused (MediaError NO_ROOM) when even that does not fit. No I/O."""
 
 from __future__ import annotations
 
@@ -60,5 +60,5 @@ class TurnWindow:
             return self.build(summary, history, low), low
         except MessageTooLongError as exc:
             raise MediaError(
-                f"the images do not fit the prompt ({exc})", kind="image", reason=reasons.TOO_BIG, limit=exc.limit
+                f"the images do not fit the prompt ({exc})", kind="image", reason=reasons.NO_ROOM, limit=exc.limit
             ) from exc

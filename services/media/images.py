@@ -3,7 +3,7 @@ first frame of an animation, transparency laid on white, shrunk to the size the 
 keeps, re-encoded as JPEG without metadata (no GPS, no camera serial) and wrapped as a base64 data URL.
 
 Decompression bombs are refused from the header, before any pixel is decoded (``max_pixels``).
-Failures are MediaError (image): EMPTY for no bytes, UNREADABLE for what is not a whole image,
+Failures are MediaError (image): UNREADABLE for no bytes or what is not a whole image,
 UNSUPPORTED for a format not read here, TOO_BIG for too many pixels.
 """
 
@@ -48,13 +48,13 @@ def _refuse(message: str, reason: str, limit: int | None = None) -> MediaError:
 
 def _open(data: bytes, max_pixels: int) -> Image.Image:
     if not data:
-        raise _refuse("the image is empty (0 bytes)", reasons.EMPTY)
+        raise _refuse("the image is empty (0 bytes)", reasons.UNREADABLE)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             image = Image.open(io.BytesIO(data), formats=[*FORMATS, "MPO"])
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
-        raise _refuse(f"too many pixels: {error}", reasons.TOO_BIG, max_pixels) from None
+        raise _refuse(f"too many pixels: {error}", reasons.TOO_BIG) from None
     except UnidentifiedImageError:
         kind = _other_format(data)
         if kind is not None:
@@ -66,7 +66,7 @@ def _open(data: bytes, max_pixels: int) -> Image.Image:
     if width <= 0 or height <= 0:
         raise _refuse(f"an image of {width}x{height} pixels", reasons.UNREADABLE)
     if width * height > max_pixels:
-        raise _refuse(f"{width}x{height} pixels", reasons.TOO_BIG, max_pixels)
+        raise _refuse(f"{width}x{height} pixels, over {max_pixels}", reasons.TOO_BIG)
     return image
 
 

@@ -19,9 +19,11 @@ ENCRYPTED: Final = "encrypted"
 """A password-protected document."""
 EMPTY: Final = "empty"
 """Readable but without text (a scanned PDF, a silent voice note)."""
+NO_ROOM: Final = "no_room"
+"""The images leave the prompt no room even at low detail (too many or too large at once)."""
 NOT_UNDERSTOOD: Final = "not_understood"
 """The model's endpoint refused the image or audio input itself (a model without vision, a 400)."""
 OFF: Final = "off"
 """This kind of media is turned off by the operator."""
 
-REASONS: Final = (TOO_BIG, TOO_LONG, UNREADABLE, UNSUPPORTED, ENCRYPTED, EMPTY, NOT_UNDERSTOOD, OFF)
+REASONS: Final = (TOO_BIG, TOO_LONG, UNREADABLE, UNSUPPORTED, ENCRYPTED, EMPTY, NO_ROOM, NOT_UNDERSTOOD, OFF)

@@ -57,7 +57,8 @@ def make_settings(
         memory=MemorySettings(_env_file=None, **memory),  # type: ignore[call-arg]
         redis=RedisSettings(_env_file=None, redis_url=redis_url),  # type: ignore[call-arg]
         knowledge=KnowledgeSettings(_env_file=None, **(knowledge or {})),  # type: ignore[arg-type]
-        media=MediaSettings(_env_file=None, **(media or {})),  # type: ignore[arg-type]
+        # the stub bills images as gpt-4o does; its model name is one no rule knows
+        media=MediaSettings(_env_file=None, **({"image_tokens_rule": "gpt-4o"} | (media or {}))),  # type: ignore[arg-type]
     )
 
 

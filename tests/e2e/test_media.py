@@ -16,6 +16,7 @@ import pytest
 from fpdf import FPDF
 from PIL import Image
 from pypdf import PdfReader, PdfWriter
+from redis.asyncio import Redis
 
 from tests.conftest import RedisServer
 from tests.e2e.harness import TOKEN, RunningBot, make_settings, start_bot
@@ -46,7 +47,11 @@ async def stored(bot: RunningBot, chat_id: int = CHAT) -> list[str]:
 
 @pytest.fixture
 async def media_bot(
-    telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, request: pytest.FixtureRequest
+    telegram: StubTelegram,
+    stub_llm: StubOpenAI,
+    redis_server: RedisServer,
+    real_redis: Redis,  # flushed
+    request: pytest.FixtureRequest,
 ) -> AsyncIterator[RunningBot]:
     options: dict[str, Any] = getattr(request, "param", {})
     settings = make_settings(telegram.base_url, stub_llm.base_url, redis_server.url, media=options)
@@ -78,7 +83,7 @@ async def test_a_photo_is_seen_once_remembered_by_its_note_and_the_token_goes_no
     assert not [r.getMessage() for r in caplog.records if secret in r.getMessage()]
     assert await stored(media_bot) == [
         "[photo: monitor stand cracked at the base, box intact]\nIt arrived like this",
-        "Support answer to: It arrived like this",
+        "Support answer to: [photo]\nIt arrived like this",  # the stub echoes the text part it got
     ]
     message = (await media_bot.store.load(CHAT)).messages[0]
     largest = sent["message"]["photo"][-1]["file_id"]
@@ -141,7 +146,10 @@ def encrypted_pdf() -> bytes:
 BAD_INPUTS = {
     "empty photo": (lambda t: t.photo_message(CHAT, b"", width=800, height=600), "could not open this file"),
     "corrupt photo": (lambda t: t.photo_message(CHAT, jpeg()[:200], width=800, height=600), "could not open"),
-    "photo over 20 MB": (lambda t: t.photo_message(CHAT, jpeg(), size=21 * 2**20), "too big"),
+    "photo over 20 MB": (
+        lambda t: t.photo_message(CHAT, jpeg(), size=21 * 2**20),
+        "too big for me (the limit is 20 MB)",
+    ),
     "voice too long": (lambda t: t.voice_message(CHAT, b"OggS", duration=3600), "too long"),
     "encrypted PDF": (lambda t: t.document_message(CHAT, encrypted_pdf()), "password-protected"),
     "corrupt PDF": (lambda t: t.document_message(CHAT, b"%PDF-1.4 broken"), "could not open"),

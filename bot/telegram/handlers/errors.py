@@ -56,6 +56,8 @@ def media_text(exc: MediaError, language: str) -> str:
     specific = f"media_{exc.kind}_{exc.reason}"
     key = specific if specific in TEXTS["en"] else f"media_{exc.reason}"
     limit = exc.limit or 0
+    if key == "media_too_big" and limit < 2**20:  # no byte limit known (the provider's, a pixel count)
+        key = "media_too_big_any"
     return text(language, key if key in TEXTS["en"] else "media_unreadable", limit=limit, limit_mb=limit // 2**20)
 
 
