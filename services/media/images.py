@@ -52,14 +52,14 @@ def _open(data: bytes, max_pixels: int) -> Image.Image:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data), formats=[*FORMATS, "MPO"])
+            image = Image.open(io.BytesIO(data), formats=FORMATS)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as error:
         raise _refuse(f"too many pixels: {error}", reasons.TOO_BIG) from None
     except UnidentifiedImageError:
         kind = _other_format(data)
         if kind is not None:
             raise _refuse(f"{kind} images are not read", reasons.UNSUPPORTED) from None
-        raise _refuse("not an image this bot reads", reasons.UNREADABLE) from None
+        raise _refuse("not an image", reasons.UNREADABLE) from None
     except (OSError, ValueError, SyntaxError) as error:
         raise _refuse(f"a corrupt image header: {error}", reasons.UNREADABLE) from None
     width, height = image.size
@@ -71,7 +71,15 @@ def _open(data: bytes, max_pixels: int) -> Image.Image:
 
 
 def _other_format(data: bytes) -> str | None:
-    """Formats Pillow cannot open here but a customer may send (a phone's HEIC, AVIF, SVG)."""
+    """The name of an image format not read here: one Pillow knows (PSD, ICO...; only the header is
+    read, no pixel) or one a phone may send that Pillow does not (HEIC, AVIF, SVG). None: not an image."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(data)) as other:
+                return str(other.format or "this")
+    except Exception:  # any failure: Pillow does not know it either
+        pass
     head = data[:64]
     if head[4:8] == b"ftyp":
         brand = head[8:12]
