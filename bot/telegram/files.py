@@ -61,7 +61,8 @@ def downloader(bot: Bot, kind: reasons.MediaKind) -> Download:
             await bot.download_file(file.file_path, destination=buffer, timeout=DOWNLOAD_TIMEOUT_SECONDS)
         except ClientResponseError as exc:
             if 400 <= exc.status < 500 and exc.status not in (408, 429):
-                raise MediaError(f"file server answered {exc.status}", kind=kind, reason=reasons.UNREADABLE) from exc
+                what = f"file server answered {exc.status}"  # not chained: the error's URL holds the token
+                raise MediaError(what, kind=kind, reason=reasons.UNREADABLE) from None
             raise DownloadFailedError(f"file server answered {exc.status}") from None  # the URL holds the token
         except (ClientError, TimeoutError, OSError) as exc:
             raise DownloadFailedError(f"download failed: {type(exc).__name__}") from None

@@ -32,6 +32,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "too_long_chars": "Your message is too long: {tokens} characters, the limit is {limit}. Please shorten it.",
         "media_too_big": "This file is too big for me (the limit is {limit_mb} MB). Please send a smaller one "
         "or describe it in words.",
+        "media_download_failed": "I could not fetch your file from Telegram just now. Please send it again in "
+        "a minute.",
         "media_too_big_any": "This file is too big for me. Please send a smaller one or describe it in words.",
         "media_too_long": "This recording is too long for me (the limit is {limit} seconds). Please send a "
         "shorter one or write it down.",
@@ -120,6 +122,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "too_long": "Сообщение слишком длинное: {tokens} токенов при лимите {limit}. Сократите его или разделите.",
         "too_long_chars": "Сообщение слишком длинное: {tokens} символов при лимите {limit}. Сократите его.",
         "media_too_big": "Файл слишком большой (предел {limit_mb} МБ). Пришлите файл поменьше или опишите словами.",
+        "media_download_failed": "Не удалось получить ваш файл от Telegram. Пришлите его ещё раз через минуту.",
         "media_too_big_any": "Файл слишком большой для меня. Пришлите файл поменьше или опишите словами.",
         "media_too_long": "Запись слишком длинная (предел {limit} с). Пришлите покороче или напишите текстом.",
         "media_unreadable": "Не удалось открыть файл: похоже, он повреждён или пуст. Пришлите его ещё раз или "

@@ -193,3 +193,23 @@ async def test_kinds_turned_off_keep_the_text_only_reply(
     replies = await telegram.wait_messages(CHAT, 2)
     assert all("only read text" in reply for reply in replies)
     assert telegram.files.downloads == [] and stub_llm.transcriptions.calls == []
+
+
+async def test_transient_failures_get_a_clear_reply_then_the_file_resent_is_answered(
+    media_bot: RunningBot, telegram: StubTelegram, stub_llm: StubOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    telegram.files.download_faults.extend([500, "cut"])
+    telegram.push(telegram.photo_message(CHAT, jpeg(), caption="see"))
+    assert "could not fetch your file" in (await telegram.wait_messages(CHAT, 1))[-1]
+    telegram.push(telegram.photo_message(CHAT, jpeg(), caption="see"))
+    assert "could not fetch your file" in (await telegram.wait_messages(CHAT, 2))[-1]
+    stub_llm.transcriptions.outcomes.append("error")
+    telegram.push(telegram.voice_message(CHAT, b"OggS\x00voice", duration=3))
+    assert "temporarily unavailable" in (await telegram.wait_messages(CHAT, 3))[-1]
+    assert await stored(media_bot) == [] and stub_llm.chat_requests == []
+    telegram.push(telegram.voice_message(CHAT, b"OggS\x00voice", duration=3))
+    await telegram.wait_messages(CHAT, 4)
+    assert (await stored(media_bot))[0].startswith("[voice message, transcribed]: ")
+    secret = TOKEN.split(":", 1)[1]
+    assert secret not in caplog.text, "no log line, traceback included, holds the bot token"

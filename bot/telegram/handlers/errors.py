@@ -12,6 +12,7 @@ from bot.metrics import ERRORS
 from bot.provider_health import PROVIDER
 from bot.serving.failures import is_transient
 from bot.settings import BotSettings
+from bot.telegram.files import DownloadFailedError
 from bot.telegram.texts import TEXTS, Texts, text
 from services.errors import (
     ConcurrentUpdateError,
@@ -38,6 +39,7 @@ def user_text_for(exc: BaseException, language: str) -> str:
         return media_text(exc, language)
     kinds: list[tuple[type[BaseException], str]] = [
         (LLMUnavailableError, "llm_unavailable"),
+        (DownloadFailedError, "media_download_failed"),
         (LLMReplyTruncatedError, "reply_truncated"),
         (LLMBadReplyError, "bad_reply"),
         (ConcurrentUpdateError, "busy"),
@@ -103,7 +105,7 @@ async def on_error(
 async def _tell(
     bot: Bot, update: Update, exc: BaseException, settings: BotSettings, fence: Fence | None, key: str | None = None
 ) -> None:
-    if isinstance(exc, (*_ANSWERED, LLMUnavailableError, StoreError)):
+    if isinstance(exc, (*_ANSWERED, LLMUnavailableError, StoreError, DownloadFailedError)):
         log.warning("update %s failed: %s: %s", update.update_id, type(exc).__name__, exc)
     else:
         log.error("update %s failed with an unexpected error", update.update_id, exc_info=exc)
