@@ -213,3 +213,26 @@ async def test_transient_failures_get_a_clear_reply_then_the_file_resent_is_answ
     assert (await stored(media_bot))[0].startswith("[voice message, transcribed]: ")
     secret = TOKEN.split(":", 1)[1]
     assert secret not in caplog.text, "no log line, traceback included, holds the bot token"
+
+
+async def test_a_photos_note_survives_compaction(
+    telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, real_redis: Redis
+) -> None:
+    settings = make_settings(
+        telegram.base_url, stub_llm.base_url, redis_server.url, chat_input_token_budget=1100, summary_max_tokens=300
+    )
+    bot = await start_bot(settings)
+    try:
+        stub_llm.image_note = lambda _image: "the serial sticker reads SN-48213, the stand is cracked at the base"
+        telegram.push(telegram.photo_message(CHAT, jpeg(), caption="the stand I got"))
+        await telegram.wait_messages(CHAT, 1)
+        for n in range(12):
+            telegram.send_text(CHAT, f"Another detail number {n}: the box was dented on the {n}th side, see above.")
+            await telegram.wait_messages(CHAT, n + 2)
+        session = await bot.store.load(CHAT)
+        assert stub_llm.summary_requests and session.summary is not None, "the small budget forced a compaction"
+        assert all("SN-48213" not in m.content for m in session.messages), "the photo's turn was folded"
+        assert "SN-48213" in json.dumps(stub_llm.chat_requests[-1]), "its note lives on in the summary"
+        assert all(images_in(request) == [] for request in stub_llm.chat_requests[1:])
+    finally:
+        await bot.stop()
