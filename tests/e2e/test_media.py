@@ -236,3 +236,30 @@ async def test_a_photos_note_survives_compaction(
         assert all(images_in(request) == [] for request in stub_llm.chat_requests[1:])
     finally:
         await bot.stop()
+
+
+async def test_the_ticket_says_what_the_photo_and_voice_note_said_and_shows_them(
+    telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, real_redis: Redis
+) -> None:
+    group = -1001234567890
+    settings = make_settings(telegram.base_url, stub_llm.base_url, redis_server.url, bot={"operator_chat_id": group})
+    bot = await start_bot(settings)
+    try:
+        stub_llm.image_note = lambda _image: "monitor stand cracked at the base, serial SN-48213"
+        stub_llm.transcriptions.default_text = "Please call me back about order 7718."
+        photo = telegram.push(telegram.photo_message(CHAT, jpeg(), caption="the crack"))
+        await telegram.wait_messages(CHAT, 1)
+        voice = telegram.push(telegram.voice_message(CHAT, b"OggS\x00call-me", duration=3))
+        await telegram.wait_messages(CHAT, 2)
+        telegram.send_text(CHAT, "/operator")
+        await telegram.wait_for(lambda: bool(telegram.topics))
+        (thread,) = telegram.topics
+        await telegram.wait_for(lambda: len(telegram.in_topic(thread, "sendVoice")) == 1)
+        ticket = "\n".join(c.params["text"] for c in telegram.in_topic(thread, "sendMessage"))
+        assert "SN-48213" in ticket and "call me back about order 7718" in ticket
+        [shown_photo] = telegram.in_topic(thread, "sendPhoto")
+        [shown_voice] = telegram.in_topic(thread, "sendVoice")
+        assert shown_photo.params["photo"] == photo["message"]["photo"][-1]["file_id"]
+        assert shown_voice.params["voice"] == voice["message"]["voice"]["file_id"]
+    finally:
+        await bot.stop()
