@@ -150,6 +150,7 @@ BAD_INPUTS = {
         lambda t: t.photo_message(CHAT, jpeg(), size=21 * 2**20),
         "too big for me (the limit is 20 MB)",
     ),
+    "huge caption": (lambda t: t.photo_message(CHAT, jpeg(), caption="order 7718 " * 500), "too long"),
     "voice too long": (lambda t: t.voice_message(CHAT, b"OggS", duration=3600), "too long"),
     "encrypted PDF": (lambda t: t.document_message(CHAT, encrypted_pdf()), "password-protected"),
     "corrupt PDF": (lambda t: t.document_message(CHAT, b"%PDF-1.4 broken"), "could not open"),
