@@ -179,6 +179,9 @@ class StubOpenAI:
     latency: float = 0.0
     delays: deque[float] = field(default_factory=deque)
     """Extra latency of the next requests, one value per request (then ``latency`` again)."""
+    gate: asyncio.Event | None = None
+    """While set to an Event not yet set, completion requests are recorded on arrival and answered once
+    it is (a model call held for as long as a test needs, e.g. to kill the worker waiting on it)."""
     stream_chunk_chars: int = 40
     chat_replies: deque[Reply] = field(default_factory=deque)
     summary_replies: deque[Reply] = field(default_factory=deque)
@@ -281,6 +284,8 @@ class StubOpenAI:
         body = await request.json()
         self.requests.append(body)
         self.request_times.append(started)
+        if self.gate is not None:
+            await self.gate.wait()
         response = await self._answer(request, body)
         if self.on_handled is not None:
             self.on_handled(body, time.monotonic() - started)
