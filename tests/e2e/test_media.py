@@ -193,3 +193,27 @@ async def test_kinds_turned_off_keep_the_text_only_reply(
     replies = await telegram.wait_messages(CHAT, 2)
     assert all("only read text" in reply for reply in replies)
     assert telegram.files.downloads == [] and stub_llm.transcriptions.calls == []
+
+
+def album_of_sizes(telegram: StubTelegram, sizes: list[int | None], caption: str = "") -> list[dict[str, Any]]:
+    """An album whose photos' getFile sizes are ``sizes`` (None: the real size)."""
+    group = f"9{CHAT}{len(telegram.updates):06d}"
+    return [
+        telegram.photo_message(CHAT, jpeg(), size=size, media_group_id=group, caption=caption if i == 0 else None)
+        for i, size in enumerate(sizes)
+    ]
+
+
+@pytest.mark.parametrize("big", [0, 1], ids=["first photo too big", "second photo too big"])
+async def test_an_album_with_a_photo_over_the_limit_is_refused_once(
+    big: int, media_bot: RunningBot, telegram: StubTelegram, stub_llm: StubOpenAI
+) -> None:
+    sizes: list[int | None] = [None, None, None]
+    sizes[big] = 21 * 2**20
+    for update in album_of_sizes(telegram, sizes, caption="broken"):
+        telegram.push(update)
+    telegram.send_text(CHAT, "thanks")  # answered after every photo of the album was handled
+    await telegram.wait_for(lambda: any("Support answer to" in t for t in telegram.texts_to(CHAT)))
+    refusals = [t for t in telegram.texts_to(CHAT) if "too big" in t]
+    assert len(refusals) == 1, telegram.texts_to(CHAT)
+    assert len(telegram.texts_to(CHAT)) == 2
