@@ -43,12 +43,14 @@ async def on_media(
     if not media_reader.enabled(family):
         await message.answer(say("text_only"))
         return
-    media_reader.check(items)  # before any download, and before an album waits for its photos
     caption = message.caption or ""
-    if message.media_group_id and family == "image":
+    if not (message.media_group_id and family == "image"):
+        media_reader.check(items)  # before any download
+    else:  # checked once all are taken: only the turn that takes the album refuses it
         group, turn_id = message.media_group_id, item_id_of(event_update.update_id)
         best = items[0]
-        await albums.add(chat_id, group, AlbumItem(message.message_id, best.file_id, best.file_unique_id, caption))
+        item = AlbumItem(message.message_id, best.file_id, best.file_unique_id, caption, best.file_size)
+        await albums.add(chat_id, group, item)
         await wait_until_complete(albums, chat_id, group)
         taken = await albums.take(chat_id, group, turn_id)
         if not taken:
