@@ -217,3 +217,14 @@ async def test_an_album_with_a_photo_over_the_limit_is_refused_once(
     refusals = [t for t in telegram.texts_to(CHAT) if "too big" in t]
     assert len(refusals) == 1, telegram.texts_to(CHAT)
     assert len(telegram.texts_to(CHAT)) == 2
+
+
+async def test_a_recording_the_provider_finds_too_long_names_no_made_up_limit(
+    media_bot: RunningBot, telegram: StubTelegram, stub_llm: StubOpenAI
+) -> None:
+    stub_llm.transcriptions.mode = "too_long"  # within VOICE_MAX_SECONDS, over what the model takes
+    telegram.push(telegram.voice_message(CHAT, b"OggS\x00fake-opus-bytes", duration=60))
+    telegram.push(telegram.voice_message(CHAT, b"OggS\x00fake-opus-bytes", duration=60, language="ru"))
+    english, russian = await telegram.wait_messages(CHAT, 2)
+    assert "too long" in english and "Запись слишком длинная" in russian
+    assert " 0 " not in english and " 0 " not in russian, (english, russian)
