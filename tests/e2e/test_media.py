@@ -228,3 +228,15 @@ async def test_a_recording_the_provider_finds_too_long_names_no_made_up_limit(
     english, russian = await telegram.wait_messages(CHAT, 2)
     assert "too long" in english and "Запись слишком длинная" in russian
     assert " 0 " not in english and " 0 " not in russian, (english, russian)
+
+
+async def test_a_document_of_a_type_not_read_is_refused_before_its_download(
+    media_bot: RunningBot, telegram: StubTelegram, stub_llm: StubOpenAI
+) -> None:
+    archive = telegram.document_message(
+        CHAT, b"PK\x03\x04" + b"\x00" * 4096, file_name="logs.zip", mime_type="application/zip", size=15 * 2**20
+    )
+    telegram.push(archive)
+    [reply] = await telegram.wait_messages(CHAT, 1)
+    assert "cannot read this kind" in reply
+    assert telegram.files.downloads == [] and not telegram.of("getFile"), "refused by its name and type alone"
