@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from fpdf import FPDF
+from aiogram.types import Update
 from PIL import Image
 from pypdf import PdfReader, PdfWriter
 from redis.asyncio import Redis
@@ -240,3 +241,28 @@ async def test_a_document_of_a_type_not_read_is_refused_before_its_download(
     [reply] = await telegram.wait_messages(CHAT, 1)
     assert "cannot read this kind" in reply
     assert telegram.files.downloads == [] and not telegram.of("getFile"), "refused by its name and type alone"
+
+
+async def test_a_redelivered_photo_update_already_answered_is_not_read_again(
+    media_bot: RunningBot, telegram: StubTelegram, stub_llm: StubOpenAI
+) -> None:
+    sent = telegram.push(telegram.photo_message(CHAT, jpeg(), caption="broken"))
+    await telegram.wait_messages(CHAT, 1)
+    await telegram.wait_for(lambda: len(stub_llm.note_requests) == 1)
+    downloads = len(telegram.files.downloads)
+    telegram.files.download_faults.append(404)  # the file is gone by the time the update comes back
+    update = Update.model_validate(sent, context={"bot": media_bot.bot})
+    await media_bot.dispatcher.feed_update(media_bot.bot, update)  # as a queue worker redelivers it
+    assert len(telegram.files.downloads) == downloads, "an answered turn downloads nothing"
+    assert len(telegram.texts_to(CHAT)) == 1, telegram.texts_to(CHAT)
+
+
+async def test_an_album_whose_captions_are_too_long_is_refused_before_any_download(
+    media_bot: RunningBot, telegram: StubTelegram, stub_llm: StubOpenAI
+) -> None:
+    group = "77700011"
+    for n in range(3):  # each caption within Telegram's limit, together over MAX_MESSAGE_CHARS
+        telegram.push(telegram.photo_message(CHAT, jpeg(), caption=f"{n} " + "x" * 2000, media_group_id=group))
+    [reply] = await telegram.wait_messages(CHAT, 1)
+    assert "too long" in reply
+    assert telegram.files.downloads == [] and stub_llm.chat_requests == []
