@@ -266,3 +266,19 @@ async def test_an_album_whose_captions_are_too_long_is_refused_before_any_downlo
     [reply] = await telegram.wait_messages(CHAT, 1)
     assert "too long" in reply
     assert telegram.files.downloads == [] and stub_llm.chat_requests == []
+
+
+async def test_an_album_counts_once_against_the_rate_limit(
+    telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, real_redis: Redis
+) -> None:
+    settings = make_settings(telegram.base_url, stub_llm.base_url, redis_server.url, bot={"rate_limit_per_minute": 3})
+    bot = await start_bot(settings)
+    try:
+        for update in telegram.album(CHAT, [jpeg(), jpeg(), jpeg(), jpeg()], caption="4 boxes"):
+            telegram.push(update)
+        telegram.send_text(CHAT, "thanks")
+        replies = await telegram.wait_messages(CHAT, 2)
+        assert not [t for t in replies if "too fast" in t], replies
+        assert len(replies) == 2 and len(stub_llm.chat_requests) == 2
+    finally:
+        await bot.stop()
