@@ -282,3 +282,19 @@ async def test_an_album_counts_once_against_the_rate_limit(
         assert len(replies) == 2 and len(stub_llm.chat_requests) == 2
     finally:
         await bot.stop()
+
+
+async def test_in_a_group_a_photo_is_addressed_by_a_mention_in_its_caption(
+    media_bot: RunningBot, telegram: StubTelegram, stub_llm: StubOpenAI
+) -> None:
+    group = -100778
+    caption = "@support_test_bot is this damage covered?"
+    mention = [{"type": "mention", "offset": 0, "length": len("@support_test_bot")}]
+    telegram.push(telegram.photo_message(group, jpeg(), caption="look at my cat", chat_type="supergroup"))
+    addressed = telegram.photo_message(group, jpeg(), caption=caption, chat_type="supergroup")
+    addressed["message"]["caption_entities"] = mention
+    telegram.push(addressed)
+    await telegram.wait_messages(group, 1)
+    assert len(stub_llm.chat_requests) == 1, "only the photo addressed to the bot is answered"
+    text = json.dumps(stub_llm.chat_requests[-1]["messages"][-1])
+    assert "is this damage covered?" in text and "@support_test_bot" not in text
