@@ -36,14 +36,16 @@ async def on_media(
     media_reader: MediaReader,
     albums: Albums,
     fence: Fence | None = None,
+    customer_text: str | None = None,
 ) -> None:
+    """``customer_text``: the caption as AccessMiddleware read it (without the bot's mention)."""
     chat_id = message.chat.id
     items = incoming_of(message)
     family = items[0].family
     if not media_reader.enabled(family):
         await message.answer(say("text_only"))
         return
-    caption = message.caption or ""
+    caption = customer_text or ""
     if not (message.media_group_id and family == "image"):
         media_reader.check(items)  # before any download
     else:  # checked once all are taken: only the turn that takes the album refuses it
