@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from fpdf import FPDF
 from aiogram.types import Update
+from fpdf import FPDF
 from PIL import Image
 from pypdf import PdfReader, PdfWriter
 from redis.asyncio import Redis
@@ -312,5 +312,6 @@ async def test_an_album_queued_behind_a_forget_is_still_one_turn(
         await record_album_photo(media_bot.backend.albums, update)  # as the intake does
     await media_bot.backend.forget_chat(CHAT)  # the /forget queued before the album
     for update in album:  # as the chat's worker feeds them, in order
-        await media_bot.dispatcher.feed_update(media_bot.bot, Update.model_validate(update, context={"bot": media_bot.bot}))
+        parsed = Update.model_validate(update, context={"bot": media_bot.bot})
+        await media_bot.dispatcher.feed_update(media_bot.bot, parsed)
     assert len(stub_llm.chat_requests) == 1, telegram.texts_to(CHAT)
