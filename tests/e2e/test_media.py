@@ -19,6 +19,7 @@ from PIL import Image
 from pypdf import PdfReader, PdfWriter
 from redis.asyncio import Redis
 
+from bot.factory import build_backend, build_bot, build_dispatcher, build_engine
 from bot.telegram.albums import record_album_photo
 from tests.conftest import RedisServer
 from tests.e2e.harness import TOKEN, RunningBot, make_settings, start_bot
@@ -315,3 +316,23 @@ async def test_an_album_queued_behind_a_forget_is_still_one_turn(
         parsed = Update.model_validate(update, context={"bot": media_bot.bot})
         await media_bot.dispatcher.feed_update(media_bot.bot, parsed)
     assert len(stub_llm.chat_requests) == 1, telegram.texts_to(CHAT)
+
+
+async def test_a_dispatcher_built_without_a_media_reader_keeps_the_text_only_reply(
+    telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, real_redis: Redis
+) -> None:
+    """``build_dispatcher(media=None)`` is allowed (its default): aiogram then injects None where the
+    handler's annotation promises a MediaReader."""
+    settings = make_settings(telegram.base_url, stub_llm.base_url, redis_server.url)
+    backend = build_backend(settings)
+    chat = build_engine(settings, backend.store, memos=backend.memos)
+    bot = RunningBot(
+        settings, backend, chat, build_bot(settings.bot), build_dispatcher(chat, settings.bot, backend=backend)
+    )
+    await bot.start()
+    try:
+        telegram.push(telegram.photo_message(CHAT, jpeg()))
+        [reply] = await telegram.wait_messages(CHAT, 1)
+        assert "only read text" in reply
+    finally:
+        await bot.stop()
