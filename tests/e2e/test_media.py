@@ -336,3 +336,18 @@ async def test_a_dispatcher_built_without_a_media_reader_keeps_the_text_only_rep
         assert "only read text" in reply
     finally:
         await bot.stop()
+
+
+async def test_an_album_of_images_sent_as_files_keeps_them_files(
+    media_bot: RunningBot, telegram: StubTelegram, stub_llm: StubOpenAI
+) -> None:
+    """The operators are shown a ticket's files by kind: a document's file id cannot be sent as a photo."""
+    group = "55500011"
+    for n in range(2):
+        update = telegram.document_message(CHAT, jpeg(), file_name=f"shot{n}.jpg", mime_type="image/jpeg")
+        update["message"]["media_group_id"] = group
+        telegram.push(update)
+    telegram.send_text(CHAT, "thanks")
+    await telegram.wait_messages(CHAT, 2)
+    user = (await media_bot.store.load(CHAT)).messages[0]
+    assert [ref.kind for ref in user.media] == ["image_file", "image_file"]
