@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from aiogram import Bot, Router
 from aiogram.types import Message, Update
 
@@ -51,13 +53,14 @@ async def on_media(
     else:  # checked once all are taken: only the turn that takes the album refuses it
         group, turn_id = message.media_group_id, item_id_of(event_update.update_id)
         best = items[0]
-        item = AlbumItem(message.message_id, best.file_id, best.file_unique_id, caption, best.file_size)
+        kind: Literal["photo", "image_file"] = "image_file" if best.kind == "image_file" else "photo"
+        item = AlbumItem(message.message_id, best.file_id, best.file_unique_id, caption, best.file_size, kind=kind)
         await albums.add(chat_id, group, item)
         await wait_until_complete(albums, chat_id, group)
         taken = await albums.take(chat_id, group, turn_id)
         if not taken:
             return  # answered with the album's first photo
-        items = [Incoming("photo", t.file_id, t.file_unique_id, t.file_size) for t in taken]
+        items = [Incoming(t.kind, t.file_id, t.file_unique_id, t.file_size) for t in taken]
         caption = "\n".join(text for text in dict.fromkeys(t.caption for t in taken) if text)
         media_reader.check(items)
     read: list[TurnMedia] = []
