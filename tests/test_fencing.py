@@ -97,3 +97,25 @@ async def test_an_unreadable_session_is_quarantined_byte_for_byte(client: Redis,
     assert session.messages == () and session.summary is None and session.version >= 1
     await store.forget(5)
     assert not await client.exists(keys.q_meta, keys.q_msgs, keys.q_info), "/forget deletes quarantined data"
+
+
+async def test_media_records_are_refused_without_the_lease(client: Redis) -> None:
+    """A worker that lost the chat (its transcription finished after the new owner ran /forget) must
+    not leave a transcript, a note or an album photo behind: the writes run in its fence's context."""
+    from services.backends.redis.media import RedisAlbums, RedisMediaMemos
+    from services.fence import CURRENT_FENCE
+    from services.ports.media import AlbumItem
+
+    memos, albums = RedisMediaMemos(redis=client, keys=KEYS), RedisAlbums(redis=client, keys=KEYS)
+    await client.set(KEYS.chat(1).lease, "worker-b")
+    token = CURRENT_FENCE.set(fence("worker-a"))
+    try:
+        with pytest.raises(LeaseLostError):
+            await memos.put(1, "transcript", "u1", "my card number is 4111...")
+        with pytest.raises(LeaseLostError):
+            await albums.add(1, "g1", AlbumItem(10, "file-10", "uniq-10", "caption"))
+    finally:
+        CURRENT_FENCE.reset(token)
+    assert await client.keys(f"{KEYS.namespace}:*") == [KEYS.chat(1).lease.encode()], "nothing written"
+    await memos.put(1, "transcript", "u1", "outside a worker (the intake, one process): written")
+    assert await albums.add(1, "g1", AlbumItem(10, "file-10", "uniq-10")) == 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, Literal
 
 from aiogram import Bot, Dispatcher
 from aiogram.types import Update
@@ -34,11 +34,12 @@ def album_of(update: dict[str, Any]) -> tuple[int, str, AlbumItem] | None:
     caption = str(message.get("caption") or "")
     photos = message.get("photo")
     document = message.get("document")
+    kind: Literal["photo", "image_file"] = "photo"
     if isinstance(photos, list) and photos and isinstance(photos[-1], dict):
         best = photos[-1]
         width, height = int(best.get("width") or 0), int(best.get("height") or 0)
-    elif isinstance(document, dict) and str(document.get("mime_type") or "").startswith("image/"):
-        best, width, height = document, 0, 0
+    elif isinstance(document, dict) and str(document.get("mime_type") or "").lower().startswith("image/"):
+        best, width, height, kind = document, 0, 0, "image_file"
     else:
         return None
     if not isinstance(best.get("file_id"), str) or not isinstance(best.get("file_unique_id"), str):
@@ -52,6 +53,7 @@ def album_of(update: dict[str, Any]) -> tuple[int, str, AlbumItem] | None:
         file_size=size if isinstance(size, int) else None,
         width=width,
         height=height,
+        kind=kind,
     )
     return chat["id"], str(message["media_group_id"]), item
 

@@ -57,18 +57,24 @@ def downloader(bot: Bot, kind: reasons.MediaKind) -> Download:
         if not file.file_path:
             raise MediaError("getFile gave no file path", kind=kind, reason=reasons.UNREADABLE)
         buffer = _Capped(max_bytes, kind)
+        failure: Exception | None = None
         try:
             await bot.download_file(file.file_path, destination=buffer, timeout=DOWNLOAD_TIMEOUT_SECONDS)
         except ClientResponseError as exc:
-            if 400 <= exc.status < 500 and exc.status not in (408, 429):
-                what = f"file server answered {exc.status}"  # not chained: the error's URL holds the token
-                raise MediaError(what, kind=kind, reason=reasons.UNREADABLE) from None
-            raise DownloadFailedError(f"file server answered {exc.status}") from None  # the URL holds the token
+            failure = _refused(exc.status, kind)
         except (ClientError, TimeoutError, OSError) as exc:
-            raise DownloadFailedError(f"download failed: {type(exc).__name__}") from None
+            failure = DownloadFailedError(f"download failed: {type(exc).__name__}")
+        if failure is not None:  # raised outside the except: aiohttp's error (the URL, the token) is no context
+            raise failure
         return buffer.getvalue()
 
     return download
+
+
+def _refused(status: int, kind: reasons.MediaKind) -> Exception:
+    if 400 <= status < 500 and status not in (408, 429):
+        return MediaError(f"file server answered {status}", kind=kind, reason=reasons.UNREADABLE)
+    return DownloadFailedError(f"file server answered {status}")
 
 
 def incoming_of(message: Message) -> list[Incoming]:

@@ -37,6 +37,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "media_too_big_any": "This file is too big for me. Please send a smaller one or describe it in words.",
         "media_too_long": "This recording is too long for me (the limit is {limit} seconds). Please send a "
         "shorter one or write it down.",
+        "media_too_long_any": "This recording is too long for me. Please send a shorter one or write it down.",
         "media_unreadable": "I could not open this file: it seems damaged or empty. Please send it again or "
         "describe it in words.",
         "media_unsupported": "I cannot read this kind of file. Please send a photo, a PDF, a text file or a "
@@ -125,6 +126,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "media_download_failed": "Не удалось получить ваш файл от Telegram. Пришлите его ещё раз через минуту.",
         "media_too_big_any": "Файл слишком большой для меня. Пришлите файл поменьше или опишите словами.",
         "media_too_long": "Запись слишком длинная (предел {limit} с). Пришлите покороче или напишите текстом.",
+        "media_too_long_any": "Запись слишком длинная для меня. Пришлите покороче или напишите текстом.",
         "media_unreadable": "Не удалось открыть файл: похоже, он повреждён или пуст. Пришлите его ещё раз или "
         "опишите словами.",
         "media_unsupported": "Такие файлы я не читаю. Пришлите фото, PDF, текстовый файл или голосовое "

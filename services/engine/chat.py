@@ -133,6 +133,7 @@ class ChatService:
         turn_id: str | None = None,
         fence: Fence | None = None,
         media: TurnMedia | None = None,
+        read_media: Callable[[], Awaitable[TurnMedia | None]] | None = None,
     ) -> PendingTurn:
         """Produce the turn and commit it; the caller sends ``result`` if ``deliver``, then calls
         ``finish``, which records the reply as sent and compacts memory if it passed the high-water
@@ -141,7 +142,9 @@ class ChatService:
         With a ``turn_id`` (the update id) a redelivered message is recognised: a turn already
         answered is skipped; a turn committed but maybe not answered gets its stored reply again.
         With a ``fence`` (queued mode) every write is fenced by the chat's lease and nothing is
-        to be delivered once the lease may have expired (LeaseLostError)."""
+        to be delivered once the lease may have expired (LeaseLostError). ``read_media`` (instead of
+        ``media``): called once the turn is new and ``text`` within its limit, so a redelivered turn
+        downloads nothing and a caption too long is refused before any download."""
         quarantined = False
         session: Session | None = None
         if turn_id is not None:
@@ -157,6 +160,9 @@ class ChatService:
                 return PendingTurn(chat_id, turn_id, TurnResult(reply="", duplicate=True))
             if status.committed:
                 return await self._redeliver(chat_id, turn_id, status, fence)
+        if read_media is not None:
+            self._check_length(text)
+            media = await read_media()
         result = await self.respond(
             chat_id,
             text,
@@ -261,8 +267,7 @@ class ChatService:
         writer changed the chat meanwhile the turn is produced again, after ``on_restart``.
         ``media``: what the customer sent besides ``text`` (the caption); images go to the model this
         turn only (at low detail when the prompt has no room for them), the history keeps notes."""
-        if len(text) > self._max_message_chars:  # checked before tokenizing megabytes of text
-            raise MessageTooLongError(tokens=len(text), limit=self._max_message_chars, unit="characters")
+        self._check_length(text)
         text = clean_text(text)
         new_part = turn_part(self._counter, text, media)
         quarantined = False
@@ -370,6 +375,10 @@ class ChatService:
                 cited=cited,
             )
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _check_length(self, text: str) -> None:
+        if len(text) > self._max_message_chars:  # checked before tokenizing megabytes of text
+            raise MessageTooLongError(tokens=len(text), limit=self._max_message_chars, unit="characters")
 
     async def _reply(
         self, messages: tuple[PromptPart, ...], on_delta: OnDelta | None, chat_id: int, *, images: bool

@@ -1,5 +1,5 @@
 """The note an image is remembered by: one short call of the chat model with the same image parts
-the reply gets, run beside the reply (the customer does not wait for it), kept by the images'
+the reply gets, run beside the reply (the reply is committed once it is in), kept by the images'
 ``file_unique_id`` so a redelivered update is not described twice. A failed note leaves "[photo]"
 in the history and a WARNING; it never fails the turn."""
 

@@ -16,7 +16,7 @@ from services.engine.models import ImagePart, MediaRef
 from services.engine.tokens import TokenCounter
 from services.errors import MediaError
 from services.media import reasons
-from services.media.documents import DocumentText, read_customer_document
+from services.media.documents import DocumentText, document_type, read_customer_document
 from services.media.image_tokens import image_cost
 from services.media.images import prepare_image
 from services.media.transcriber import Transcriber
@@ -100,7 +100,8 @@ class MediaReader:
         return on[family] and (family != "voice" or self._transcriber is not None)
 
     def check(self, items: Sequence[Incoming]) -> None:
-        """Refuse before downloading: a kind turned off, a file over the size cap, a voice note too long."""
+        """Refuse before downloading: a kind turned off, a file over the size cap, a voice note too long,
+        a document of a type not read."""
         for item in items:
             family = item.family
             if not self.enabled(family):
@@ -113,6 +114,8 @@ class MediaReader:
                 raise MediaError(f"{item.duration} s", kind=family, reason=reasons.TOO_LONG, limit=limit)
             if family == "voice" and _audio_suffix(item) is None:
                 raise MediaError(f"audio type {item.mime_type!r}", kind=family, reason=reasons.UNSUPPORTED)
+            if family == "document" and document_type(item.file_name or "", item.mime_type) is None:
+                raise MediaError(f"document type {item.mime_type!r}", kind=family, reason=reasons.UNSUPPORTED)
 
     async def read(self, chat_id: int, items: Sequence[Incoming], *, download: Download) -> TurnMedia:
         """What ``items`` add to the turn (``check`` first; MediaError for a file the bot cannot use)."""

@@ -36,6 +36,8 @@ class AlbumItem:
     file_size: int | None = None
     width: int = 0
     height: int = 0
+    kind: Literal["photo", "image_file"] = "photo"
+    """A photo, or an image sent as a file (a document to Telegram: shown to operators as one)."""
 
     def to_json(self) -> str:
         return json.dumps(
@@ -47,6 +49,7 @@ class AlbumItem:
                 "s": self.file_size,
                 "w": self.width,
                 "h": self.height,
+                "k": self.kind,
             },
             ensure_ascii=False,
             separators=(",", ":"),
@@ -64,6 +67,7 @@ class AlbumItem:
             file_size=int(size) if size is not None else None,
             width=int(data.get("w") or 0),
             height=int(data.get("h") or 0),
+            kind="image_file" if data.get("k") == "image_file" else "photo",
         )
 
 

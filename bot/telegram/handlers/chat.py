@@ -58,7 +58,8 @@ async def serve_turn(
     media: Callable[[], Awaitable[TurnMedia | None]] | None = None,
 ) -> TurnResult:
     """One turn in Telegram: "typing…" (and drafts in private chats) while ``media`` is read (the
-    downloads, a transcription) and the reply is produced, then the reply rendered."""
+    downloads, a transcription: only for a turn not answered before) and the reply is produced, then
+    the reply rendered."""
     started = time.perf_counter()
     chat_id = message.chat.id
     turn_id = item_id_of(event_update.update_id)
@@ -77,7 +78,7 @@ async def serve_turn(
                 on_restart=drafts.restart if drafts else None,
                 turn_id=turn_id,
                 fence=fence,
-                media=await media() if media is not None else None,
+                read_media=media,
             )
             if turn.deliver:
                 if drafts is not None:

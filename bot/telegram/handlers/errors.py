@@ -60,6 +60,8 @@ def media_text(exc: MediaError, language: str) -> str:
     limit = exc.limit or 0
     if key == "media_too_big" and limit < 2**20:  # no byte limit known (the provider's, a pixel count)
         key = "media_too_big_any"
+    if key == "media_too_long" and limit <= 0:  # the provider's own duration limit: not known here
+        key = "media_too_long_any"
     return text(language, key if key in TEXTS["en"] else "media_unreadable", limit=limit, limit_mb=limit // 2**20)
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from aiogram import Bot, Router
 from aiogram.types import Message, Update
 
@@ -33,27 +35,32 @@ async def on_media(
     say: Texts,
     event_update: Update,
     desk: HandoffDesk,
-    media_reader: MediaReader,
+    media_reader: MediaReader | None,
     albums: Albums,
     fence: Fence | None = None,
+    customer_text: str | None = None,
 ) -> None:
+    """``customer_text``: the caption as AccessMiddleware read it (without the bot's mention)."""
     chat_id = message.chat.id
     items = incoming_of(message)
     family = items[0].family
-    if not media_reader.enabled(family):
+    if media_reader is None or not media_reader.enabled(family):  # None: a dispatcher built without media
         await message.answer(say("text_only"))
         return
-    media_reader.check(items)  # before any download, and before an album waits for its photos
-    caption = message.caption or ""
-    if message.media_group_id and family == "image":
+    caption = customer_text or ""
+    if not (message.media_group_id and family == "image"):
+        media_reader.check(items)  # before any download
+    else:  # checked once all are taken: only the turn that takes the album refuses it
         group, turn_id = message.media_group_id, item_id_of(event_update.update_id)
         best = items[0]
-        await albums.add(chat_id, group, AlbumItem(message.message_id, best.file_id, best.file_unique_id, caption))
+        kind: Literal["photo", "image_file"] = "image_file" if best.kind == "image_file" else "photo"
+        item = AlbumItem(message.message_id, best.file_id, best.file_unique_id, caption, best.file_size, kind=kind)
+        await albums.add(chat_id, group, item)
         await wait_until_complete(albums, chat_id, group)
         taken = await albums.take(chat_id, group, turn_id)
         if not taken:
             return  # answered with the album's first photo
-        items = [Incoming("photo", t.file_id, t.file_unique_id, t.file_size) for t in taken]
+        items = [Incoming(t.kind, t.file_id, t.file_unique_id, t.file_size) for t in taken]
         caption = "\n".join(text for text in dict.fromkeys(t.caption for t in taken) if text)
         media_reader.check(items)
     read: list[TurnMedia] = []

@@ -26,9 +26,11 @@ async def addressed_to_bot(message: Message, bot: Bot) -> bool:
     reply = message.reply_to_message
     if reply is not None and reply.from_user is not None and reply.from_user.id == me.id:
         return True
-    if me.username and message.text:
-        for entity in message.entities or []:
-            if entity.type == "mention" and entity.extract_from(message.text).lower() == f"@{me.username.lower()}":
+    body = message.text if message.text is not None else message.caption  # a photo's or file's caption
+    entities = message.entities if message.text is not None else message.caption_entities
+    if me.username and body:
+        for entity in entities or []:
+            if entity.type == "mention" and entity.extract_from(body).lower() == f"@{me.username.lower()}":
                 return True
     return False
 
@@ -41,9 +43,9 @@ def _strip_mention(text: str, username: str | None) -> str:
 
 class AccessMiddleware(BaseMiddleware):
     """Outer middleware on messages (after the language middleware): refuses strangers once per message,
-    skips group chatter, and puts a text message's ``customer_text`` (in a group, without the bot's
-    mention) into the handler data. The operator group (``OPERATOR_CHAT_ID``) passes: the handoff
-    router takes all of it and none of it reaches the model."""
+    skips group chatter, and puts a text message's (or a caption's) ``customer_text`` (in a group,
+    without the bot's mention) into the handler data. The operator group (``OPERATOR_CHAT_ID``)
+    passes: the handoff router takes all of it and none of it reaches the model."""
 
     async def __call__(
         self,
@@ -65,7 +67,8 @@ class AccessMiddleware(BaseMiddleware):
             return None
         if event.chat.type in GROUP_TYPES and settings.group_require_mention and not await addressed_to_bot(event, bot):
             return None
-        if event.text is not None:
+        body = event.text if event.text is not None else event.caption
+        if body is not None:  # a caption is the customer's text of a photo, a voice note, a document
             in_group = event.chat.type in GROUP_TYPES
-            data["customer_text"] = _strip_mention(event.text, (await bot.me()).username) if in_group else event.text
+            data["customer_text"] = _strip_mention(body, (await bot.me()).username) if in_group else body
         return await handler(event, data)

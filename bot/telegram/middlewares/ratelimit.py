@@ -19,7 +19,8 @@ from services.ports.ratelimit import RateLimiter
 
 
 class RateLimitMiddleware(BaseMiddleware):
-    """Counts each message once per update (the key is the item id, so a redelivery is no second hit)."""
+    """Counts each message once per update (the key is the item id, so a redelivery is no second hit),
+    an album once (the key is its media group)."""
 
     async def __call__(
         self,
@@ -31,7 +32,9 @@ class RateLimitMiddleware(BaseMiddleware):
             return await handler(event, data)
         limiter: RateLimiter = data["limiter"]
         update: Update = data["event_update"]
-        decision = await limiter.hit(event.chat.id, key=item_id_of(update.update_id))
+        # an album is one message to the customer (and one turn): its photos share one hit
+        key = f"album:{event.media_group_id}" if event.media_group_id else item_id_of(update.update_id)
+        decision = await limiter.hit(event.chat.id, key=key)
         if decision.allowed:
             return await handler(event, data)
         RATE_LIMITED.inc()

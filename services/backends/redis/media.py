@@ -1,21 +1,29 @@
 """MediaMemos and Albums in Redis: two hashes of the chat (its hash slot, deleted by /forget with the
 session's content keys, expiring with the session). An album is collected by one script per photo
-and taken by one script, so two workers never both answer a photo."""
+and taken by one script, so two workers never both answer a photo. Every write is fenced by the
+lease of the work it runs in (``CURRENT_FENCE``): a worker that lost the chat, perhaps to one that
+ran /forget since, leaves no transcript, note or photo behind (LeaseLostError)."""
 
 from __future__ import annotations
 
 from services.backends.redis.keys import KeySpace
-from services.backends.redis.scripts import AnyRedis, redis_errors, register
+from services.backends.redis.scripts import LUA_FENCE, AnyRedis, Status, redis_errors, register
+from services.errors import LeaseLostError
+from services.fence import CURRENT_FENCE, token_of
 from services.ports.media import AlbumItem, MemoKind, album_id
 
 _MEMO_FIELD = {"transcript": "t:", "note": "n:"}
 
-# KEYS: memos. ARGV: field, text, ttl (ms).
-_PUT_MEMO = """
+# KEYS: memos, lease. ARGV: field, text, ttl (ms), token.
+_PUT_MEMO = (
+    LUA_FENCE
+    + """
+if not holds(KEYS[2], ARGV[4]) then return FENCE_LOST end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 if tonumber(ARGV[3]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
 return 0
 """
+)
 
 _COUNT = """
 local function count(list)
@@ -25,10 +33,12 @@ local function count(list)
 end
 """
 
-# KEYS: albums. ARGV: group, message id, item (JSON), ttl (ms). → items recorded.
+# KEYS: albums, lease. ARGV: group, message id, item (JSON), ttl (ms), token. → items recorded.
 _ADD = (
     _COUNT
+    + LUA_FENCE
     + """
+if not holds(KEYS[2], ARGV[5]) then return FENCE_LOST end
 local order = 'l:' .. ARGV[1]
 if redis.call('HSETNX', KEYS[1], 'i:' .. ARGV[1] .. ':' .. ARGV[2], ARGV[3]) == 1 then
   local list = redis.call('HGET', KEYS[1], order)
@@ -42,8 +52,12 @@ return count(redis.call('HGET', KEYS[1], order))
 # KEYS: albums. ARGV: group.
 _COUNT_ITEMS = _COUNT + "return count(redis.call('HGET', KEYS[1], 'l:' .. ARGV[1]))\n"
 
-# KEYS: albums. ARGV: group, turn id, ttl (ms). → the items this turn holds (taken now or before).
-_TAKE = """
+# KEYS: albums, lease. ARGV: group, turn id, ttl (ms), token. → the items this turn holds (taken now
+# or before).
+_TAKE = (
+    LUA_FENCE
+    + """
+if not holds(KEYS[2], ARGV[4]) then return FENCE_LOST end
 local out = {}
 local list = redis.call('HGET', KEYS[1], 'l:' .. ARGV[1])
 if not list then return out end
@@ -59,6 +73,12 @@ end
 if tonumber(ARGV[3]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
 return out
 """
+)
+
+
+def _fenced(result: object, chat_id: int) -> None:
+    if result == Status.FENCE_LOST:
+        raise LeaseLostError(f"chat {chat_id}: its lease is lost; the media record is not written")
 
 
 class RedisMediaMemos:
@@ -74,9 +94,10 @@ class RedisMediaMemos:
         return raw.decode() if isinstance(raw, bytes) else raw
 
     async def put(self, chat_id: int, kind: MemoKind, file_unique_id: str, text: str) -> None:
-        field = _MEMO_FIELD[kind] + file_unique_id
+        keys = self._keys.chat(chat_id)
+        args = [_MEMO_FIELD[kind] + file_unique_id, text, self._ttl_ms, token_of(CURRENT_FENCE.get())]
         with redis_errors(f"cannot store a media memo of chat {chat_id}"):
-            await self._put(keys=[self._keys.chat(chat_id).memos], args=[field, text, self._ttl_ms])
+            _fenced(await self._put(keys=[keys.memos, keys.lease], args=args), chat_id)
 
 
 class RedisAlbums:
@@ -89,17 +110,22 @@ class RedisAlbums:
         self._take = register(redis, _TAKE)
 
     async def add(self, chat_id: int, group: str, item: AlbumItem) -> int:
-        args = [album_id(group), item.message_id, item.to_json(), self._ttl_ms]
+        keys = self._keys.chat(chat_id)
+        args = [album_id(group), item.message_id, item.to_json(), self._ttl_ms, token_of(CURRENT_FENCE.get())]
         with redis_errors(f"cannot record an album photo of chat {chat_id}"):
-            return int(await self._add(keys=[self._keys.chat(chat_id).albums], args=args))
+            recorded = await self._add(keys=[keys.albums, keys.lease], args=args)
+        _fenced(recorded, chat_id)
+        return int(recorded)
 
     async def count(self, chat_id: int, group: str) -> int:
         with redis_errors(f"cannot read an album of chat {chat_id}"):
             return int(await self._count(keys=[self._keys.chat(chat_id).albums], args=[album_id(group)]))
 
     async def take(self, chat_id: int, group: str, turn_id: str) -> tuple[AlbumItem, ...]:
-        args = [album_id(group), turn_id, self._ttl_ms]
+        keys = self._keys.chat(chat_id)
+        args = [album_id(group), turn_id, self._ttl_ms, token_of(CURRENT_FENCE.get())]
         with redis_errors(f"cannot take an album of chat {chat_id}"):
-            raw = await self._take(keys=[self._keys.chat(chat_id).albums], args=args)
+            raw = await self._take(keys=[keys.albums, keys.lease], args=args)
+        _fenced(raw, chat_id)
         items = [AlbumItem.from_json(entry) for entry in raw]
         return tuple(sorted(items, key=lambda item: item.message_id))

@@ -1,0 +1,76 @@
+"""bot.telegram.files.downloader against the stub Bot API: what a failed download raises, and that no
+exception it raises carries the file URL (which holds the bot token), even in a logged traceback."""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import AsyncIterator
+
+import pytest
+from aiogram import Bot
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.telegram import TelegramAPIServer
+
+from bot.telegram.files import DownloadFailedError, downloader
+from services.errors import MediaError
+from services.media import reasons
+from tests.stubs.telegram_server import StubTelegram
+
+TOKEN = "123456:DOWNLOAD-secret-token"
+SECRET = TOKEN.split(":", 1)[1]
+
+
+@pytest.fixture
+async def telegram() -> AsyncIterator[StubTelegram]:
+    stub = StubTelegram()
+    await stub.start()
+    yield stub
+    await stub.stop()
+
+
+@pytest.fixture
+async def bot(telegram: StubTelegram) -> AsyncIterator[Bot]:
+    bot = Bot(TOKEN, session=AiohttpSession(api=TelegramAPIServer.from_base(telegram.base_url)))
+    yield bot
+    await bot.session.close()
+
+
+def logged(exc: BaseException) -> str:
+    """What ``log.exception`` / ``exc_info=`` would write for ``exc`` (the whole chain, as shown)."""
+    return "".join(traceback.format_exception(exc))
+
+
+def chain(exc: BaseException | None) -> str:
+    """Every exception reachable from ``exc`` (cause and context, shown or not), as text."""
+    seen: list[str] = []
+    while exc is not None and len(seen) < 10:
+        seen.append(f"{exc!r} {exc}")
+        exc = exc.__cause__ or exc.__context__
+    return "\n".join(seen)
+
+
+@pytest.mark.parametrize("fault", [404, 403, 500, 502, "cut"])
+async def test_a_failed_download_carries_no_file_url(
+    fault: int | str, telegram: StubTelegram, bot: Bot, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    telegram.add_file("AgAC-photo", b"\xff\xd8" + b"x" * 200_000, folder="photos", extension="jpg")
+    telegram.files.download_faults.append(fault)  # type: ignore[arg-type]
+    with pytest.raises((MediaError, DownloadFailedError)) as raised:
+        await downloader(bot, "image")("AgAC-photo", 20 * 2**20)
+    if fault in (404, 403):
+        assert isinstance(raised.value, MediaError) and raised.value.reason == reasons.UNREADABLE
+    else:
+        assert isinstance(raised.value, DownloadFailedError)
+    assert SECRET not in logged(raised.value)
+    assert SECRET not in chain(raised.value)
+    assert not [r for r in caplog.records if SECRET in r.getMessage()]
+
+
+async def test_a_file_larger_than_get_file_said_is_cut_off_at_the_cap(telegram: StubTelegram, bot: Bot) -> None:
+    telegram.add_file("BQAC-doc", b"a" * 50_000, size=1_000)  # getFile says 1 kB
+    with pytest.raises(MediaError) as raised:
+        await downloader(bot, "document")("BQAC-doc", 10_000)
+    assert raised.value.reason == reasons.TOO_BIG and raised.value.limit == 10_000
+    assert SECRET not in logged(raised.value)
