@@ -26,6 +26,7 @@ def make_service(
     observer: TurnObserver | None = None,
     grounding: Grounding | None = None,
     notes: ImageNotes | None = None,
+    note_wait: float = 3.0,
 ) -> ChatService:
     registry = default_registry()
     summarizer = Summarizer(llm=llm, counter=counter, prompt=registry.get("summary"), max_tokens=summary_max_tokens)
@@ -42,6 +43,7 @@ def make_service(
         observer=observer,
         grounding=grounding,
         notes=notes,
+        note_wait=note_wait,
     )
 
 

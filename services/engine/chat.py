@@ -40,7 +40,7 @@ from services.errors import (
 )
 from services.fence import Fence
 from services.media import reasons
-from services.media.notes import ImageNotes, cancel_quietly
+from services.media.notes import NOTE_WAIT_SECONDS, ImageNotes, cancel_quietly, notes_within
 from services.media.turn import TurnMedia, stored_part, turn_part
 from services.ports.chat_model import ChatModel
 from services.ports.observer import TurnObserver
@@ -74,7 +74,9 @@ class ChatService:
         handoff_tool: bool = False,
         grounding: Grounding | None = None,
         notes: ImageNotes | None = None,
+        note_wait: float = NOTE_WAIT_SECONDS,
     ) -> None:
+        self._note_wait = note_wait
         self._store = store
         self._notes = notes
         self._grounding = grounding
@@ -313,7 +315,8 @@ class ChatService:
                 if noting is not None:
                     await cancel_quietly(noting)
                 raise
-            stored = stored_part(self._counter, text, media, await noting if noting is not None else ())
+            notes = await notes_within(noting, chat_id, self._note_wait) if noting is not None else ()
+            stored = stored_part(self._counter, text, media, notes)
             refs = media.refs if media is not None else ()
             handoff = (
                 handoff_reason(completion.tool_call.name, completion.tool_call.arguments)

@@ -1,7 +1,7 @@
 """The note an image is remembered by: one short call of the chat model with the same image parts
-the reply gets, run beside the reply (the reply is committed once it is in), kept by the images'
-``file_unique_id`` so a redelivered update is not described twice. A failed note leaves "[photo]"
-in the history and a WARNING; it never fails the turn."""
+the reply gets, run beside the reply (the reply is committed once it is in, waiting for it at most
+NOTE_WAIT_SECONDS), kept by the images' ``file_unique_id`` so a redelivered update is not described
+twice. A failed or late note leaves "[photo]" in the history and a WARNING; it never fails the turn."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ from services.ports.media import MediaMemos
 log = logging.getLogger(__name__)
 
 NOTE_MAX_CHARS = 300
+NOTE_WAIT_SECONDS = 3.0
+"""How long a ready reply waits for its images' note (written at the same time, usually done first);
+a later note is given up: the customer is not held back for the history's sake."""
 _LINE = re.compile(r"^\s*\[?(\d+)\]?\s*[:.)-]\s*(.+?)\s*$")
 
 
@@ -80,6 +83,16 @@ def parse_notes(text: str, count: int) -> tuple[str, ...]:
 def _short(note: str) -> str:
     note = " ".join(note.replace("[", "(").replace("]", ")").split())
     return note if len(note) <= NOTE_MAX_CHARS else note[: NOTE_MAX_CHARS - 1] + "…"
+
+
+async def notes_within(task: asyncio.Task[tuple[str, ...]], chat_id: int, seconds: float) -> tuple[str, ...]:
+    """The note task's result if it is done within ``seconds``; else it is cancelled: "[photo]"."""
+    done, _ = await asyncio.wait([task], timeout=seconds)
+    if done:
+        return task.result()
+    await cancel_quietly(task)
+    log.warning("chat %s: the image note took over %.0f s; remembered as [photo]", chat_id, seconds)
+    return ()
 
 
 async def cancel_quietly(task: asyncio.Task[tuple[str, ...]]) -> None:
