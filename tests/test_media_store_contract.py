@@ -64,12 +64,27 @@ async def test_an_album_id_that_could_forge_a_field_is_refused(backend: Backend)
         await backend.albums.add(1, "g:1", photo(1))
 
 
-async def test_forget_chat_removes_memos_and_albums(backend: Backend) -> None:
+async def test_forget_chat_removes_memos_and_taken_album_photos(backend: Backend) -> None:
     await backend.memos.put(1, "transcript", "u1", "the secret order 7718")
     await backend.memos.put(2, "transcript", "u1", "another chat")
-    await backend.albums.add(1, "g1", photo(1))
+    await backend.albums.add(1, "g1", photo(1, "the old album"))
+    await backend.albums.take(1, "g1", "turn-a")
+    await backend.albums.add(1, "g2", photo(5))
+    await backend.albums.add(1, "g2", photo(6))
+    await backend.albums.take(1, "g2", "turn-b")
+    await backend.albums.add(1, "g2", photo(7, "queued after"))  # its update still waits in the queue
     await backend.forget_chat(1)
     assert await backend.memos.get(1, "transcript", "u1") is None
     assert await backend.albums.count(1, "g1") == 0
     assert await backend.albums.take(1, "g1", "turn-a") == ()
+    assert await backend.albums.count(1, "g2") == 1, "a photo no turn took yet stays for its turn"
+    assert [item.caption for item in await backend.albums.take(1, "g2", "turn-c")] == ["queued after"]
     assert await backend.memos.get(2, "transcript", "u1") == "another chat", "other chats stay"
+
+
+async def test_an_album_recorded_before_a_forget_ran_is_still_one_turn(backend: Backend) -> None:
+    """The intake records the album's photos as they arrive; a /forget queued before them runs first."""
+    for n in (1, 2, 3):
+        await backend.albums.add(1, "g1", photo(n))
+    await backend.forget_chat(1)
+    assert [item.message_id for item in await backend.albums.take(1, "g1", "turn-1")] == [1, 2, 3]

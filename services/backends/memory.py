@@ -400,7 +400,7 @@ class InMemoryBackend:
         self.handoffs._drop(chat_id)
         await self.gaps.forget(chat_id)
         self.memos.forget(chat_id)
-        self.albums.forget(chat_id)
+        await self.albums.forget(chat_id)
 
     async def close(self) -> None:
         await self.store.close()

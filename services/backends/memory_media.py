@@ -66,6 +66,8 @@ class InMemoryAlbums(_Expiring):
         self._touch(chat_id)
         return tuple(sorted(mine, key=lambda item: item.message_id))
 
-    def forget(self, chat_id: int) -> None:
-        self._items.pop(chat_id, None)
-        self._takers.pop(chat_id, None)
+    async def forget(self, chat_id: int) -> None:
+        """The photos a turn took go; those still waiting for their turn stay (as in Redis)."""
+        items, takers = self._items.get(chat_id, {}), self._takers.pop(chat_id, {})
+        for key in takers:
+            items.pop(key, None)

@@ -91,3 +91,8 @@ class Albums(Protocol):
         """The album's items no other turn took, now taken by ``turn_id``, with those ``turn_id`` took
         before (a redelivered turn gets its items again), by message id. Each item is taken once."""
         ...
+
+    async def forget(self, chat_id: int) -> None:
+        """/forget: the items a turn took go (with who took them); those no turn took yet stay: they
+        belong to updates still in the chat's queue, which /forget leaves to be answered."""
+        ...

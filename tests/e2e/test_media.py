@@ -373,7 +373,6 @@ async def test_in_a_group_a_photo_is_addressed_by_a_mention_in_its_caption(
     assert "is this damage covered?" in text and "@support_test_bot" not in text
 
 
-@pytest.mark.xfail(strict=True, reason="review: /forget deletes the records of an album still waiting in the queue")
 async def test_an_album_queued_behind_a_forget_is_still_one_turn(
     media_bot: RunningBot, telegram: StubTelegram, stub_llm: StubOpenAI
 ) -> None:

@@ -47,16 +47,17 @@ class RedisBackend:
 
     async def forget_chat(self, chat_id: int, *, fence: Fence | None = None) -> None:
         """The handoff's topic binding, then the session and the handoff record (one fenced script; the
-        quarantined copy, media memos and albums included), then the chat's dead letters and its
-        unanswered questions. The rate-limit window stays (ids and times only: /forget is no way around
-        the limit). Messages already copied into the operator group stay there: they are the operators'
-        records, not the bot's."""
+        quarantined copy and media memos included), then the chat's dead letters, its unanswered
+        questions and the album photos a turn took (those still queued stay). The rate-limit window
+        stays (ids and times only: /forget is no way around the limit). Messages already copied into
+        the operator group stay there: they are the operators' records, not the bot's."""
         record = await self.handoffs.get(chat_id, transcript=False)  # the transcript is not decoded
         # first (idempotent): the record keeps the topic until then
         await self.handoffs.unbind(chat_id, record.topic_group, record.topic_id)
         await self.store.forget(chat_id, fence=fence)
         await self.dead_letters.drop_chat(chat_id)
         await self.gaps.forget(chat_id)
+        await self.albums.forget(chat_id)
 
     async def close(self) -> None:
         """Closes the one client everything here shares."""

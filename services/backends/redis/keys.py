@@ -46,10 +46,10 @@ CONTENT_KEY_NAMES = (
     "handoff_log",
     "handoff_relayed",
     "memos",
-    "albums",
 )
 """Per-chat keys /forget deletes outright (``meta`` is cut down to its version counter). The queue's
-``inbox``/``seen``/``lease``/``attempts`` stay (ids and work still to do), and so does the rate-limit
+``inbox``/``seen``/``lease``/``attempts`` stay (ids and work still to do), so do the album photos no
+turn took yet (updates still queued; ``Albums.forget`` deletes the taken ones), and so does the rate-limit
 window (update ids and times, no text): /forget must not be a way around the rate limit."""
 
 

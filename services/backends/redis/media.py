@@ -1,8 +1,9 @@
-"""MediaMemos and Albums in Redis: two hashes of the chat (its hash slot, deleted by /forget with the
-session's content keys, expiring with the session). An album is collected by one script per photo
-and taken by one script, so two workers never both answer a photo. Every write is fenced by the
-lease of the work it runs in (``CURRENT_FENCE``): a worker that lost the chat, perhaps to one that
-ran /forget since, leaves no transcript, note or photo behind (LeaseLostError)."""
+"""MediaMemos and Albums in Redis: two hashes of the chat (its hash slot, expiring with the session;
+/forget deletes the memos with the session's content keys and the album photos a turn took). An
+album is collected by one script per photo and taken by one script, so two workers never both answer
+a photo. Every write is fenced by the lease of the work it runs in (``CURRENT_FENCE``): a worker
+that lost the chat, perhaps to one that ran /forget since, leaves no transcript, note or photo
+behind (LeaseLostError)."""
 
 from __future__ import annotations
 
@@ -75,6 +76,32 @@ return out
 """
 )
 
+# KEYS: albums. /forget: the photos a turn took go with their takers; those no turn took yet are
+# updates still in the chat's queue (recorded by the intake before they were queued): they stay.
+_FORGET_TAKEN = """
+local fields = redis.call('HKEYS', KEYS[1])
+for _, order in ipairs(fields) do
+  if string.sub(order, 1, 2) == 'l:' then
+    local group = string.sub(order, 3)
+    local kept = {}
+    for mid in string.gmatch(redis.call('HGET', KEYS[1], order), '[^,]+') do
+      local taker = 't:' .. group .. ':' .. mid
+      if redis.call('HEXISTS', KEYS[1], taker) == 1 then
+        redis.call('HDEL', KEYS[1], taker, 'i:' .. group .. ':' .. mid)
+      else
+        table.insert(kept, mid)
+      end
+    end
+    if #kept == 0 then
+      redis.call('HDEL', KEYS[1], order)
+    else
+      redis.call('HSET', KEYS[1], order, table.concat(kept, ','))
+    end
+  end
+end
+return 0
+"""
+
 
 def _fenced(result: object, chat_id: int) -> None:
     if result == Status.FENCE_LOST:
@@ -108,6 +135,7 @@ class RedisAlbums:
         self._add = register(redis, _ADD)
         self._count = register(redis, _COUNT_ITEMS)
         self._take = register(redis, _TAKE)
+        self._forget = register(redis, _FORGET_TAKEN)
 
     async def add(self, chat_id: int, group: str, item: AlbumItem) -> int:
         keys = self._keys.chat(chat_id)
@@ -129,3 +157,7 @@ class RedisAlbums:
         _fenced(raw, chat_id)
         items = [AlbumItem.from_json(entry) for entry in raw]
         return tuple(sorted(items, key=lambda item: item.message_id))
+
+    async def forget(self, chat_id: int) -> None:
+        with redis_errors(f"cannot delete the album records of chat {chat_id}"):
+            await self._forget(keys=[self._keys.chat(chat_id).albums])
