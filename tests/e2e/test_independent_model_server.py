@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import itertools
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
 from redis.asyncio import Redis
 
 from bot.settings import Settings
@@ -312,3 +314,20 @@ async def test_queued_a_cut_stream_is_retried_and_a_429_storm_is_capped_and_told
     gaps = [b["started_at"] - a["ended_at"] for a, b in itertools.pairwise(requests)]
     assert min(gaps) >= 0.3, f"retried sooner than Retry-After: {gaps}"
     assert "retry_storm" not in findings(await emulator.verdict())
+
+
+async def test_a_photo_turn_in_the_chat_api_shape_an_independent_server_accepts(
+    streamed: RunningBot, telegram: StubTelegram, emulator: ModelEmulator
+) -> None:
+    """A turn with an image part (a base64 data URL in a content list) served by LLMock, not our stub:
+    the reply and the note call both go through and the history keeps the note. (LLMock's schema takes
+    any content list; it does not look at the image: the stub checks that.)"""
+    buffer = io.BytesIO()
+    Image.new("RGB", (1280, 960), (180, 40, 40)).save(buffer, "JPEG", quality=80)
+    await emulator.script(reply(times=2))  # the reply and the note, in whichever order they come
+    telegram.push(telegram.photo_message(CHAT, buffer.getvalue(), caption="It arrived like this"))
+    assert await telegram.wait_messages(CHAT, 1, within=5) == [ANSWER]
+    requests = await emulator.chat_requests()
+    assert len(requests) == 2 and all(r["status"] == 200 and r["completed"] for r in requests), requests
+    [(role, user), (_, answer)] = await stored_turns(streamed)
+    assert role == "user" and user == f"[photo: {ANSWER}]\nIt arrived like this" and answer == ANSWER
