@@ -21,7 +21,7 @@ from tests.conftest import TEST_KEYS
 
 @pytest.fixture
 def queue(queued_backend: QueuedBackend) -> WorkQueue:
-    return queued_backend.queue(lease_ms=300)
+    return queued_backend.queue(lease_ms=1000)
 
 
 KEYS = TEST_KEYS
@@ -89,8 +89,8 @@ async def test_attempts_are_counted_across_workers(queue: WorkQueue, queued_back
     taken = await take(queue, "w1")
     assert taken is not None and taken[1].item is not None
     assert taken[1].item.started == 1 and taken[1].item.vanished_attempts == 0
-    await asyncio.sleep(0.35)  # w1 died mid-item
-    # the heir holds a long lease: with 0.3 s a CPU-starved run (the background unit pass at nice 10)
+    await asyncio.sleep(1.05)  # w1 died mid-item
+    # the heir holds a long lease: with a short one a CPU-starved run (the background unit pass at nice 10)
     # lost it between its steps ("lost" instead of the item)
     queue = queued_backend.queue(lease_ms=10_000)
     heir = await take(queue, "w2")
@@ -113,7 +113,7 @@ async def test_dead_worker_is_taken_over_after_the_lease(queue: WorkQueue) -> No
     dead = await take(queue, "w1")
     assert dead is not None
     assert await take(queue, "w2") is None
-    await asyncio.sleep(0.35)
+    await asyncio.sleep(1.05)
     heir = await take(queue, "w2")
     assert heir is not None and heir[0].chat_id == 1
     assert heir[1].item is not None and heir[1].item.payload == "a"
@@ -127,7 +127,7 @@ async def test_lost_lease_leaves_the_chat_due(queue: WorkQueue) -> None:
     await queue.enqueue(1, "u1", "a", order=1)
     first = await take(queue, "w1")
     assert first is not None
-    await asyncio.sleep(0.35)  # w1 paused past its lease
+    await asyncio.sleep(1.05)  # w1 paused past its lease
     await queue.enqueue(1, "u2", "b", order=2)
     step = await queue.next(first[0], done=first[1].item)
     assert step.kind == "lost"
@@ -159,7 +159,7 @@ async def test_release_drops_the_watchdog_but_not_new_work(queue: WorkQueue) -> 
     taken = await take(queue, "w1")
     assert taken is not None
     assert (await queue.next(taken[0], done=taken[1].item)).kind == "released"
-    await asyncio.sleep(0.35)
+    await asyncio.sleep(1.05)
     assert await queue.claim("w2") is None  # nothing due: the watchdog was dropped
     await queue.enqueue(1, "u2", "b", order=2)
     assert await take(queue, "w2") is not None
@@ -170,7 +170,7 @@ async def test_the_inbox_never_expires_while_it_holds_work(redis_server: object)
     been told we have could expire before a worker claimed it."""
     client = Redis.from_url(redis_server.url)  # type: ignore[attr-defined]
     await client.flushdb()
-    queue = RedisWorkQueue(redis=client, keys=KEYS, lease_ms=300, ttl_seconds=1)
+    queue = RedisWorkQueue(redis=client, keys=KEYS, lease_ms=1000, ttl_seconds=1)
     await queue.enqueue(1, "u1", "a", order=1)
     assert await client.ttl(KEYS.chat(1).inbox) == -1
     assert await client.ttl(KEYS.chat(1).seen) > 0
@@ -233,11 +233,11 @@ async def test_a_failed_attempt_keeps_its_reply_marks_too(queued_backend: Queued
 
 
 async def test_reply_marks_are_fenced_like_the_acknowledgement(queued_backend: QueuedBackend) -> None:
-    queue, store = queued_backend.queue(lease_ms=300), queued_backend.store
+    queue, store = queued_backend.queue(lease_ms=1000), queued_backend.store
     await queue.enqueue(1, "u1", "a", order=1)
     stale = await take(queue, "w1")
     assert stale is not None and stale[1].item is not None
-    await asyncio.sleep(0.35)  # paused past its lease; another worker takes the chat
+    await asyncio.sleep(1.05)  # paused past its lease; another worker takes the chat
     assert await take(queue, "w2") is not None
     assert (await queue.next(stale[0], done=stale[1].item, replied=("u1",))).kind == "lost"
     await queue.note(stale[0], stale[1].item, "failed", replied=("u1",))
