@@ -22,14 +22,6 @@ SECRET = TOKEN.split(":", 1)[1]
 
 
 @pytest.fixture
-async def telegram() -> AsyncIterator[StubTelegram]:
-    stub = StubTelegram()
-    await stub.start()
-    yield stub
-    await stub.stop()
-
-
-@pytest.fixture
 async def bot(telegram: StubTelegram) -> AsyncIterator[Bot]:
     bot = Bot(TOKEN, session=AiohttpSession(api=TelegramAPIServer.from_base(telegram.base_url)))
     yield bot
