@@ -2,20 +2,27 @@
 first frame of an animation, transparency laid on white, shrunk to the size the model's token rule
 keeps, re-encoded as JPEG without metadata (no GPS, no camera serial) and wrapped as a base64 data URL.
 
-Decompression bombs are refused from the header, before any pixel is decoded (``max_pixels``).
+Memory is bounded per image and per process: from the header, before any pixel is decoded, an image
+is refused over ``max_pixels`` (decompression bombs) or over ``max_decoded_bytes`` of decoded pixels
+(``decoded_bytes``: the mode's bytes per pixel, at the scale a JPEG is decoded at); the decoded image
+is the only full-size buffer (a JPEG is decoded at 1/2 to 1/8 scale where the size to send allows,
+conversion and box reduction go a strip at a time); at most MAX_CONCURRENT_DECODES images of a
+process are decoded at once. Peak per image: about the decoded bytes plus 30 MB (docs/media.md).
+
 Failures are MediaError (image): UNREADABLE for no bytes or what is not a whole image,
-UNSUPPORTED for a format not read here, TOO_BIG for too many pixels.
+UNSUPPORTED for a format not read here, TOO_BIG for too many pixels or decoded bytes.
 """
 
 from __future__ import annotations
 
 import base64
 import io
+import threading
 import warnings
 from dataclasses import dataclass
 from typing import Final
 
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
 from services.errors import MediaError
 from services.media import reasons
@@ -27,6 +34,36 @@ re-encoded; anything else Pillow might open (PSD, ICO, EPS...) is refused as uns
 MAX_PIXELS: Final = 40_000_000
 """More than any phone camera takes (a 200 MP sensor bins to 50 MP only in its raw mode); a larger
 header is a bomb or a scan the model would see at 768 px anyway."""
+MAX_DECODED_BYTES: Final = 96 * 2**20
+"""The most memory one decoded image may take (``decoded_bytes``: 25 megapixels of RGB or RGBA, which
+Pillow stores in four bytes a pixel; a JPEG is counted at the scale libjpeg decodes it at). Pixels
+alone do not bound memory: a 155 kB PNG of 40 MP RGBA decodes to 160 MB."""
+MAX_CONCURRENT_DECODES: Final = 2
+"""Images of one process decoded at the same time (the others wait): four large files at once take
+two decoded images' memory, not four."""
+DRAFT_GAP: Final = 2.0
+"""A JPEG is decoded at a reduced scale only down to this many times the size to send (as Pillow's
+``thumbnail``), so the final Lanczos resampling still has pixels to average."""
+REDUCING_GAP: Final = 2.0
+"""Whole-factor box reduction stops at this many times the size to send; Lanczos does the rest (the
+``reducing_gap`` of ``Image.thumbnail``)."""
+STRIP_PIXELS: Final = 1 << 20
+"""Pixels converted and reduced at a time: a strip's copies are a few MB, whatever the image's size."""
+_ORIENTATION: Final = 0x0112
+_TRANSPOSE: Final = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+"""EXIF orientation → the transpose that makes the image upright (ImageOps.exif_transpose's table)."""
+_COPIES: Final = {"WEBP": 3}
+"""Full-size buffers a format's decoding holds at once: libwebp's canvas, its copy as bytes and the
+image (WebPImagePlugin.load); Pillow decodes the others straight into the image."""
+_DECODES: Final = threading.BoundedSemaphore(MAX_CONCURRENT_DECODES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,20 +129,118 @@ def _other_format(data: bytes) -> str | None:
     return None
 
 
-def _pixels(image: Image.Image) -> Image.Image:
-    """Upright RGB pixels of the first frame, transparency on white; UNREADABLE if truncated."""
+def decoded_bytes(mode: str, width: int, height: int) -> int:
+    """What Pillow allocates for ``width`` x ``height`` pixels of ``mode``: one byte a pixel for 1, L
+    and P, two for the 16-bit I;16 modes, four for every other mode (RGB is stored as four bytes, as
+    are LA, 32-bit integer and float pixels) - the size of the decoded image in memory."""
+    if mode in ("1", "L", "P"):
+        return width * height
+    return width * height * (2 if mode.startswith("I;16") else 4)
+
+
+def _turned(method: Image.Transpose | None) -> bool:
+    return method in (
+        Image.Transpose.TRANSPOSE,
+        Image.Transpose.TRANSVERSE,
+        Image.Transpose.ROTATE_90,
+        Image.Transpose.ROTATE_270,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Goal:
+    """The size to send by the model's rule, from the image's full size as stored and its orientation."""
+
+    model: str
+    detail: str
+    rule: str | None
+
+    def upright(self, size: tuple[int, int], method: Image.Transpose | None) -> tuple[int, int]:
+        """What the rule keeps of the upright image, never enlarged (the full upright size when the
+        rule would enlarge it)."""
+        width, height = (size[1], size[0]) if _turned(method) else size
+        cost = image_cost(width, height, model=self.model, detail=self.detail, rule=self.rule)
+        if cost.width <= width and cost.height <= height:
+            return cost.width, cost.height
+        return width, height
+
+    def stored(self, size: tuple[int, int], method: Image.Transpose | None) -> tuple[int, int]:
+        """``upright``, in the orientation the pixels are stored in."""
+        width, height = self.upright(size, method)
+        return (height, width) if _turned(method) else (width, height)
+
+
+def _on_white(piece: Image.Image) -> Image.Image:
+    """RGB pixels of ``piece``, transparency laid on white."""
+    if piece.mode in ("RGBA", "LA", "PA") or (piece.mode == "P" and "transparency" in piece.info):
+        rgba = piece.convert("RGBA")
+        canvas = Image.new("RGB", rgba.size, (255, 255, 255))
+        canvas.paste(rgba, mask=rgba.getchannel("A"))
+        return canvas
+    return piece.convert("RGB")
+
+
+def _shrunk(image: Image.Image, raw_goal: tuple[int, int]) -> Image.Image:
+    """``image`` (loaded, any mode) as RGB on white, box-reduced by whole factors while it stays at
+    least REDUCING_GAP times ``raw_goal`` (``image`` itself when it is RGB and too small to reduce).
+    Converted and reduced a strip at a time: the only full-size buffer is the decoded image (Pillow's
+    ``reduce`` of an RGBA image makes two full-size copies, ``convert`` one)."""
+    width, height = image.size
+    fx = max(1, int(width / raw_goal[0] / REDUCING_GAP))
+    fy = max(1, int(height / raw_goal[1] / REDUCING_GAP))
+    if (fx, fy) == (1, 1) and image.mode == "RGB":
+        return image
+    out = Image.new("RGB", (-(-width // fx), -(-height // fy)))
+    rows = fy * max(1, STRIP_PIXELS // (width * fy))
+    for top in range(0, height, rows):
+        piece = _on_white(image.crop((0, top, width, min(height, top + rows))))
+        out.paste(piece.reduce((fx, fy)) if (fx, fy) != (1, 1) else piece, (0, top // fy))
+    return out
+
+
+def _orientation(source: Image.Image) -> Image.Transpose | None:
+    """What turns ``source`` upright (its EXIF or XMP orientation), as ImageOps.exif_transpose reads it."""
+    return _TRANSPOSE.get(int(source.getexif().get(_ORIENTATION, 1)))
+
+
+def _check_budget(source: Image.Image, max_decoded_bytes: int) -> None:
+    width, height = source.size
+    size = decoded_bytes(source.mode, width, height) * _COPIES.get(str(source.format), 1)
+    if size > max_decoded_bytes:
+        what = f"{width}x{height} {source.mode} pixels decode to {size} bytes, over {max_decoded_bytes}"
+        raise _refuse(what, reasons.TOO_BIG)
+
+
+def _draft(source: Image.Image, goal: _Goal) -> None:
+    """A JPEG decoded at 1/2, 1/4 or 1/8 scale by libjpeg where the size to send allows (still
+    DRAFT_GAP times that size); its EXIF is in the header, so nothing is decoded to know it."""
+    if source.format in ("JPEG", "MPO"):
+        width, height = goal.stored(source.size, _orientation(source))
+        source.draft(None, (int(width * DRAFT_GAP), int(height * DRAFT_GAP)))
+
+
+def _pixels(source: Image.Image, goal: _Goal, max_decoded_bytes: int) -> Image.Image:
+    """The first frame of ``source``, upright RGB on white, at the size to send. The decoded size is
+    refused over ``max_decoded_bytes`` before any pixel is decoded; at most MAX_CONCURRENT_DECODES
+    images of the process are decoded at a time; the full-size pixels go as soon as they are shrunk."""
+    full_size = source.size
     try:
-        image.seek(0)
-        image.load()
-        upright = ImageOps.exif_transpose(image) or image
-        if upright.mode in ("RGBA", "LA", "PA") or (upright.mode == "P" and "transparency" in upright.info):
-            rgba = upright.convert("RGBA")
-            canvas = Image.new("RGB", rgba.size, (255, 255, 255))
-            canvas.paste(rgba, mask=rgba.getchannel("A"))
-            return canvas
-        return upright.convert("RGB")
+        source.seek(0)
+        _draft(source, goal)
     except (OSError, ValueError, SyntaxError, EOFError) as error:
-        raise _refuse(f"the image cannot be decoded: {error}", reasons.UNREADABLE) from None
+        raise _refuse(f"a corrupt image header: {error}", reasons.UNREADABLE) from None
+    _check_budget(source, max_decoded_bytes)
+    with _DECODES:
+        try:
+            source.load()
+            method = _orientation(source)
+            stored = goal.stored(full_size, method)
+            pixels = _shrunk(source, stored).resize(stored, Image.Resampling.LANCZOS)  # a copy at the same size
+        except (OSError, ValueError, SyntaxError, EOFError) as error:
+            raise _refuse(f"the image cannot be decoded: {error}", reasons.UNREADABLE) from None
+        finally:
+            source.close()  # the full-size pixels go now, inside the decode slot
+    return pixels.transpose(method) if method is not None else pixels
 
 
 def prepare_image(
@@ -115,16 +250,14 @@ def prepare_image(
     detail: str,
     rule: str | None = None,
     max_pixels: int = MAX_PIXELS,
+    max_decoded_bytes: int = MAX_DECODED_BYTES,
     quality: int = 85,
 ) -> PreparedImage:
     """``data`` (a photo's bytes) as a JPEG data URL at the size ``model``'s rule keeps at ``detail``
     (never enlarged), with its token cost. MediaError (image) for what cannot be sent."""
     with _open(data, max_pixels) as source:
-        pixels = _pixels(source)
+        pixels = _pixels(source, _Goal(model, detail, rule), max_decoded_bytes)
     cost = image_cost(pixels.width, pixels.height, model=model, detail=detail, rule=rule)
-    if (cost.width, cost.height) != pixels.size and cost.width <= pixels.width and cost.height <= pixels.height:
-        pixels = pixels.resize((cost.width, cost.height), Image.Resampling.LANCZOS, reducing_gap=3.0)
-        cost = image_cost(pixels.width, pixels.height, model=model, detail=detail, rule=rule)
     buffer = io.BytesIO()
     pixels.save(buffer, format="JPEG", quality=quality, optimize=True)
     encoded = buffer.getvalue()
