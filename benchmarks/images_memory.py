@@ -57,7 +57,7 @@ KINDS: Final = (
     Kind("jpeg-40mp", "RGB", (7296, 5472), "JPEG"),
     Kind("jpeg-12mp", "RGB", (4032, 3024), "JPEG"),
     Kind("webp-16mp-rgba", "RGBA", (4000, 4000), "WEBP"),
-    Kind("webp-8mp-rgba", "RGBA", (2800, 2800), "WEBP"),
+    Kind("webp-6mp-rgba", "RGBA", (2500, 2500), "WEBP"),
     Kind("tiff-25mp-rgb", "RGB", (5000, 5000), "TIFF"),
     Kind("gif-40mp", "P", (6400, 6200), "GIF"),
 )

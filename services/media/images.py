@@ -60,9 +60,10 @@ _TRANSPOSE: Final = {
     8: Image.Transpose.ROTATE_90,
 }
 """EXIF orientation → the transpose that makes the image upright (ImageOps.exif_transpose's table)."""
-_COPIES: Final = {"WEBP": 3}
-"""Full-size buffers a format's decoding holds at once: libwebp's canvas, its copy as bytes and the
-image (WebPImagePlugin.load); Pillow decodes the others straight into the image."""
+_COPIES: Final = {"WEBP": 4}
+"""Full-size buffers a format's decoding holds at once: libwebp's animation decoder keeps two frame
+buffers from the moment the file is opened, WebPImagePlugin.load copies the frame to bytes and then
+into the image; Pillow decodes the others straight into the image."""
 _DECODES: Final = threading.BoundedSemaphore(MAX_CONCURRENT_DECODES)
 
 
@@ -221,8 +222,7 @@ def _draft(source: Image.Image, goal: _Goal) -> None:
 
 def _pixels(source: Image.Image, goal: _Goal, max_decoded_bytes: int) -> Image.Image:
     """The first frame of ``source``, upright RGB on white, at the size to send. The decoded size is
-    refused over ``max_decoded_bytes`` before any pixel is decoded; at most MAX_CONCURRENT_DECODES
-    images of the process are decoded at a time; the full-size pixels go as soon as they are shrunk."""
+    refused over ``max_decoded_bytes`` before any pixel is decoded."""
     full_size = source.size
     try:
         source.seek(0)
@@ -230,17 +230,26 @@ def _pixels(source: Image.Image, goal: _Goal, max_decoded_bytes: int) -> Image.I
     except (OSError, ValueError, SyntaxError, EOFError) as error:
         raise _refuse(f"a corrupt image header: {error}", reasons.UNREADABLE) from None
     _check_budget(source, max_decoded_bytes)
-    with _DECODES:
-        try:
-            source.load()
-            method = _orientation(source)
-            stored = goal.stored(full_size, method)
-            pixels = _shrunk(source, stored).resize(stored, Image.Resampling.LANCZOS)  # a copy at the same size
-        except (OSError, ValueError, SyntaxError, EOFError) as error:
-            raise _refuse(f"the image cannot be decoded: {error}", reasons.UNREADABLE) from None
-        finally:
-            source.close()  # the full-size pixels go now, inside the decode slot
+    try:
+        source.load()
+        method = _orientation(source)
+        stored = goal.stored(full_size, method)
+        pixels = _shrunk(source, stored).resize(stored, Image.Resampling.LANCZOS)  # a copy at the same size
+    except (OSError, ValueError, SyntaxError, EOFError) as error:
+        raise _refuse(f"the image cannot be decoded: {error}", reasons.UNREADABLE) from None
     return pixels.transpose(method) if method is not None else pixels
+
+
+def _decoded(data: bytes, goal: _Goal, max_pixels: int, max_decoded_bytes: int) -> Image.Image:
+    """``_pixels`` of ``data`` in one of the process's MAX_CONCURRENT_DECODES slots, from the header
+    on (libwebp allocates its frame buffers when the file is opened) until the decoded image is gone."""
+    with _DECODES:
+        source = _open(data, max_pixels)
+        try:
+            return _pixels(source, goal, max_decoded_bytes)
+        finally:
+            source.close()
+            del source  # the file's decoder buffers go with it, before the slot is given back
 
 
 def prepare_image(
@@ -255,8 +264,7 @@ def prepare_image(
 ) -> PreparedImage:
     """``data`` (a photo's bytes) as a JPEG data URL at the size ``model``'s rule keeps at ``detail``
     (never enlarged), with its token cost. MediaError (image) for what cannot be sent."""
-    with _open(data, max_pixels) as source:
-        pixels = _pixels(source, _Goal(model, detail, rule), max_decoded_bytes)
+    pixels = _decoded(data, _Goal(model, detail, rule), max_pixels, max_decoded_bytes)
     cost = image_cost(pixels.width, pixels.height, model=model, detail=detail, rule=rule)
     buffer = io.BytesIO()
     pixels.save(buffer, format="JPEG", quality=quality, optimize=True)
