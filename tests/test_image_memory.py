@@ -8,6 +8,7 @@ the budget (decoded, shrunk, sent). Before the budget the first took 644 MB, fou
 
 from __future__ import annotations
 
+import base64
 import io
 from collections.abc import Iterator
 
@@ -84,3 +85,22 @@ def test_four_hostile_pngs_at_once_cost_next_to_nothing(over_budget: bytes) -> N
     result = measure("new", over_budget, 4)
     assert result["outcomes"] == [reasons.TOO_BIG]
     assert result["peak_mb"] < FOUR_AT_ONCE_MB / 4
+
+
+@pytest.mark.parametrize(("fmt", "width", "budget"), [("JPEG", 8000, 40_000_000), ("PNG", 4000, MAX_DECODED_BYTES)])
+def test_a_turned_image_decoded_shrunk_is_upright_at_the_exact_size(fmt: str, width: int, budget: int) -> None:
+    """The orientation is read before decoding (JPEG: the size to draft to) or after (PNG: its EXIF
+    may follow the pixels); either way the sent image is upright, at the rule's size. The JPEG fits
+    the budget only at the half scale libjpeg decodes it at (128 MB in full)."""
+    image = Image.new("RGB", (width, width // 2), (10, 200, 10))
+    image.paste((250, 0, 0), (0, 0, width, width // 20))  # a red band along the top as stored
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to view: the band ends on the right
+    buffer = io.BytesIO()
+    image.save(buffer, fmt, exif=exif.tobytes())
+    prepared = prepare_image(buffer.getvalue(), model="gpt-4o", detail="high", max_decoded_bytes=budget)
+    assert (prepared.width, prepared.height) == (768, 1536)
+    sent = Image.open(io.BytesIO(base64.b64decode(prepared.data_url.split(",", 1)[1]))).convert("RGB")
+    right, left = sent.getpixel((760, 768)), sent.getpixel((8, 768))
+    assert isinstance(right, tuple) and isinstance(left, tuple)
+    assert right[0] > 200 and left[0] < 60, "turned upright: the top band is on the right"
