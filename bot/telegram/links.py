@@ -7,6 +7,7 @@ in full: docs/knowledge.md, "Links in replies"."""
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from urllib.parse import SplitResult, urlsplit, urlunsplit
@@ -33,7 +34,7 @@ class Verdict:
 
 
 def _split(url: str) -> SplitResult | None:
-    if any(ch.isspace() or ch == "\\" or ord(ch) < 0x20 for ch in url):
+    if "\\" in url or " " in url or not url.isprintable():
         return None  # browsers and urlsplit disagree on these: never guess which host opens
     try:
         parts = urlsplit(url)
@@ -61,7 +62,8 @@ def judge(url: str, policy: LinkPolicy) -> Verdict:
 def plain_url_edits(text: str, skip: Iterable[tuple[int, int]]) -> list[tuple[int, int, str]]:
     """Edits (start, end, replacement) of the authorities of http(s) URLs in ``text`` that carry
     credentials or a non-ASCII host. One pass: each character is looked at a bounded number of times."""
-    skipped = sorted(skip)
+    skipped = sorted(skip)  # code and pre entities: disjoint
+    starts = [start for start, _ in skipped]
     edits: list[tuple[int, int, str]] = []
     at = text.find("://")
     while at != -1:
@@ -74,7 +76,8 @@ def plain_url_edits(text: str, skip: Iterable[tuple[int, int]]) -> list[tuple[in
         while end > at + 3 and text[end - 1] in _TRAILING:
             end -= 1
         authority = text[at + 3 : end]
-        inside = any(a <= at < b for a, b in skipped)
+        before = bisect.bisect_right(starts, at) - 1
+        inside = before >= 0 and at < skipped[before][1]
         if text[start:at].lower() in _WEB and not inside and ("@" in authority or not authority.isascii()):
             edits.append((at + 3, end, _clean_authority(authority)))
         at = text.find("://", max(end, at + 3))
@@ -129,28 +132,46 @@ def _spans(text: str, entities: list[MessageEntity]) -> list[_Span]:
     return [_Span(e, index_of.get(e.offset, len(text)), index_of.get(e.offset + e.length, len(text))) for e in entities]
 
 
-def _moved(position: int, edits: list[tuple[int, int, str]], *, is_end: bool) -> int:
-    """Where ``position`` lands once ``edits`` (sorted, disjoint) are applied: an insertion at an
-    entity's end stays outside it, a replaced range's inside maps to the replacement's edge."""
-    shift = 0
-    for start, end, new in edits:
-        if end < position or (end == position and (start < end or not is_end)):
-            shift += len(new) - (end - start)
-        elif start < position < end:
-            return start + shift + (len(new) if is_end else 0)
-    return position + shift
+class _Edits:
+    """Sorted, disjoint edits (start, end, replacement) and where a position lands once they are
+    applied, by binary search: a reply with thousands of shown links stays linear-ish."""
+
+    def __init__(self, edits: list[tuple[int, int, str]]) -> None:
+        self.edits = sorted(edits)
+        self.ends = [end for _, end, _ in self.edits]
+        self.shift = [0]
+        for start, end, new in self.edits:
+            self.shift.append(self.shift[-1] + len(new) - (end - start))
+
+    def moved(self, position: int, *, is_end: bool) -> int:
+        """An insertion at an entity's end stays outside it; a position inside a replaced range lands
+        on the replacement's edge."""
+        index = bisect.bisect_left(self.ends, position)
+        while index < len(self.edits) and self.ends[index] == position:
+            start, end, _ = self.edits[index]
+            if start == end and is_end:
+                break
+            index += 1
+        if index < len(self.edits):
+            start, end, new = self.edits[index]
+            if start < position < end:
+                return start + self.shift[index] + (len(new) if is_end else 0)
+        return position + self.shift[index]
 
 
 def _apply(text: str, spans: list[_Span], edits: list[tuple[int, int, str]]) -> tuple[str, list[_Span]]:
     if not edits:
         return text, spans
-    edits = sorted(edits)
+    sorted_edits = _Edits(edits)
     pieces, last = [], 0
-    for start, end, new in edits:
+    for start, end, new in sorted_edits.edits:
         pieces += [text[last:start], new]
         last = end
     pieces.append(text[last:])
-    moved = [_Span(s.entity, _moved(s.start, edits, is_end=False), _moved(s.end, edits, is_end=True)) for s in spans]
+    moved = [
+        _Span(s.entity, sorted_edits.moved(s.start, is_end=False), sorted_edits.moved(s.end, is_end=True))
+        for s in spans
+    ]
     return "".join(pieces), [s for s in moved if s.end > s.start]
 
 

@@ -1,13 +1,13 @@
-"""Look-alikes of the characters our data fences are written with: the letters of the fence names and
-"<", "/", "\\", "-" and "_". Pure data, no table read at run time.
+"""Look-alikes of the characters our data fences are written with (the fence names' letters, "<",
+"/", "\\", "-", "_"), so a model-readable look-alike tag is defused like the real one. Pure data
+taken from Unicode's confusables.txt (no table read at run time); the cleaner applies NFKC and case
+folding first, so fullwidth and mathematical forms need no entry."""
 
-The entries are Unicode's own: every line of confusables.txt (Unicode Security Mechanisms, UTS #39,
-version 14.0.0, https://www.unicode.org/Public/security/14.0.0/confusables.txt) whose target is one of
-these characters, e.g. ``043E ; 006F ; MA # ( о → o ) CYRILLIC SMALL LETTER O``, ``0049 ; 006C ; MA
-# ( I → l )``, ``2215 ; 002F ; MA # ( ∕ → / ) DIVISION SLASH``. The letters are keyed by a source's
-NFKC form, and sources whose NFKC form already case-folds to the target (fullwidth and mathematical
-letters) are left out: the cleaner applies NFKC and case folding first.
-"""
+# Source: https://www.unicode.org/Public/security/14.0.0/confusables.txt (UTS #39, version 14.0.0):
+# every line whose target is one of these characters, e.g. "043E ; 006F ; MA # ( о → o ) CYRILLIC
+# SMALL LETTER O", "0049 ; 006C ; MA # ( I → l )", "2215 ; 002F ; MA # ( ∕ → / ) DIVISION SLASH".
+# The letters are keyed by a source's NFKC form; sources whose NFKC form already case-folds to the
+# target are left out.
 
 from __future__ import annotations
 
