@@ -162,6 +162,22 @@ def test_the_documents_own_links_are_declared_hosts(tmp_path: Path, counter: Tok
     assert text.endswith("evil (https://shop.example/)"), text
 
 
+async def test_a_deleted_documents_host_stops_counting(tmp_path: Path, counter: TokenCounter) -> None:
+    (tmp_path / "returns.md").write_text("---\nurl: https://help.example.com/returns\n---\n# Refunds\n\nIn 14 days.\n")
+    (tmp_path / "other.md").write_text("# Other\n\nSomething else.\n")
+    library = KnowledgeLibrary(
+        root=tmp_path, counter=counter, passage_tokens=200, max_file_bytes=100_000, min_score=0.0, refresh_seconds=60
+    )
+    library.load()
+    policy = LinkPolicy(knowledge=library)
+    assert links(render("[refunds](https://help.example.com/refunds)", policy))
+    (tmp_path / "returns.md").unlink()
+    assert await library.refresh()
+    assert render("[refunds](https://help.example.com/refunds)", policy)[0] == (
+        "refunds (https://help.example.com/refunds)"
+    )
+
+
 @pytest.mark.parametrize("value", ["https://shop.example/path", "shop example", "shop.example:8080", "*", "a..b"])
 def test_a_malformed_safe_link_host_stops_the_start(value: str) -> None:
     with pytest.raises(ValidationError, match="SAFE_LINK_HOSTS"):

@@ -8,6 +8,7 @@ in full: docs/knowledge.md, "Links in replies"."""
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from urllib.parse import SplitResult, urlsplit, urlunsplit
@@ -22,7 +23,7 @@ _KEPT_TYPES = frozenset(
 )
 """Entity types kept as they are (a ``text_link`` is checked; ``text_mention``, ``custom_emoji`` and
 anything else the converter may grow are dropped)."""
-_AUTHORITY_END = frozenset("/?#<>\"'()[]{}`\\|^")
+_AUTHORITY = re.compile(r"[^\s/?#<>\"'()\[\]{}`\\|^]*")
 _TRAILING = ".,;:!?"
 
 
@@ -38,48 +39,48 @@ def _split(url: str) -> SplitResult | None:
         return None  # browsers and urlsplit disagree on these: never guess which host opens
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError on a malformed port
     except ValueError:
         return None
-    return parts if parts.scheme.lower() in _WEB and parts.hostname else None
+    return parts if parts.scheme.lower() in _WEB else None
 
 
 def judge(url: str, policy: LinkPolicy) -> Verdict:
     """What becomes of a link to ``url``."""
     parts = _split(url)
-    if parts is None or parts.hostname is None:
+    hostname = parts.hostname if parts is not None else None
+    if parts is None or not hostname:
         return Verdict()
-    host = ascii_host(parts.hostname)
-    credentials = parts.username is not None or parts.password is not None
-    if not credentials and policy.allows(host):
+    try:
+        port = parts.port
+    except ValueError:
+        return Verdict()
+    host = ascii_host(hostname)
+    if "@" not in parts.netloc and policy.allows(host):
         return Verdict(keep=True)
     netloc = f"[{host}]" if ":" in host else host
-    if parts.port is not None:
-        netloc += f":{parts.port}"
+    if port is not None:
+        netloc += f":{port}"
     return Verdict(shown=urlunsplit((parts.scheme.lower(), netloc, parts.path, parts.query, parts.fragment)))
 
 
 def plain_url_edits(text: str, skip: Iterable[tuple[int, int]]) -> list[tuple[int, int, str]]:
     """Edits (start, end, replacement) of the authorities of http(s) URLs in ``text`` that carry
-    credentials or a non-ASCII host. One pass: each character is looked at a bounded number of times."""
+    credentials or a non-ASCII host. One pass: each character is looked at a bounded number of times
+    (the authority pattern is a single character class: no backtracking)."""
     skipped = sorted(skip)  # code and pre entities: disjoint
     starts = [start for start, _ in skipped]
     edits: list[tuple[int, int, str]] = []
     at = text.find("://")
     while at != -1:
-        start = at
-        while start > 0 and text[start - 1].isascii() and text[start - 1].isalpha() and at - start < 5:
-            start -= 1
-        end = at + 3
-        while end < len(text) and not text[end].isspace() and text[end] not in _AUTHORITY_END:
-            end += 1
+        end = _AUTHORITY.match(text, at + 3).end()  # type: ignore[union-attr]  # * always matches
         while end > at + 3 and text[end - 1] in _TRAILING:
             end -= 1
         authority = text[at + 3 : end]
-        before = bisect.bisect_right(starts, at) - 1
-        inside = before >= 0 and at < skipped[before][1]
-        if text[start:at].lower() in _WEB and not inside and ("@" in authority or not authority.isascii()):
-            edits.append((at + 3, end, _clean_authority(authority)))
+        web = text[max(0, at - 5) : at].lower().endswith(_WEB)
+        if web and ("@" in authority or not authority.isascii()):
+            before = bisect.bisect_right(starts, at) - 1
+            if before < 0 or at >= skipped[before][1]:
+                edits.append((at + 3, end, _clean_authority(authority)))
         at = text.find("://", max(end, at + 3))
     return edits
 
@@ -123,6 +124,8 @@ def safe_entities(text: str, entities: list[MessageEntity], policy: LinkPolicy) 
 
 
 def _spans(text: str, entities: list[MessageEntity]) -> list[_Span]:
+    if not text or max(text) <= "\uffff":  # no astral character: UTF-16 offsets are indices
+        return [_Span(e, e.offset, e.offset + e.length) for e in entities]
     index_of: dict[int, int] = {}
     units = 0
     for index, ch in enumerate(text):
@@ -176,6 +179,8 @@ def _apply(text: str, spans: list[_Span], edits: list[tuple[int, int, str]]) -> 
 
 
 def _entities(text: str, spans: list[_Span]) -> list[MessageEntity]:
+    if not text or max(text) <= "\uffff":
+        return [replace(s.entity, offset=s.start, length=s.end - s.start) for s in spans]
     offsets = [0]
     for ch in text:
         offsets.append(offsets[-1] + (2 if ord(ch) > 0xFFFF else 1))
