@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from redis.asyncio import Redis
+
 from tests.conftest import RedisServer
 from tests.e2e.harness import make_settings, start_bot
 from tests.e2e.test_media import jpeg
@@ -29,7 +31,11 @@ def sent(telegram: StubTelegram, chat_id: int) -> tuple[str, list[tuple[str, Any
 
 
 async def test_a_hidden_link_shows_its_address_in_a_group_and_after_a_caption(
-    telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, tmp_path: Path
+    telegram: StubTelegram,
+    stub_llm: StubOpenAI,
+    redis_server: RedisServer,
+    real_redis: Redis,  # flushed before, and after: the turns' gap records are no other test's
+    tmp_path: Path,
 ) -> None:
     folder = tmp_path / "kb"
     folder.mkdir()
@@ -51,6 +57,7 @@ async def test_a_hidden_link_shows_its_address_in_a_group_and_after_a_caption(
         await telegram.wait_messages(CHAT, 1)
     finally:
         await bot.stop()
+        await real_redis.flushdb()
     for chat_id in (GROUP, CHAT):
         text, entities = sent(telegram, chat_id)
         assert "help.example.com/refund (https://evil.example/login)" in text, text
