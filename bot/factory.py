@@ -24,6 +24,7 @@ from bot.settings import Settings as Settings  # re-exported: importers of bot.f
 from bot.telegram.albums import AlbumDispatcher
 from bot.telegram.desk import HandoffDesk
 from bot.telegram.handlers import all_routers
+from bot.telegram.link_hosts import LinkPolicy
 from bot.telegram.middlewares.access import AccessMiddleware
 from bot.telegram.middlewares.flood import RetryAfterMiddleware
 from bot.telegram.middlewares.language import LanguageMiddleware
@@ -238,12 +239,18 @@ def build_media(settings: Settings, backend: Backend, knowledge: KnowledgeSource
 
 
 def build_dispatcher(
-    chat: ChatService, settings: BotSettings, *, backend: Backend, media: MediaReader | None = None
+    chat: ChatService,
+    settings: BotSettings,
+    *,
+    backend: Backend,
+    media: MediaReader | None = None,
+    knowledge: KnowledgeSource | None = None,
 ) -> Dispatcher:
     """Handlers get ``chat`` (the engine), ``settings``, ``limiter`` and ``backend`` (for /forget,
     which deletes every record of the chat through ``backend.forget_chat``), ``desk`` (handoff to an
-    operator; off without ``OPERATOR_CHAT_ID``), and ``say`` (the customer's texts) from the language
-    middleware."""
+    operator; off without ``OPERATOR_CHAT_ID``), ``links`` (the hosts replies may link to:
+    SAFE_LINK_HOSTS and the documents' own links of ``knowledge``), and ``say`` (the customer's texts)
+    from the language middleware."""
     # SimpleEventIsolation: updates of one chat are handled one at a time, in order, within this process
     # (across processes the work queue's per-chat lease does the same)
     dispatcher = AlbumDispatcher(
@@ -255,6 +262,7 @@ def build_dispatcher(
         desk=build_desk(chat, settings, backend),
         media_reader=media,
         albums=backend.albums,
+        links=LinkPolicy(settings.safe_link_hosts, knowledge),
     )
     dispatcher.message.outer_middleware(LanguageMiddleware(settings))
     dispatcher.message.outer_middleware(AccessMiddleware())

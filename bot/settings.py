@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from bot.telegram.link_hosts import parse_safe_hosts
 from services.settings import KnowledgeSettings, LLMSettings, MediaSettings, MemorySettings, RedisSettings
 
 _SECRET_CHARS = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
@@ -98,6 +99,12 @@ class BotSettings(BaseSettings):
     group_require_mention: bool = Field(
         default=True, description="in groups, answer only messages that mention the bot, reply to it or are commands"
     )
+    safe_link_hosts: str = Field(
+        default="",
+        description="comma-separated hosts a reply may link to with the address hidden under its text (exact; "
+        "*.example.com: example.com and its subdomains), besides the hosts of the documents' url:/canonical "
+        "links; every other link shows its address",
+    )
     log_level: str = Field(default="INFO", description="DEBUG, INFO, WARNING or ERROR")
     log_format: Literal["text", "json"] = Field(
         default="text", description="text (for a terminal) or json (one object per line, for log shippers)"
@@ -133,6 +140,7 @@ class BotSettings(BaseSettings):
             raise ValueError("WEBHOOK_PATH must start with /")
         for raw in (self.allowed_user_ids, self.allowed_chat_ids):
             _id_set(raw)  # fail at start-up on a malformed list
+        parse_safe_hosts(self.safe_link_hosts)
         return self
 
     @property

@@ -163,7 +163,7 @@ async def test_citations_are_checked_against_what_was_sent(
     chat, store = service(llm, counter, Source([REFUNDS, DELIVERY]))
     result = await chat.handle(5, "When will my refund be paid?", deliver=noop)
     assert result.reply == (
-        "Refunds take 14 days [1]. Delivery is free [1].\n\n[1] returns.md › Refunds — https://help.example.com/returns"
+        "Refunds take 14 days [1]. Delivery is free [1].\n\n[1] returns.md › Refunds — <https://help.example.com/returns>"
     )
     assert result.cited == ("p1",)
     assert (await store.load(5)).messages[-1].content == result.reply

@@ -96,7 +96,9 @@ async def run_polling(settings: Settings) -> None:
     except SupportBotError:
         await bot.session.close()
         raise
-    dispatcher = build_dispatcher(chat, settings.bot, backend=backend, media=build_media(settings, backend, knowledge))
+    dispatcher = build_dispatcher(
+        chat, settings.bot, backend=backend, media=build_media(settings, backend, knowledge), knowledge=knowledge
+    )
     watch_handoffs(dispatcher, bot)
     run_beside(dispatcher, "provider-probe", provider_probe(settings))
     if knowledge is not None:
@@ -127,7 +129,9 @@ def run_webhook(settings: Settings) -> None:
     knowledge = build_knowledge(settings, backend)
     chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps, memos=backend.memos)
     bot = build_bot(settings.bot)
-    dispatcher = build_dispatcher(chat, settings.bot, backend=backend, media=build_media(settings, backend, knowledge))
+    dispatcher = build_dispatcher(
+        chat, settings.bot, backend=backend, media=build_media(settings, backend, knowledge), knowledge=knowledge
+    )
     watch_handoffs(dispatcher, bot)
     run_beside(dispatcher, "provider-probe", provider_probe(settings))
     if knowledge is not None:

@@ -67,7 +67,9 @@ async def _run(settings: Settings, backend: QueuedBackend, bot: Bot) -> None:
     queue = backend.queue(lease_ms=lease_ms)
     dead_letters = backend.dead_letters
     route = operator_route(settings.bot.operator_chat_id, backend.handoffs)
-    dispatcher = build_dispatcher(chat, settings.bot, backend=backend, media=build_media(settings, backend, knowledge))
+    dispatcher = build_dispatcher(
+        chat, settings.bot, backend=backend, media=build_media(settings, backend, knowledge), knowledge=knowledge
+    )
     desk: HandoffDesk = dispatcher["desk"]
 
     async def internal(chat_id: int, item_id: str, fence: Fence) -> None:

@@ -10,15 +10,24 @@ from aiogram import Bot
 from aiogram.exceptions import TelegramBadRequest
 from aiogram.types import MessageEntity
 
+from bot.telegram.link_hosts import LinkPolicy
+from bot.telegram.links import safe_entities
+
 log = logging.getLogger(__name__)
 
 TELEGRAM_TEXT_LIMIT = 4096
+_NO_HOSTS = LinkPolicy()
 
 
-def render_chunks(markdown: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[tuple[str, list[MessageEntity]]]:
+def render_chunks(
+    markdown: str, limit: int = TELEGRAM_TEXT_LIMIT, *, links: LinkPolicy | None = None
+) -> list[tuple[str, list[MessageEntity]]]:
     """Convert Markdown to (text, entities) chunks. Splits fall on line/paragraph boundaries where
-    possible; an entity crossing a split is clipped into both chunks, so formatting never breaks."""
+    possible; an entity crossing a split is clipped into both chunks, so formatting never breaks.
+    Links are made honest first (``bot.telegram.links``): only hosts ``links`` allows stay links
+    (without a policy, none), every other address is shown."""
     plain, entities = telegramify_markdown.convert(markdown)
+    plain, entities = safe_entities(plain, entities, links or _NO_HOSTS)
     chunks = telegramify_markdown.split_entities(plain, entities, limit)
     return [
         (chunk, [MessageEntity.model_validate(e.to_dict()) for e in chunk_entities]) for chunk, chunk_entities in chunks
@@ -32,12 +41,14 @@ async def send_reply(
     *,
     reply_to: int | None = None,
     before_each: Callable[[], None] | None = None,
+    links: LinkPolicy | None = None,
 ) -> int:
     """Send a model reply as one or more formatted messages; returns how many were sent.
 
     ``before_each`` runs before every message (a queue worker checks it still holds the chat's lease).
-    If Telegram rejects the entities of a chunk, that chunk is sent again as plain text."""
-    chunks = render_chunks(markdown) or [(markdown[:TELEGRAM_TEXT_LIMIT], [])]
+    If Telegram rejects the entities of a chunk, that chunk is sent again as plain text (the links'
+    addresses already shown in it)."""
+    chunks = render_chunks(markdown, links=links) or [(markdown[:TELEGRAM_TEXT_LIMIT], [])]
     for index, (chunk, entities) in enumerate(chunks):
         if before_each is not None:
             before_each()

@@ -1,6 +1,7 @@
 """Citations the model made checked against the passages the turn actually sent: ``[K2]`` markers of
 passages not sent are dropped, the rest renumbered [1], [2] in order of first use, and the sources
-list rendered by the bot (with a link when the document declares one). Pure code."""
+list rendered by the bot (with a link when the document declares one, written as an autolink ``<url>``:
+the URL is literal text, "returns_*policy*_" is no emphasis). Pure code."""
 
 from __future__ import annotations
 
@@ -52,5 +53,5 @@ def render_citations(reply: str, refs: Mapping[str, Passage]) -> CitedReply:
     for number, ref in enumerate(order, start=1):
         passage = refs[ref]
         url = web_url(passage.url)
-        lines.append(f"[{number}] {_plain(passage.source)}" + (f" — {url}" if url else ""))
+        lines.append(f"[{number}] {_plain(passage.source)}" + (f" — <{url}>" if url else ""))
     return CitedReply(text.rstrip() + "\n\n" + "\n".join(lines), tuple(refs[ref].id for ref in order))

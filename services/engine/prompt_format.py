@@ -5,7 +5,7 @@ Pure code. Stored messages keep the raw text; these functions render it for the 
 
 from __future__ import annotations
 
-import unicodedata
+from services.engine.confusables import OPENERS, readings
 
 CUSTOMER_TAG = "customer_message"
 SUMMARY_TAG = "conversation_summary"
@@ -23,45 +23,38 @@ FENCE_TAGS = (
 )
 _FENCE_KEYS = tuple(tag.replace("_", "") for tag in FENCE_TAGS)
 
-_OPENERS = {"<", "＜", "﹤", "〈", "‹"}
 _SAFE_OPENER = "‹"  # U+2039: reads like "<" to a person, is not a tag to the model's fences
 _LOOKAHEAD = 80
-# Characters an attacker can slip into a tag name without changing how a model reads it.
-_INVISIBLE = (
-    {"\u00ad", "\u180e", "\ufeff"}
-    | {chr(c) for c in range(0x200B, 0x2010)}
-    | {chr(c) for c in range(0x202A, 0x202F)}
-    | {chr(c) for c in range(0x2060, 0x2070)}
-)
-_IGNORED_IN_NAME = {"/", "_", "-", " ", "\t", "\n", "\r", "\\"} | _INVISIBLE
+_PREFIXES = frozenset(key[:n] for key in _FENCE_KEYS for n in range(1, len(key) + 1))
 
 
 def _looks_like_fence(text: str, start: int) -> bool:
-    key: list[str] = []
+    """Does a fence name follow the opener at ``start``? Each character may be read several ways (a
+    capital I as "i" or "l"), so the candidates are the set of fence-name prefixes still possible:
+    at most a few dozen, each character looked at once, at most ``_LOOKAHEAD`` characters."""
+    candidates = {""}
     for ch in text[start + 1 : start + 1 + _LOOKAHEAD]:
-        if ch in _IGNORED_IN_NAME:
+        ways = readings(ch)
+        if ways is None:
             continue
-        folded = unicodedata.normalize("NFKC", ch).casefold()
-        if not folded.isalnum():
-            break
-        key.append(folded)
-        candidate = "".join(key)
-        if any(fence.startswith(candidate) for fence in _FENCE_KEYS):
-            if candidate in _FENCE_KEYS:
-                return True
-            continue
-        return False
+        candidates = {c + way for c in candidates for way in ways if c + way in _PREFIXES}
+        if not candidates:
+            return False
+        if not candidates.isdisjoint(_FENCE_KEYS):
+            return True
     return False
 
 
 def neutralize(text: str) -> str:
-    """Defuse anything that could open or close one of our data fences, including look-alikes
-    (full-width brackets, zero-width or RTL characters inside the tag name, odd case)."""
-    if not any(opener in text for opener in _OPENERS):
+    """Defuse anything that could open or close one of our data fences, including look-alikes:
+    NFKC forms (fullwidth, small and mathematical characters), confusables.txt look-alikes of "<",
+    "/", "-" and of the names' letters (a Cyrillic "о", a capital "I" for an "l"), zero-width, bidi,
+    combining or space characters inside the name, odd case. Only the opener changes."""
+    if OPENERS.isdisjoint(text):
         return text
     chars = list(text)
     for index, ch in enumerate(chars):
-        if ch in _OPENERS and _looks_like_fence(text, index):
+        if ch in OPENERS and _looks_like_fence(text, index):
             chars[index] = _SAFE_OPENER
     return "".join(chars)
 

@@ -104,7 +104,9 @@ async def start_bot(settings: Settings) -> RunningBot:
         backend,
         chat,
         build_bot(settings.bot),
-        build_dispatcher(chat, settings.bot, backend=backend, media=build_media(settings, backend, knowledge)),
+        build_dispatcher(
+            chat, settings.bot, backend=backend, media=build_media(settings, backend, knowledge), knowledge=knowledge
+        ),
     )
     watch_handoffs(running.dispatcher, running.bot, every=0.1)  # as run_polling does
     if knowledge is not None:  # as run_beside runs it

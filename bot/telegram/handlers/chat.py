@@ -15,6 +15,7 @@ from aiogram.types import Message, Update
 from bot.settings import BotSettings
 from bot.telegram.desk import HandoffDesk
 from bot.telegram.drafts import DraftStreamer
+from bot.telegram.link_hosts import LinkPolicy
 from bot.telegram.middlewares.ratelimit import RateLimitMiddleware
 from bot.telegram.optional import typing as show_typing
 from bot.telegram.render import send_reply
@@ -39,9 +40,10 @@ async def on_text(
     desk: HandoffDesk,
     customer_text: str,
     fence: Fence | None = None,
+    links: LinkPolicy | None = None,
 ) -> None:
     """``customer_text``: the message's text as AccessMiddleware read it (without the bot's mention)."""
-    await serve_turn(message, bot, chat, settings, say, event_update, desk, customer_text, fence=fence)
+    await serve_turn(message, bot, chat, settings, say, event_update, desk, customer_text, fence=fence, links=links)
 
 
 async def serve_turn(
@@ -56,10 +58,11 @@ async def serve_turn(
     *,
     fence: Fence | None = None,
     media: Callable[[], Awaitable[TurnMedia | None]] | None = None,
+    links: LinkPolicy | None = None,
 ) -> TurnResult:
     """One turn in Telegram: "typing…" (and drafts in private chats) while ``media`` is read (the
     downloads, a transcription: only for a turn not answered before) and the reply is produced, then
-    the reply rendered."""
+    the reply rendered (only the hosts ``links`` allows stay links under their text)."""
     started = time.perf_counter()
     chat_id = message.chat.id
     turn_id = item_id_of(event_update.update_id)
@@ -84,7 +87,9 @@ async def serve_turn(
                 if drafts is not None:
                     await drafts.finish()  # the last draft before the answer
                 await typing.aclose()  # stop "typing…" before the answer appears
-                await render_turn(bot, message, turn.result, say=say, desk=desk, item_id=turn_id, fence=fence)
+                await render_turn(
+                    bot, message, turn.result, say=say, desk=desk, item_id=turn_id, fence=fence, links=links
+                )
             result = await chat.finish(turn, fence=fence)
         except (asyncio.CancelledError, LeaseLostError):
             if drafts is not None:
@@ -115,7 +120,15 @@ async def serve_turn(
 
 
 async def render_turn(
-    bot: Bot, message: Message, result: TurnResult, *, say: Texts, desk: HandoffDesk, item_id: str, fence: Fence | None
+    bot: Bot,
+    message: Message,
+    result: TurnResult,
+    *,
+    say: Texts,
+    desk: HandoffDesk,
+    item_id: str,
+    fence: Fence | None,
+    links: LinkPolicy | None = None,
 ) -> None:
     """What the turn says, in Telegram: the session-lost notice, then the handoff started (the model
     handed the chat over) or the reply."""
@@ -134,7 +147,7 @@ async def render_turn(
             fence=fence,
         )
         return
-    await send_reply(bot, chat_id, result.reply, before_each=fence.ensure_valid if fence else None)
+    await send_reply(bot, chat_id, result.reply, before_each=fence.ensure_valid if fence else None, links=links)
 
 
 async def has_text(message: Message) -> bool:

@@ -13,6 +13,7 @@ from bot.telegram.albums import wait_until_complete
 from bot.telegram.desk import HandoffDesk
 from bot.telegram.files import downloader, incoming_of
 from bot.telegram.handlers.chat import serve_turn
+from bot.telegram.link_hosts import LinkPolicy
 from bot.telegram.middlewares.ratelimit import RateLimitMiddleware
 from bot.telegram.texts import Texts
 from services.engine.chat import ChatService
@@ -39,6 +40,7 @@ async def on_media(
     albums: Albums,
     fence: Fence | None = None,
     customer_text: str | None = None,
+    links: LinkPolicy | None = None,
 ) -> None:
     """``customer_text``: the caption as AccessMiddleware read it (without the bot's mention)."""
     chat_id = message.chat.id
@@ -69,7 +71,9 @@ async def on_media(
         read.append(await media_reader.read(chat_id, items, download=downloader(bot, family)))
         return read[-1]
 
-    result = await serve_turn(message, bot, chat, settings, say, event_update, desk, caption, fence=fence, media=media)
+    result = await serve_turn(
+        message, bot, chat, settings, say, event_update, desk, caption, fence=fence, media=media, links=links
+    )
     document = read[-1].document if read else None
     if document is not None and document.truncated and not result.duplicate:
         if fence is not None:
