@@ -26,6 +26,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from services.media.image_tokens import parse_rule
+from tests.stubs import llama_cpp
 from tests.stubs.embeddings import StubEmbeddings
 from tests.stubs.prompt_cache import Content, PrefixCache, PromptTokens
 from tests.stubs.transcriptions import StubTranscriptions
@@ -220,6 +221,11 @@ class StubOpenAI:
     """``POST /v1/embeddings`` (its requests and fault mode)."""
     transcriptions: StubTranscriptions = field(default_factory=StubTranscriptions)
     """``POST /v1/audio/transcriptions`` (its script, calls and fault modes)."""
+    # --- a local server (issue 36) ---
+    llama_cpp: bool = False
+    """Answer as llama-cpp-python's server does (tests.stubs.llama_cpp): the ``developer`` role and a
+    ``json_schema`` response format refused with its HTTP 500, ``max_completion_tokens`` ignored, the
+    reply cut at ``max_tokens`` (finish_reason ``length``)."""
     # --- image input (tests.stubs.vision) ---
     vision: bool = True
     """False: image parts are refused with OpenAI's 400 for a model without vision."""
@@ -310,6 +316,8 @@ class StubOpenAI:
             return web.json_response({"error": {"message": "down", "type": "server_error"}}, status=503)
         if self.always is not None:
             return _error_response(self.always)
+        if self.llama_cpp and (refused := llama_cpp.refusal(body)) is not None:
+            return web.json_response(refused[1], status=refused[0])
         # Not ``or``: before aiohttp 3.10 a Response is an empty mapping, so it is falsy.
         refusal = image_refused if image_refused is not None else self._response_format_refusal(body)
         if refusal is not None:
@@ -340,6 +348,8 @@ class StubOpenAI:
         elif reply.startswith(TOOL_PREFIX):
             name, arguments = reply.removeprefix(TOOL_PREFIX).split(">>", 1)
             tool, reply, finish = (name, arguments), "", "tool_calls"
+        if self.llama_cpp and llama_cpp.capped(reply, body)[1]:
+            reply, finish = llama_cpp.capped(reply, body)[0], "length"
         prompt_tokens, completion_tokens = self._tokens.billed(prompt), max(1, len(reply) // 4)
         usage: dict[str, Any] = {
             "prompt_tokens": prompt_tokens,
