@@ -80,9 +80,10 @@ class LLMSettings(BaseSettings):
     )
     summary_response_format: Literal["auto", "json_schema", "json_object", "plain"] = Field(
         default="auto",
-        description="summary calls: auto (try json_schema, then json_object, then plain instructions, on a 400 "
-        "or a reply that is not JSON; remembered per process), or one of json_schema (strict structured "
-        "output), json_object, plain (no response_format: the JSON is asked for and read out of the reply)",
+        description="summary calls: auto (try json_schema, then json_object, then plain instructions, on an HTTP "
+        "error naming response_format or a reply that is not JSON; remembered per process), or one of "
+        "json_schema (strict structured output), json_object, plain (no response_format: the JSON is asked "
+        "for and read out of the reply)",
     )
     max_output_tokens: PositiveInt = Field(
         default=1024, description="most tokens of one reply; a reply cut by it is not stored, the customer is told"

@@ -1,15 +1,10 @@
 """What an OpenAI-compatible endpoint accepts: the instruction message's role and the name of the reply cap.
 
-OpenAI's own API (OPENAI_BASE_URL unset, or a URL whose host is api.openai.com) takes ``developer`` and
-``max_completion_tokens`` (its reasoning models refuse ``max_tokens``): ``auto`` keeps those there.
-Every other server (llama.cpp, llama-cpp-python, Ollama, vLLM, LM Studio, LiteLLM, Azure OpenAI) takes
-``system`` and ``max_tokens``, while some refuse ``developer`` (llama-cpp-python: HTTP 500) or silently
-ignore ``max_completion_tokens`` (the reply uncapped, no error to learn from): ``auto`` starts there
-with those. A refusal whose body names the value in use (the role, the parameter) switches ``auto``
-to the other value, once per process, with one INFO line (a reasoning model behind a proxy refusing
-``max_tokens``); a fixed setting is kept, and its refusal is one ERROR line naming the setting.
-
-The client holds one ``Dialect``; nothing here is module state."""
+``auto``: OpenAI's own API (base URL unset or host api.openai.com) gets developer and
+max_completion_tokens; any other server (Azure included) system and max_tokens, which all take (some
+refuse developer, some silently ignore max_completion_tokens). An error body naming the value in use
+as refused switches ``auto`` to the other one, once per process, with one INFO line; a fixed setting
+is kept and its refusal named in one ERROR line. The client holds one Dialect: no module state."""
 
 from __future__ import annotations
 
