@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from redis.asyncio import Redis
+
 from bot.telegram.texts import TEXTS
+from tests.conftest import RedisServer
 from tests.e2e.processes import BotProcess, base_env
 from tests.e2e.summary_talk import MEMORY, MESSAGES, talk
 from tests.stubs.openai_server import StubOpenAI
@@ -61,3 +64,45 @@ async def test_a_llama_cpp_python_server_works_with_no_extra_settings(
     assert "summary calls use response format json_object (detected)" in log
     assert "paused for" not in log, "the summary breaker never opened"
     assert "Traceback" not in log
+
+
+async def test_two_chats_at_once_both_get_their_whole_answer_queued(
+    telegram: StubTelegram,
+    stub_llm: StubOpenAI,
+    redis_server: RedisServer,
+    real_redis: Redis,
+    tmp_path: Path,
+    processes: list[BotProcess],
+) -> None:
+    """The server serves one request at a time and cuts a stream short (``[DONE]``, no finish_reason)
+    when another one waits. The cut answer is never sent; its text was already shown as a draft, so
+    the call does not ask again itself (test_model_faults: in-process, the customer is told to retry)
+    but the queue worker does, after telling the customer the message is saved, and each customer
+    gets the whole of their answer. ``real_redis``: the database flushed first."""
+    stub_llm.llama_cpp = True
+    stub_llm.llama_chunk_seconds = 0.05
+    stub_llm.llama_await_rivals = 1  # the first stream is still running when the other chat's request comes
+    whole = {chat: f"Answer for chat {chat}: " + "all the details you asked about. " * 12 for chat in (36101, 36102)}
+    stub_llm.chat_reply = lambda body: next(a for c, a in whole.items() if f"question of {c}" in str(body))
+    env = base_env(telegram, stub_llm) | {
+        "OPENAI_MAX_RETRIES": "2",
+        "LOG_LEVEL": "INFO",
+        "RATE_LIMIT_PER_MINUTE": "0",
+        "BOT_MODE": "polling",
+        "REDIS_URL": redis_server.url,
+        "POLLING_TIMEOUT_SECONDS": "1",
+    }
+    worker = BotProcess(env, tmp_path)
+    for name in ("OPENAI_INSTRUCTION_ROLE", "OPENAI_TOKEN_LIMIT_PARAM"):
+        worker.env.pop(name, None)
+    processes.append(worker)
+    await worker.start()
+    for chat in whole:
+        telegram.send_text(chat, f"This is the question of {chat}.")
+    saved = TEXTS["en"]["llm_retrying"]
+    for chat, answer in whole.items():
+        await telegram.wait_for(lambda chat=chat, answer=answer: answer.strip() in telegram.texts_to(chat), within=90)
+        texts = telegram.texts_to(chat)
+        assert texts[-1] == answer.strip() and set(texts[:-1]) <= {saved}, texts
+    assert stub_llm.interrupted >= 1, "a stream was cut short"
+    await worker.stop()

@@ -225,7 +225,18 @@ class StubOpenAI:
     llama_cpp: bool = False
     """Answer as llama-cpp-python's server does (tests.stubs.llama_cpp): the ``developer`` role and a
     ``json_schema`` response format refused with its HTTP 500, ``max_completion_tokens`` ignored, the
-    reply cut at ``max_tokens`` (finish_reason ``length``)."""
+    reply cut at ``max_tokens`` (finish_reason ``length``); one request at a time on its one model, and
+    a stream interrupted as soon as another request waits (its ``interrupt_requests``, on by default):
+    ``[DONE]`` after the chunk sent, no finish_reason."""
+    llama_chunk_seconds: float = 0.0
+    """In ``llama_cpp`` mode, the time the model takes per streamed chunk."""
+    interrupted: int = 0
+    """Streams cut short by another request (``llama_cpp`` mode)."""
+    llama_await_rivals: int = 0
+    """This many streams wait (up to 60 s) after their first chunk for another request to arrive, so a
+    test's overlap is certain rather than a matter of timing."""
+    _model: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _waiting: int = 0
     # --- image input (tests.stubs.vision) ---
     vision: bool = True
     """False: image parts are refused with OpenAI's 400 for a model without vision."""
@@ -292,7 +303,13 @@ class StubOpenAI:
         self.request_times.append(started)
         if self.gate is not None:
             await self.gate.wait()
-        response = await self._answer(request, body)
+        if self.llama_cpp:
+            self._waiting += 1
+            async with self._model:
+                self._waiting -= 1
+                response = await self._answer(request, body)
+        else:
+            response = await self._answer(request, body)
         if self.on_handled is not None:
             self.on_handled(body, time.monotonic() - started)
         return response
@@ -426,6 +443,8 @@ class StubOpenAI:
         for start in range(0, len(reply), size):
             delta = {"content": reply[start : start + size]}
             await send({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+            if self.llama_cpp and await self._interrupted(response):
+                return response
         if tool is not None:
             name, arguments = tool
             head = {"index": 0, "id": "call_stub", "type": "function", "function": {"name": name, "arguments": ""}}
@@ -439,6 +458,23 @@ class StubOpenAI:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+    async def _interrupted(self, response: web.StreamResponse) -> bool:
+        """llama-cpp-python's check after each chunk: another request waits for the model, so this
+        stream ends here with ``[DONE]`` (no finish_reason)."""
+        await asyncio.sleep(self.llama_chunk_seconds)
+        if self.llama_await_rivals > 0:
+            self.llama_await_rivals -= 1
+            for _ in range(6000):
+                if self._waiting:
+                    break
+                await asyncio.sleep(0.01)
+        if not self._waiting:
+            return False
+        self.interrupted += 1
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return True
 
     # --- provider faults (issue 26) ---
 
