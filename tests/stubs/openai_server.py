@@ -333,8 +333,6 @@ class StubOpenAI:
             return web.json_response({"error": {"message": "down", "type": "server_error"}}, status=503)
         if self.always is not None:
             return _error_response(self.always)
-        if self.llama_cpp and (refused := llama_cpp.refusal(body)) is not None:
-            return web.json_response(refused[1], status=refused[0])
         # Not ``or``: before aiohttp 3.10 a Response is an empty mapping, so it is falsy.
         refusal = image_refused if image_refused is not None else self._response_format_refusal(body)
         if refusal is not None:
@@ -365,8 +363,7 @@ class StubOpenAI:
         elif reply.startswith(TOOL_PREFIX):
             name, arguments = reply.removeprefix(TOOL_PREFIX).split(">>", 1)
             tool, reply, finish = (name, arguments), "", "tool_calls"
-        if self.llama_cpp and llama_cpp.capped(reply, body)[1]:
-            reply, finish = llama_cpp.capped(reply, body)[0], "length"
+        reply, finish = self._capped(reply, body, finish)
         prompt_tokens, completion_tokens = self._tokens.billed(prompt), max(1, len(reply) // 4)
         usage: dict[str, Any] = {
             "prompt_tokens": prompt_tokens,
@@ -516,9 +513,20 @@ class StubOpenAI:
         await response.write_eof()
         return response
 
+    def _capped(self, reply: str, body: dict[str, Any], finish: str) -> tuple[str, str]:
+        """In ``llama_cpp`` mode, the reply cut at the request's ``max_tokens`` (finish_reason length)."""
+        if not self.llama_cpp:
+            return reply, finish
+        cut, capped = llama_cpp.capped(reply, body)
+        return (cut, "length") if capped else (reply, finish)
+
     def _response_format_refusal(self, body: dict[str, Any]) -> web.Response | None:
-        """OpenAI's 400 for a response_format the model does not support (invalid_request_error, param
-        ``response_format``); json_object also needs the word "json" in the messages, as OpenAI's does."""
+        """In ``llama_cpp`` mode, that server's 500 for any request it does not validate (the role and
+        the response format among them). Otherwise OpenAI's 400 for a response_format the model does
+        not support (invalid_request_error, param ``response_format``); json_object also needs the
+        word "json" in the messages, as OpenAI's does."""
+        if self.llama_cpp and (refused := llama_cpp.refusal(body)) is not None:
+            return web.json_response(refused[1], status=refused[0])
         kind = (body.get("response_format") or {}).get("type")
         mode = self.summary_format_support
         if kind is None or mode in ("all", "ignore", "prose"):
