@@ -213,7 +213,13 @@ async def test_a_refused_role_is_learnt_once_not_retried_as_an_outage(
     stub_llm.llama_cpp = True
     caplog.set_level(logging.INFO)
     llm = client_for(stub_llm.base_url, dialect=dialect_for(None, limit="max_tokens"), retry=RETRIES)
-    for _ in range(3):
+    deltas: list[str] = []
+
+    async def shown(text: str) -> None:
+        deltas.append(text)
+
+    assert (await llm.chat(PROMPT, on_delta=shown)).text == "".join(deltas), "streamed, as drafts are"
+    for _ in range(2):
         assert (await llm.chat(PROMPT)).text
     roles = [r["messages"][0]["role"] for r in stub_llm.requests]
     assert roles == ["developer", "system", "system", "system"]
