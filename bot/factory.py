@@ -36,7 +36,13 @@ from services.backends.memory import InMemoryBackend
 from services.backends.redis.backend import RedisBackend
 from services.backends.redis.connection import choose_cluster, redis_client
 from services.backends.redis.keys import KeySpace, bot_id_of
-from services.engine.builders import build_chat_service, build_image_notes, build_llm_client, build_media_reader
+from services.engine.builders import (
+    build_chat_service,
+    build_image_notes,
+    build_llm_client,
+    build_media_reader,
+    instruction_role,
+)
 from services.engine.chat import ChatService
 from services.engine.handoff_memory import HandoffMemory
 from services.engine.tokens import TokenCounter
@@ -178,7 +184,7 @@ def build_engine(
     llm = build_llm_client(settings.llm, settings.memory, cache_key_secret=cache_key_secret(settings))
     llm.on_in_flight = LLM_IN_FLIGHT.set
     llm.on_accepted = PROVIDER.accepted
-    role = settings.llm.openai_instruction_role
+    role = instruction_role(llm)
     counter = TokenCounter.for_encoding(settings.memory.tokenizer_encoding)
     notes = (
         build_image_notes(llm=llm, counter=counter, role=role, memos=memos) if settings.media.images_enabled else None
@@ -187,7 +193,7 @@ def build_engine(
         llm=llm,
         store=store,
         memory=settings.memory,
-        instruction_role=settings.llm.openai_instruction_role,
+        instruction_role=role,
         observer=PrometheusObserver(drift_warn_ratio=settings.bot.token_drift_warn_ratio),
         handoff=settings.bot.handoff_enabled,
         summary_response_format=settings.llm.summary_response_format,

@@ -32,10 +32,11 @@ class LLMSettings(BaseSettings):
         description="the model that folds old turns into the summary; unset: OPENAI_MODEL (a cheaper one is "
         "usually fine)",
     )
-    openai_instruction_role: Literal["developer", "system"] = Field(
-        default="developer",
-        description="role of the instruction message: developer (OpenAI) or system (servers that do not know "
-        "developer)",
+    openai_instruction_role: Literal["auto", "developer", "system"] = Field(
+        default="auto",
+        description="role of the instruction message: auto (developer on OpenAI's API, i.e. OPENAI_BASE_URL unset "
+        "or host api.openai.com; system on any other server; switched once, logged, when the endpoint refuses "
+        "the role in use), developer, or system",
     )
     openai_timeout_seconds: float = Field(default=60.0, gt=0, description="timeout of one model request, seconds")
     openai_max_retries: int = Field(
@@ -62,10 +63,11 @@ class LLMSettings(BaseSettings):
         description="the openai client's HTTP transport: aiohttp (less CPU per call; benchmarks/RESULTS.md) "
         "or httpx (the SDK's default). aiohttp falls back to httpx on openai versions without it",
     )
-    openai_token_limit_param: Literal["max_completion_tokens", "max_tokens"] = Field(
-        default="max_completion_tokens",
-        description="how the reply cap is sent: max_completion_tokens (OpenAI) or max_tokens (older "
-        "OpenAI-compatible servers)",
+    openai_token_limit_param: Literal["auto", "max_completion_tokens", "max_tokens"] = Field(
+        default="auto",
+        description="how the reply cap is sent: auto (max_completion_tokens on OpenAI's API; max_tokens on any "
+        "other server, which some ignore max_completion_tokens from; switched once, logged, when the endpoint "
+        "refuses the one in use), max_completion_tokens, or max_tokens",
     )
     openai_prompt_cache_key: Literal["auto", "on", "off"] = Field(
         default="auto",
@@ -78,9 +80,10 @@ class LLMSettings(BaseSettings):
     )
     summary_response_format: Literal["auto", "json_schema", "json_object", "plain"] = Field(
         default="auto",
-        description="summary calls: auto (try json_schema, then json_object, then plain instructions, on a 400 "
-        "or a reply that is not JSON; remembered per process), or one of json_schema (strict structured "
-        "output), json_object, plain (no response_format: the JSON is asked for and read out of the reply)",
+        description="summary calls: auto (try json_schema, then json_object, then plain instructions, on an HTTP "
+        "error naming response_format or a reply that is not JSON; remembered per process), or one of "
+        "json_schema (strict structured output), json_object, plain (no response_format: the JSON is asked "
+        "for and read out of the reply)",
     )
     max_output_tokens: PositiveInt = Field(
         default=1024, description="most tokens of one reply; a reply cut by it is not stored, the customer is told"

@@ -14,7 +14,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from services.engine.builders import build_llm_client
-from services.engine.llm import LLMClient
+from services.engine.llm import LLMClient, NotBefore
 from services.engine.models import PromptPart
 from services.engine.retry import REQUEST_BUDGET, RequestBudget, RetryPolicy, retry_after_of
 from services.errors import LLMConfigurationError, LLMIncompleteReplyError, LLMUnavailableError
@@ -62,6 +62,48 @@ def test_retry_after_in_seconds_milliseconds_or_an_http_date() -> None:
     assert retry_after_of({"retry-after-ms": "250", "retry-after": "3"}) == 0.25
     assert retry_after_of({"retry-after": formatdate(now + 20, usegmt=True)}, now=now) == pytest.approx(20, abs=1)
     assert retry_after_of({"retry-after": "soon"}) is None and retry_after_of({}) is None
+
+
+MALFORMED_MS = ["nan", "NaN", "inf", "-inf", "-1", "abc", "", "1e400", "7_000"]
+
+
+@pytest.mark.parametrize("bad", MALFORMED_MS)
+def test_a_malformed_retry_after_ms_falls_through_to_retry_after(bad: str) -> None:
+    """Issue 36: ``retry-after-ms: nan`` beside ``retry-after: 7`` dropped the provider's wait (NaN was
+    read as "none"), ``inf`` became the 600 s ceiling and ``-1`` no wait at all."""
+    assert retry_after_of({"retry-after-ms": bad, "retry-after": "7"}) == 7.0
+    assert retry_after_of({"retry-after-ms": bad}) is None
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-1", "abc", "", "1e400"])
+def test_a_malformed_retry_after_is_no_wait_given(bad: str) -> None:
+    assert retry_after_of({"retry-after": bad}) is None
+    assert retry_after_of({"retry-after-ms": "1500", "retry-after": bad}) == 1.5
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-1", "abc", ""])
+async def test_the_call_keeps_the_provider_s_wait_beside_a_malformed_ms(stub_llm: StubOpenAI, bad: str) -> None:
+    """End to end through the SDK: the 7 s of ``retry-after`` is handed to the caller and held by the
+    process-wide gate (a fake clock: nothing sleeps), whatever ``retry-after-ms`` says."""
+    now = [1000.0]
+    gate = NotBefore(clock=lambda: now[0])
+    stub_llm.chat_replies.append(rate_limited(retry_after="7", retry_after_ms=bad))
+    policy = RetryPolicy(max_retries=3, base_seconds=0.01, max_seconds=0.01, in_call_max_wait_seconds=1)
+    llm = LLMClient(
+        client=AsyncOpenAI(api_key="k", base_url=stub_llm.base_url, max_retries=0, timeout=5),
+        chat_model="m",
+        summary_model="m",
+        max_output_tokens=10,
+        summary_max_tokens=10,
+        retry=policy,
+        gate=gate,
+    )
+    with pytest.raises(LLMUnavailableError) as caught:
+        await llm.chat(PROMPT)
+    assert caught.value.retry_after == 7.0 and caught.value.requests == 1
+    assert gate.remaining() == 7.0
+    now[0] += 6.5
+    assert gate.remaining() == pytest.approx(0.5)
 
 
 async def test_retry_after_one_second_is_waited(stub_llm: StubOpenAI) -> None:

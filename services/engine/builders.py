@@ -16,6 +16,7 @@ from services.engine.breaker import CircuitBreaker
 from services.engine.chat import ChatService
 from services.engine.grounding import Grounding
 from services.engine.llm import LLMClient
+from services.engine.llm_dialect import Dialect
 from services.engine.policy import WaterMarkPolicy
 from services.engine.retry import RetryPolicy
 from services.engine.summarizer import Summarizer
@@ -76,7 +77,11 @@ def build_llm_client(settings: LLMSettings, memory: MemorySettings, *, cache_key
         summary_model=settings.effective_summary_model,
         max_output_tokens=settings.max_output_tokens,
         summary_max_tokens=memory.summary_max_tokens,
-        token_limit_param=settings.openai_token_limit_param,
+        dialect=Dialect(
+            instruction_role=settings.openai_instruction_role,
+            token_limit_param=settings.openai_token_limit_param,
+            base_url=settings.openai_base_url,
+        ),
         temperature=settings.openai_temperature,
         max_concurrency=settings.llm_max_concurrency,
         cache_key_secret=cache_key_secret if settings.sends_prompt_cache_key else None,
@@ -88,6 +93,12 @@ def build_llm_client(settings: LLMSettings, memory: MemorySettings, *, cache_key
             deadline_seconds=CALL_DEADLINE_TIMEOUTS * settings.openai_timeout_seconds,
         ),
     )
+
+
+def instruction_role(llm: LLMClient) -> str:
+    """The role the engine builds its instruction messages with: the client's at start (it sends them
+    with the one it uses at the time, learnt from the endpoint)."""
+    return llm.dialect.role or "system"
 
 
 def build_chat_service(

@@ -23,17 +23,17 @@ from typing import Any, Literal, NoReturn
 import openai
 from openai import AsyncOpenAI, AsyncStream
 
+from services.engine.llm_dialect import Dialect, FeatureRefusedError, Refusal, refusal_of
 from services.engine.llm_errors import READ_FAILURES, incomplete_reply, translate_openai_error
 from services.engine.llm_reply import Reply, StreamReader, read_completion
 from services.engine.models import Completion, OnDelta, PromptPart
 from services.engine.retry import REQUEST_BUDGET, RetryPolicy
-from services.engine.summary_format import ResponseFormatRejectedError, SummaryFormat, rejects_response_format
+from services.engine.summary_format import ResponseFormatRejectedError, SummaryFormat
 from services.errors import (
     LLMBadReplyError,
     LLMConfigurationError,
     LLMError,
     LLMReplyTruncatedError,
-    LLMRequestRejectedError,
     LLMUnavailableError,
 )
 
@@ -82,6 +82,7 @@ class LLMClient:
         max_output_tokens: int,
         summary_max_tokens: int,
         token_limit_param: TokenLimitParam = "max_completion_tokens",
+        dialect: Dialect | None = None,
         summary_response_format: Literal["json_schema", "json_object"] = "json_schema",
         temperature: float | None = None,
         max_concurrency: int = 64,
@@ -99,7 +100,8 @@ class LLMClient:
         self.summary_model = summary_model
         self._max_output_tokens = max_output_tokens
         self._summary_max_tokens = summary_max_tokens
-        self._token_limit_param = token_limit_param
+        self.dialect = dialect or Dialect(token_limit_param=token_limit_param)
+        """The instruction role and reply-cap parameter sent (learnt from the endpoint's refusals)."""
         self._summary_response_format = summary_response_format
         self._temperature = temperature
         self._slots = asyncio.Semaphore(max_concurrency)
@@ -111,22 +113,31 @@ class LLMClient:
         the bot clears a refusal of that call kind with it."""
 
     async def _post(
-        self, call: Call, model: str, messages: Sequence[PromptPart], extra: dict[str, Any], stream: bool
+        self, call: Call, model: str, messages: Sequence[PromptPart], extra: dict[str, Any], limit: int, stream: bool
     ) -> Any:
         """POST /chat/completions through the official client's generic ``post`` (its documented way to
         call an endpoint with a body we build ourselves): auth, retries with backoff, timeouts, error
         classes and SSE decoding stay the client's. Unlike the typed ``chat.completions.create`` it
         neither re-walks the request through its TypedDict transform nor builds pydantic models of
         the reply and of every stream chunk (``cast_to=object`` hands back the decoded JSON), which cost
-        a worker a large share of its CPU per turn (``benchmarks/load.py --profile``)."""
-        body: dict[str, Any] = {"model": model, "messages": [m.as_openai() for m in messages], **extra}
-        if not stream:
-            answer = await self._client.post(CHAT_COMPLETIONS, body=body, cast_to=object)
-        else:
-            body |= {"stream": True, "stream_options": {"include_usage": True}}
-            answer = await self._client.post(
-                CHAT_COMPLETIONS, body=body, cast_to=object, stream=True, stream_cls=AsyncStream[object]
-            )
+        a worker a large share of its CPU per turn (``benchmarks/load.py --profile``). The instruction
+        role and the name of the reply cap (``limit``) are the dialect's; an error whose body names one
+        of them, or the response format, as refused is raised as that refusal, not as an outage."""
+        sent = [self.dialect.message(m.as_openai()) for m in messages]
+        body: dict[str, Any] = {"model": model, "messages": sent, **extra, self.dialect.token_limit_param: limit}
+        try:
+            if not stream:
+                answer = await self._client.post(CHAT_COMPLETIONS, body=body, cast_to=object)
+            else:
+                body |= {"stream": True, "stream_options": {"include_usage": True}}
+                answer = await self._client.post(
+                    CHAT_COMPLETIONS, body=body, cast_to=object, stream=True, stream_cls=AsyncStream[object]
+                )
+        except openai.APIStatusError as exc:
+            refusal = refusal_of(exc, body)
+            if refusal is None:
+                raise
+            raise _refused(refusal) from exc
         self.on_accepted(call)
         return answer
 
@@ -154,7 +165,10 @@ class LLMClient:
         model = self.chat_model if call == "chat" else self.summary_model
         async with self._slot():
             try:
-                await self._post(call, model, PROBE, {self._token_limit_param: 1}, stream=False)
+                await self._post(call, model, PROBE, {}, 1, stream=False)
+            except FeatureRefusedError as exc:
+                self.dialect.learn(exc.refusal)  # the next probe sends what the endpoint takes
+                raise
             except Exception as exc:
                 _raise_classified(exc, mid_answer=False)
 
@@ -169,26 +183,28 @@ class LLMClient:
         """A support reply. With ``on_delta`` the reply is streamed and each text delta is passed on.
         With ``tools`` the model may answer with a call of one of them (``Completion.tool_call``).
         ``chat_id``: the chat's prompt_cache_key is sent when this client has a cache-key secret."""
-        extra: dict[str, Any] = {self._token_limit_param: self._max_output_tokens}
+        extra: dict[str, Any] = {}
         if chat_id is not None and self._cache_key_secret is not None:
             extra["prompt_cache_key"] = self.prompt_cache_key(chat_id)
         if self._temperature is not None:
             extra["temperature"] = self._temperature
         if tools:
             extra["tools"] = list(tools)
+        limit = self._max_output_tokens
         if on_delta is None:
             return await self._with_retries(
-                lambda _progress: self._complete("chat", self.chat_model, messages, extra), capped=True
+                lambda _progress: self._complete("chat", self.chat_model, messages, extra, limit), capped=True
             )
         stream = on_delta
         return await self._with_retries(
-            lambda progress: self._stream(self.chat_model, messages, extra, stream, progress), capped=True
+            lambda progress: self._stream(self.chat_model, messages, extra, limit, stream, progress), capped=True
         )
 
     async def describe(self, messages: Sequence[PromptPart], *, max_tokens: int) -> Completion:
         """A short plain completion of the chat model (the note an image is remembered by)."""
-        extra: dict[str, Any] = {self._token_limit_param: max_tokens}
-        return await self._with_retries(lambda _progress: self._complete("chat", self.chat_model, messages, extra))
+        return await self._with_retries(
+            lambda _progress: self._complete("chat", self.chat_model, messages, {}, max_tokens)
+        )
 
     def prompt_cache_key(self, chat_id: int) -> str:
         """The chat's key for the provider's cache routing: stable across workers and restarts, and a
@@ -201,9 +217,10 @@ class LLMClient:
     ) -> Completion:
         """A summary call; the text is the model's answer (not yet validated). ``response_format``:
         json_schema (strict structured output), json_object, or plain (none sent: the instruction asks
-        for JSON); default: the client's. A 400 naming response_format is ResponseFormatRejectedError."""
+        for JSON); default: the client's. An error (4xx or 5xx) naming response_format is
+        ResponseFormatRejectedError, never retried."""
         kind = response_format or self._summary_response_format
-        extra: dict[str, Any] = {self._token_limit_param: self._summary_max_tokens * 2}
+        extra: dict[str, Any] = {}
         if kind == "json_schema":
             extra["response_format"] = {
                 "type": "json_schema",
@@ -211,14 +228,10 @@ class LLMClient:
             }
         elif kind == "json_object":
             extra["response_format"] = {"type": "json_object"}
-        try:
-            return await self._with_retries(
-                lambda _progress: self._complete("summary", self.summary_model, messages, extra)
-            )
-        except LLMRequestRejectedError as exc:
-            if kind != "plain" and rejects_response_format(exc):
-                raise ResponseFormatRejectedError(str(exc), status=exc.status, requests=exc.requests) from exc
-            raise
+        limit = self._summary_max_tokens * 2
+        return await self._with_retries(
+            lambda _progress: self._complete("summary", self.summary_model, messages, extra, limit)
+        )
 
     async def _with_retries(
         self, attempt: Callable[[_Progress], Awaitable[Completion]], *, capped: bool = False
@@ -237,6 +250,8 @@ class LLMClient:
                     return await attempt(progress)
             except LLMError as exc:
                 exc.requests = number + 1
+                if isinstance(exc, FeatureRefusedError) and self.dialect.learn(exc.refusal):
+                    continue  # the role or parameter it refused is no longer sent: ask again at once
                 if not isinstance(exc, LLMUnavailableError) or isinstance(exc, LLMConfigurationError):
                     raise
                 if exc.retry_after:
@@ -263,11 +278,11 @@ class LLMClient:
             await asyncio.sleep(remaining)
 
     async def _complete(
-        self, call: Call, model: str, messages: Sequence[PromptPart], extra: dict[str, Any]
+        self, call: Call, model: str, messages: Sequence[PromptPart], extra: dict[str, Any], limit: int
     ) -> Completion:
         started = time.perf_counter()
         try:
-            body = await self._post(call, model, messages, extra, stream=False)
+            body = await self._post(call, model, messages, extra, limit, stream=False)
         except Exception as exc:
             _raise_classified(exc, mid_answer=False)
         return self._checked(read_completion(body), model, started)
@@ -277,13 +292,14 @@ class LLMClient:
         model: str,
         messages: Sequence[PromptPart],
         extra: dict[str, Any],
+        limit: int,
         on_delta: OnDelta,
         progress: _Progress,
     ) -> Completion:
         started = time.perf_counter()
         reader = StreamReader()
         try:
-            stream = await self._post("chat", model, messages, extra, stream=True)
+            stream = await self._post("chat", model, messages, extra, limit, stream=True)
         except Exception as exc:
             _raise_classified(exc, mid_answer=False)
         try:
@@ -313,6 +329,13 @@ class LLMClient:
             raise LLMBadReplyError("the model returned an empty reply")
         elapsed = time.perf_counter() - started
         return Completion(reply.text, reply.finish_reason, reply.usage, model, elapsed, reply.tool_call)
+
+
+def _refused(refusal: Refusal) -> LLMError:
+    if refusal.feature == "response_format":
+        what = f"the LLM endpoint refused response_format {refusal.value} (HTTP {refusal.status})"
+        return ResponseFormatRejectedError(what, status=refusal.status)
+    return FeatureRefusedError(refusal)
 
 
 def _raise_classified(exc: Exception, *, mid_answer: bool) -> NoReturn:

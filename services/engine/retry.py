@@ -6,6 +6,7 @@ by the queue worker for the attempts of one question."""
 from __future__ import annotations
 
 import email.utils
+import re
 import time
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
@@ -58,28 +59,31 @@ class RetryPolicy:
 
 def retry_after_of(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
     """Seconds the provider asked to wait: ``retry-after-ms`` (OpenAI, Azure) or ``retry-after``
-    (seconds or an HTTP date, RFC 9110 10.2.3); None when neither is present and readable."""
-    raw_ms = headers.get("retry-after-ms")
-    if raw_ms:
-        try:
-            return _bounded(float(raw_ms) / 1000)
-        except ValueError:
-            pass
+    (seconds or an HTTP date, RFC 9110 10.2.3); None when neither is present and readable. A malformed
+    value (``nan``, ``inf``, ``-1``, ``abc``, empty) is no answer: the next header is read."""
+    ms = _number(headers.get("retry-after-ms"))
+    if ms is not None:
+        return min(ms / 1000, MAX_PROVIDER_WAIT)
     raw = headers.get("retry-after")
     if not raw:
         return None
-    try:
-        return _bounded(float(raw))
-    except ValueError:
-        pass
+    seconds = _number(raw)
+    if seconds is not None:
+        return min(seconds, MAX_PROVIDER_WAIT)
     try:
         when = email.utils.parsedate_to_datetime(raw)
     except (TypeError, ValueError, IndexError):
         return None
-    return _bounded(when.timestamp() - (time.time() if now is None else now))
+    waited = when.timestamp() - (time.time() if now is None else now)
+    return min(max(waited, 0.0), MAX_PROVIDER_WAIT)  # a date already past: ask again now
 
 
-def _bounded(seconds: float) -> float | None:
-    if seconds != seconds:  # NaN
+_NUMBER = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
+"""A header's delay: plain decimal digits (RFC 9110 ``delay-seconds`` is ``1*DIGIT``; ``retry-after-ms``
+may carry a fraction). Not ``float()``: it also reads ``nan``, ``inf``, ``-1``, ``1e400`` and ``7_000``."""
+
+
+def _number(raw: str | None) -> float | None:
+    if not raw or not _NUMBER.fullmatch(raw.strip()):
         return None
-    return min(max(seconds, 0.0), MAX_PROVIDER_WAIT)
+    return float(raw)

@@ -179,8 +179,9 @@ class Summarizer:
         *,
         compress: bool = False,
     ) -> SummaryState:
-        """One summary: a format the endpoint refuses (400) or ignores (no bare JSON back) is given up
-        for the next one (auto only); an invalid answer in the same format is asked again once."""
+        """One summary: a format the endpoint refuses (an HTTP error naming it) or ignores (no bare JSON
+        back) is given up for the next one (auto only); an invalid answer in the same format is asked
+        again once."""
         problem, invalid = "", 0
         while True:
             kind = self.formats.current
@@ -191,7 +192,7 @@ class Summarizer:
                 )
             except ResponseFormatRejectedError as exc:
                 self.on_attempt("rejected")
-                if self.formats.downgrade(kind, "HTTP 400 naming response_format"):
+                if self.formats.downgrade(kind, f"HTTP {exc.status} naming response_format"):
                     continue
                 raise SummaryError(f"summarizer call rejected: {exc}") from exc
             except LLMError as exc:

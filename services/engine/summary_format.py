@@ -1,9 +1,10 @@
 """Which response format summary calls use, and reading a summary out of a reply.
 
 Endpoints differ: strict structured output (json_schema), only json_object, or neither (the format
-rejected with a 400, or silently ignored). In ``auto`` the first call tries json_schema and falls back
-to json_object, then to plain instructions, on a 400 that names response_format or on a reply that
-is not JSON; the result is remembered for the process. Replies are read leniently (the JSON may sit
+refused, or silently ignored). In ``auto`` the first call tries json_schema and falls back to
+json_object, then to plain instructions, on a refusal (an HTTP error, 4xx or 5xx, whose body names
+response_format: llama-cpp-python answers json_schema with a 500) or on a reply that is not JSON; the
+result is remembered for the process. Replies are read leniently (the JSON may sit
 in prose or a code fence) and validated against the summary schema."""
 
 from __future__ import annotations
@@ -25,24 +26,8 @@ FALLBACK: tuple[SummaryFormat, ...] = ("json_schema", "json_object", "plain")
 
 
 class ResponseFormatRejectedError(LLMRequestRejectedError):
-    """The endpoint answered 400 to the summary call's ``response_format`` (it does not support it)."""
-
-
-def rejects_response_format(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what caused it) is a provider's 400 naming ``response_format``."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if getattr(seen, "status_code", None) == 400:
-            if getattr(seen, "param", None) == "response_format":
-                return True
-            body = getattr(seen, "body", None)
-            error = body.get("error", body) if isinstance(body, dict) else None
-            if isinstance(error, dict) and error.get("param") == "response_format":
-                return True
-            if "response_format" in str(getattr(seen, "message", "")):
-                return True
-        seen = seen.__cause__ or seen.__context__
-    return False
+    """The endpoint refused the summary call's ``response_format``: an HTTP error (4xx or 5xx) whose body
+    names it (services.engine.llm_dialect.refusal_of). Never retried: the next format is tried."""
 
 
 class FormatChoice:

@@ -26,6 +26,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from services.media.image_tokens import parse_rule
+from tests.stubs import llama_cpp
 from tests.stubs.embeddings import StubEmbeddings
 from tests.stubs.prompt_cache import Content, PrefixCache, PromptTokens
 from tests.stubs.transcriptions import StubTranscriptions
@@ -220,6 +221,22 @@ class StubOpenAI:
     """``POST /v1/embeddings`` (its requests and fault mode)."""
     transcriptions: StubTranscriptions = field(default_factory=StubTranscriptions)
     """``POST /v1/audio/transcriptions`` (its script, calls and fault modes)."""
+    # --- a local server (issue 36) ---
+    llama_cpp: bool = False
+    """Answer as llama-cpp-python's server does (tests.stubs.llama_cpp): the ``developer`` role and a
+    ``json_schema`` response format refused with its HTTP 500, ``max_completion_tokens`` ignored, the
+    reply cut at ``max_tokens`` (finish_reason ``length``); one request at a time on its one model, and
+    a stream interrupted as soon as another request waits (its ``interrupt_requests``, on by default):
+    ``[DONE]`` after the chunk sent, no finish_reason."""
+    llama_chunk_seconds: float = 0.0
+    """In ``llama_cpp`` mode, the time the model takes per streamed chunk."""
+    interrupted: int = 0
+    """Streams cut short by another request (``llama_cpp`` mode)."""
+    llama_await_rivals: int = 0
+    """This many streams wait (up to 60 s) after their first chunk for another request to arrive, so a
+    test's overlap is certain rather than a matter of timing."""
+    _model: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _waiting: int = 0
     # --- image input (tests.stubs.vision) ---
     vision: bool = True
     """False: image parts are refused with OpenAI's 400 for a model without vision."""
@@ -286,7 +303,13 @@ class StubOpenAI:
         self.request_times.append(started)
         if self.gate is not None:
             await self.gate.wait()
-        response = await self._answer(request, body)
+        if self.llama_cpp:
+            self._waiting += 1
+            async with self._model:
+                self._waiting -= 1
+                response = await self._answer(request, body)
+        else:
+            response = await self._answer(request, body)
         if self.on_handled is not None:
             self.on_handled(body, time.monotonic() - started)
         return response
@@ -340,6 +363,7 @@ class StubOpenAI:
         elif reply.startswith(TOOL_PREFIX):
             name, arguments = reply.removeprefix(TOOL_PREFIX).split(">>", 1)
             tool, reply, finish = (name, arguments), "", "tool_calls"
+        reply, finish = self._capped(reply, body, finish)
         prompt_tokens, completion_tokens = self._tokens.billed(prompt), max(1, len(reply) // 4)
         usage: dict[str, Any] = {
             "prompt_tokens": prompt_tokens,
@@ -416,6 +440,8 @@ class StubOpenAI:
         for start in range(0, len(reply), size):
             delta = {"content": reply[start : start + size]}
             await send({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+            if self.llama_cpp and await self._interrupted(response):
+                return response
         if tool is not None:
             name, arguments = tool
             head = {"index": 0, "id": "call_stub", "type": "function", "function": {"name": name, "arguments": ""}}
@@ -429,6 +455,23 @@ class StubOpenAI:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+    async def _interrupted(self, response: web.StreamResponse) -> bool:
+        """llama-cpp-python's check after each chunk: another request waits for the model, so this
+        stream ends here with ``[DONE]`` (no finish_reason)."""
+        await asyncio.sleep(self.llama_chunk_seconds)
+        if self.llama_await_rivals > 0:
+            self.llama_await_rivals -= 1
+            for _ in range(6000):
+                if self._waiting:
+                    break
+                await asyncio.sleep(0.01)
+        if not self._waiting:
+            return False
+        self.interrupted += 1
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return True
 
     # --- provider faults (issue 26) ---
 
@@ -470,9 +513,20 @@ class StubOpenAI:
         await response.write_eof()
         return response
 
+    def _capped(self, reply: str, body: dict[str, Any], finish: str) -> tuple[str, str]:
+        """In ``llama_cpp`` mode, the reply cut at the request's ``max_tokens`` (finish_reason length)."""
+        if not self.llama_cpp:
+            return reply, finish
+        cut, capped = llama_cpp.capped(reply, body)
+        return (cut, "length") if capped else (reply, finish)
+
     def _response_format_refusal(self, body: dict[str, Any]) -> web.Response | None:
-        """OpenAI's 400 for a response_format the model does not support (invalid_request_error, param
-        ``response_format``); json_object also needs the word "json" in the messages, as OpenAI's does."""
+        """In ``llama_cpp`` mode, that server's 500 for any request it does not validate (the role and
+        the response format among them). Otherwise OpenAI's 400 for a response_format the model does
+        not support (invalid_request_error, param ``response_format``); json_object also needs the
+        word "json" in the messages, as OpenAI's does."""
+        if self.llama_cpp and (refused := llama_cpp.refusal(body)) is not None:
+            return web.json_response(refused[1], status=refused[0])
         kind = (body.get("response_format") or {}).get("type")
         mode = self.summary_format_support
         if kind is None or mode in ("all", "ignore", "prose"):
