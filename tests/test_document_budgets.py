@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from services.engine.tokens import TokenCounter
+from services.engine.tokens import TokenCounter, load_encoding
 from services.errors import MediaError
 from services.knowledge.corpus import read_corpus
 from services.knowledge.documents import UnreadableDocument
@@ -162,7 +162,7 @@ class RecordingCounter(TokenCounter):
 
 @pytest.fixture
 def recording(counter: TokenCounter) -> RecordingCounter:
-    return RecordingCounter(encoding=counter._encoding)
+    return RecordingCounter(encoding=load_encoding(counter.encoding_name))
 
 
 def test_a_long_text_is_cut_to_its_tokens_without_tokenising_the_whole(recording: RecordingCounter) -> None:
