@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -119,6 +121,32 @@ def test_an_extraction_past_its_deadline_is_killed_and_the_next_one_gets_a_new_c
         answer = sandbox.extract(Job("markdown", "faq.md", "faq"), b"# Refunds\n\nWithin 14 days.\n", timeout=30)
         assert answer["document"]["sections"][0]["text"] == "Within 14 days."
         assert sandbox.started == 2
+
+
+def test_a_child_killed_mid_job_refuses_that_file_and_the_next_job_gets_a_new_child() -> None:
+    """The kernel's OOM killer, or a crash in a C extension: the file is refused, the reader lives on."""
+    from services.knowledge.extraction import Job
+    from services.knowledge.sandbox import Sandbox
+
+    endless = Job("pdf", "big.pdf", "big", max_pages=100_000, max_content=10**12)
+    before, refused = sandbox_children(), []
+    with Sandbox() as sandbox:
+
+        def extract() -> None:
+            try:
+                sandbox.extract(endless, many_pages_pdf(), timeout=HANG_GUARD)
+            except UnreadableDocument as exc:
+                refused.append(exc)
+
+        worker = threading.Thread(target=extract)
+        worker.start()
+        while not (started := sandbox_children() - before) and worker.is_alive():
+            time.sleep(0.005)
+        os.kill(started.pop(), signal.SIGKILL)
+        worker.join(HANG_GUARD)
+        assert [(e.kind, str(e)) for e in refused] == [("unreadable", "the reader stopped on this file (exit code -9)")]
+        answer = sandbox.extract(Job("text", "a.txt", "a"), b"Refunds within 14 days.\n", timeout=HANG_GUARD)
+        assert answer["document"]["sections"][0]["text"] == "Refunds within 14 days."
 
 
 def test_the_child_that_reads_documents_holds_no_secret(monkeypatch: pytest.MonkeyPatch) -> None:

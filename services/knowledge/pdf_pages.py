@@ -23,6 +23,8 @@ from services.knowledge.documents import UnreadableDocument
 INHERITED = ("/Resources", "/MediaBox", "/CropBox", "/Rotate")
 """Page attributes a page takes from its ancestors in the tree (PDF 32000-1, 7.7.3.4)."""
 MAX_DEPTH = 64
+MAX_DECLARED_PAGES = 10_000_000
+"""A page count the file states past this is a lie (20 MB cannot reference more pages): shown capped."""
 MAX_FORMS = 10_000
 """Form XObjects looked at per page when their sizes are gathered (cycles and fan-out bounded)."""
 
@@ -38,7 +40,7 @@ def declared_pages(reader: PdfReader) -> int:
     """The page count the file states (``/Count`` of the tree's root); 0 when it states none."""
     tree = reader.root_object["/Pages"].get_object()
     count = tree.get("/Count", 0) if isinstance(tree, DictionaryObject) else 0
-    return int(count) if isinstance(count, int) and count > 0 else 0
+    return min(int(count), MAX_DECLARED_PAGES) if isinstance(count, int) and count > 0 else 0
 
 
 def iter_pages(reader: PdfReader) -> Iterator[PageObject]:

@@ -75,9 +75,9 @@ class Sandbox:
                     late = f"too complex to read: not done within {timeout:g} s"
                     raise UnreadableDocument(late, kind="too_complex") from None
                 except ChildGone:
-                    self._kill()
+                    code = self._kill()
                     if not reused or attempt == 2:  # a fresh child died on it: the file did it
-                        raise UnreadableDocument("the reader stopped on this file") from None
+                        raise UnreadableDocument(f"the reader stopped on this file (exit code {code})") from None
         raise AssertionError("unreachable")
 
     def close(self) -> None:
@@ -99,17 +99,19 @@ class Sandbox:
         self.started += 1
         return self._process
 
-    def _kill(self) -> None:
+    def _kill(self) -> int | None:
+        """The child killed (if still running) and reaped; its exit code (negative: the signal)."""
         process, self._process = self._process, None
         if process is None:
-            return
+            return None
         with contextlib.suppress(OSError):
             process.kill()
-        process.wait()
+        code = process.wait()
         for pipe in (process.stdin, process.stdout):
             if pipe is not None:
                 with contextlib.suppress(OSError):
                     pipe.close()
+        return code
 
     def _exchange(self, process: subprocess.Popen[bytes], payload: bytes, deadline: float) -> dict[str, Any]:
         """Write ``payload`` and read one answer frame, both bounded by ``deadline``."""

@@ -13,15 +13,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import RunningBot
+from tests.conftest import RedisServer
+from tests.e2e.harness import RunningBot, make_settings, start_bot
 from tests.e2e.test_media import media_bot, stored
+from tests.e2e.waiting import eventually
 from tests.hostile_pdfs import form_fan_out_pdf, many_pages_pdf
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
@@ -107,3 +111,48 @@ async def test_a_document_still_read_at_its_deadline_is_stopped_and_the_customer
     assert child not in sandbox_children()  # killed and reaped
     assert await stored(media_bot) == []
     assert "refunds?" not in chat_prompts(stub_llm)
+
+
+async def test_hostile_pdfs_in_the_knowledge_folder_are_skipped_or_read_within_their_budget(
+    telegram: StubTelegram,
+    stub_llm: StubOpenAI,
+    redis_server: RedisServer,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Added while the bot runs: the form fan-out is skipped with one line naming it (main: 105 s of
+    the refresh thread), the 100 000-page file indexed from its first 2000 pages; chats answered."""
+    folder = tmp_path / "kb"
+    folder.mkdir()
+    (folder / "returns.md").write_text("# Returns\n\n## Refunds\n\nRefunds are paid to the card within 14 days.\n")
+    settings = make_settings(
+        telegram.base_url,
+        stub_llm.base_url,
+        redis_server.url,
+        knowledge={"knowledge_dir": str(folder), "knowledge_refresh_seconds": 0.2},
+    )
+    bot = await start_bot(settings)
+    caplog.set_level(logging.WARNING)
+    try:
+        settled = time.time_ns() - 60 * 10**9  # whole and old: read once (corpus.RACY_NS), so logged once
+        for name, data in (("fan.pdf", form_fan_out_pdf()), ("catalogue.pdf", many_pages_pdf())):
+            (tmp_path / name).write_bytes(data)
+            os.utime(tmp_path / name, ns=(settled, settled))
+            (tmp_path / name).rename(folder / name)
+        assert "7718" in await ask_other_chat(telegram)
+
+        async def indexed() -> bool:
+            knowledge = bot.knowledge
+            assert knowledge is not None
+            return [d.path for d in knowledge.documents] == ["catalogue.pdf", "returns.md"]
+
+        await eventually(indexed, within=DEADLINE, what="the folder read again with the hostile files")
+        assert bot.knowledge is not None
+        [skipped] = bot.knowledge.current().skipped
+        assert skipped.path == "fan.pdf" and "too complex" in skipped.reason
+        lines = [r.getMessage() for r in caplog.records if "fan.pdf" in r.getMessage()]
+        assert lines == [f"knowledge: skipped fan.pdf: {skipped.reason}"]
+        telegram.send_text(CHAT, "When is a refund paid?")
+        await telegram.wait_messages(CHAT, 1, within=DEADLINE)
+    finally:
+        await bot.stop()
