@@ -54,7 +54,7 @@ MIN_SOURCE_BYTES: Final = 1 << 20
 bytes: Markdown or HTML markup around a token cap's worth of text; the rest is not read."""
 RENDER_CHARS_PER_TOKEN: Final = 32
 """The rendered text comes back from the sandbox at most this many characters a token of the cap (a
-token is ~4 characters of prose): more could never fit the cap."""
+token is ~4 characters of prose): a text past it is cut there, and the customer told so."""
 _SLOTS = threading.BoundedSemaphore(MAX_EXTRACTIONS)
 
 _REASONS: Final = {
