@@ -324,6 +324,13 @@ class MediaSettings(BaseSettings):
         description="most tokens of a document's text a turn carries (the customer is told when only the first part "
         "was read); must fit CHAT_INPUT_TOKEN_BUDGET next to the instruction",
     )
+    document_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="longest a customer's document may take to read (in a child process, killed then); past it "
+        "the customer is told the document is too complex and nothing is stored",
+    )
 
 
 class RedisSettings(BaseSettings):

@@ -45,6 +45,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "media_encrypted": "This document is password-protected, so I cannot read it. Please send it without "
         "the password or paste the text.",
         "media_empty": "I found no text in this document (a scan?). Please send a photo of it or describe it in words.",
+        "media_too_complex": "This document is too complex for me to read: it would take too long. Please send "
+        "only the pages that matter, or paste the text.",
         "media_voice_empty": "I could not make out any words in this recording. Please try again or write it.",
         "media_image_not_understood": "I cannot look at images right now. Please describe in words what the "
         "photo shows.",
@@ -134,6 +136,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "media_encrypted": "Документ защищён паролем, я не могу его прочитать. Пришлите его без пароля или "
         "вставьте текст.",
         "media_empty": "В документе нет текста (это скан?). Пришлите его фото или опишите словами.",
+        "media_too_complex": "Этот документ слишком сложный: его чтение заняло бы слишком много времени. "
+        "Пришлите только нужные страницы или вставьте текст.",
         "media_voice_empty": "Не удалось разобрать слова в записи. Попробуйте ещё раз или напишите текстом.",
         "media_image_not_understood": "Сейчас я не могу смотреть изображения. Опишите, пожалуйста, словами, "
         "что на фото.",

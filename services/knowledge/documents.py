@@ -26,7 +26,8 @@ class Document:
     """A PDF's page count (also the pages not read); None for the other formats."""
 
 
-RefusalKind = Literal["unreadable", "unsupported", "encrypted", "empty", "too_big"]
+RefusalKind = Literal["unreadable", "unsupported", "encrypted", "empty", "too_big", "too_complex"]
+"""too_complex: reading it would take more work or time than a document is allowed."""
 
 
 class UnreadableDocument(Exception):

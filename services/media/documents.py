@@ -1,25 +1,32 @@
 """A file a customer sends (PDF, text, Markdown, HTML) as text for the prompt, cut to a token cap.
 
-The knowledge parsers read it (the same refusals: broken, encrypted, a PDF bomb, binary, not UTF-8),
-their refusal kinds become MediaError reasons; the sections come out as heading-path lines and text.
-The cut keeps whole lines where it can. The name is made safe for a prompt (no control or bidi
-characters, at most 80 characters). Pure and synchronous (pypdf is CPU-bound): run it in a thread.
+The knowledge parsers read it in the extraction sandbox (``services.knowledge.sandbox``: a child
+process killed at DOCUMENT_TIMEOUT_SECONDS, its memory capped, at most MAX_EXTRACTIONS at once in a
+process), with the same refusals (broken, encrypted, a PDF bomb, binary, not UTF-8, too complex);
+their refusal kinds become MediaError reasons. A text file is parsed no further than a prefix that
+holds more than the token cap can keep, and the rendered text comes back at most RENDER_CHARS_PER_TOKEN
+characters a token; the cut tokenises growing prefixes, never the whole text. The cut keeps whole
+lines where it can. The name is made safe for a prompt (no control or bidi characters, at most 80
+characters). Synchronous and blocking (it waits on the child without holding the GIL): run it in a
+thread.
 """
 
 from __future__ import annotations
 
+import threading
 import unicodedata
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Final
+from typing import Any, Final
 
 from services.engine.tokens import TokenCounter
 from services.errors import MediaError
-from services.knowledge.documents import SUFFIXES, Document, UnreadableDocument, decode_text, parse_text, squash
-from services.knowledge.html_doc import parse_html
-from services.knowledge.markdown_doc import parse_markdown
-from services.knowledge.pdf_doc import parse_pdf
+from services.knowledge.documents import SUFFIXES, UnreadableDocument
+from services.knowledge.extraction import Job, render, utf8_prefix
+from services.knowledge.sandbox import Sandbox
 from services.media import reasons
+
+__all__ = ["DocumentText", "cut_to_tokens", "document_type", "read_customer_document", "render", "safe_name"]
 
 MIME_TYPES: Final = {
     "application/pdf": "pdf",
@@ -34,12 +41,28 @@ MIME_TYPES: Final = {
 MAX_NAME_CHARS: Final = 80
 LINE_CUT_SHARE: Final = 0.2
 """A cut moves back to the last line break when one lies within this share of the kept text's end."""
+TIMEOUT_SECONDS: Final = 30.0
+"""DOCUMENT_TIMEOUT_SECONDS' default: longest a document's extraction may take."""
+MAX_EXTRACTIONS: Final = 2
+"""Documents extracted at once in a process (each in its own child); the others wait their turn."""
+MAX_CONTENT: Final = 8_000_000
+"""Bytes of PDF content streams one customer document's text extraction may interpret (forms counted
+each time they are drawn; 200 text pages hold a few MB)."""
+SOURCE_BYTES_PER_TOKEN: Final = 256
+MIN_SOURCE_BYTES: Final = 1 << 20
+"""A text file is parsed no further than max(MIN_SOURCE_BYTES, SOURCE_BYTES_PER_TOKEN × the token cap)
+bytes: Markdown or HTML markup around a token cap's worth of text; the rest is not read."""
+RENDER_CHARS_PER_TOKEN: Final = 32
+"""The rendered text comes back from the sandbox at most this many characters a token of the cap (a
+token is ~4 characters of prose): a text past it is cut there, and the customer told so."""
+_SLOTS = threading.BoundedSemaphore(MAX_EXTRACTIONS)
 
 _REASONS: Final = {
     "encrypted": reasons.ENCRYPTED,
     "empty": reasons.EMPTY,
     "unsupported": reasons.UNSUPPORTED,
     "too_big": reasons.TOO_BIG,
+    "too_complex": reasons.TOO_COMPLEX,
 }
 """UnreadableDocument.kind → MediaError.reason; any other kind is UNREADABLE."""
 
@@ -88,40 +111,16 @@ def document_type(file_name: str, mime_type: str | None) -> str | None:
     return kind
 
 
-def _parse(data: bytes, kind: str, *, max_pdf_pages: int) -> Document:
-    path, title = "customer document", "document"
-    if kind == "pdf":
-        return parse_pdf(data, path=path, fallback_title=title, max_pages=max_pdf_pages)
-    text = decode_text(data)
-    if kind == "markdown":
-        return parse_markdown(text, path=path, fallback_title=title)
-    if kind == "html":
-        return parse_html(text, path=path, fallback_title=title)
-    return parse_text(text, path=path, fallback_title=title)
-
-
-def _lines(text: str) -> list[str]:
-    """A section's lines, whitespace squashed; a fenced code block keeps its indentation."""
-    if text.lstrip().startswith(("```", "~~~")):
-        return [line.rstrip() for line in text.splitlines() if line.strip()]
-    return [line for line in (squash(line) for line in text.splitlines()) if line]
-
-
-def render(document: Document) -> str:
-    """The sections as text a model reads: a heading-path line ("Returns › Refunds") whenever the
-    path changes, a blank line before it, then the sections' lines."""
-    blocks: list[list[str]] = []
-    current: tuple[str, ...] | None = None
-    for section in document.sections:
-        lines = _lines(section.text)
-        if not lines:
-            continue
-        headings = tuple(h for h in (squash(h) for h in section.headings) if h)
-        if headings != current or not blocks:
-            blocks.append([" › ".join(headings)] if headings else [])
-            current = headings
-        blocks[-1].extend(lines)
-    return "\n\n".join("\n".join(block) for block in blocks if block)
+def _prefix_tokens(text: str, max_tokens: int, counter: TokenCounter) -> list[int]:
+    """The tokens of a prefix of ``text`` holding more than ``max_tokens``, or of the whole text when
+    it holds no more. The prefix doubles from four characters a token: the text is never encoded
+    past twice what the cut needs (a 19 MB file was encoded whole, at 16 s and 469 MB)."""
+    size = max_tokens * 4
+    while True:
+        tokens = counter.encode(text[:size])
+        if len(tokens) > max_tokens or size >= len(text):
+            return tokens
+        size *= 2
 
 
 def cut_to_tokens(text: str, max_tokens: int, counter: TokenCounter) -> tuple[str, int, bool]:
@@ -129,7 +128,7 @@ def cut_to_tokens(text: str, max_tokens: int, counter: TokenCounter) -> tuple[st
     then back to the last blank line, else line break, else space lying in the final 20 % of it."""
     if max_tokens <= 0:
         raise ValueError(f"max_tokens must be positive, not {max_tokens}")
-    tokens = counter.encode(text)
+    tokens = _prefix_tokens(text, max_tokens, counter)
     if len(tokens) <= max_tokens:
         return text, len(tokens), False
     keep = max_tokens
@@ -147,6 +146,25 @@ def cut_to_tokens(text: str, max_tokens: int, counter: TokenCounter) -> tuple[st
         keep -= max(1, count - max_tokens)
 
 
+def _extract(data: bytes, kind: str, *, max_tokens: int, max_pdf_pages: int, timeout: float) -> dict[str, Any]:
+    """The sandbox's answer for a customer's file; the text of a text file parsed from a prefix only."""
+    source = data
+    if kind != "pdf":
+        source = utf8_prefix(data, max(MIN_SOURCE_BYTES, SOURCE_BYTES_PER_TOKEN * max_tokens))
+    job = Job(
+        kind,
+        "customer document",
+        "document",
+        max_pages=max_pdf_pages,
+        max_content=MAX_CONTENT,
+        render_chars=RENDER_CHARS_PER_TOKEN * max_tokens,
+    )
+    with _SLOTS, Sandbox() as sandbox:
+        answer = sandbox.extract(job, source, timeout=timeout)
+    answer.setdefault("source_cut", len(source) < len(data))
+    return answer
+
+
 def read_customer_document(
     data: bytes,
     *,
@@ -155,9 +173,11 @@ def read_customer_document(
     max_tokens: int,
     counter: TokenCounter,
     max_pdf_pages: int = 200,
+    timeout: float = TIMEOUT_SECONDS,
 ) -> DocumentText:
     """The text of a customer's file within ``max_tokens``; MediaError(kind="document") when it is of
-    a type not read (UNSUPPORTED), encrypted (ENCRYPTED), without text (EMPTY) or unreadable."""
+    a type not read (UNSUPPORTED), encrypted (ENCRYPTED), without text (EMPTY), too costly to read
+    within its budget of work, ``timeout`` seconds and memory (TOO_COMPLEX) or unreadable."""
     name = safe_name(file_name)
     kind = document_type(file_name, mime_type)
     if kind is None:
@@ -169,13 +189,16 @@ def read_customer_document(
     if not data:
         raise MediaError(f"document {name!r} is empty (0 bytes)", kind="document", reason=reasons.UNREADABLE)
     try:
-        document = _parse(data, kind, max_pdf_pages=max_pdf_pages)
-    except UnreadableDocument as exc:
-        reason = _REASONS.get(exc.kind, reasons.UNREADABLE)
-        raise MediaError(f"document {name!r} not read: {exc}", kind="document", reason=reason) from exc
-    full = render(document)
+        answer = _extract(data, kind, max_tokens=max_tokens, max_pdf_pages=max_pdf_pages, timeout=timeout)
+    except UnreadableDocument as exc:  # the sandbox's own refusals: its deadline, its child's death
+        answer = {"refused": str(exc), "kind": exc.kind}
+    if "refused" in answer:
+        reason = _REASONS.get(answer["kind"], reasons.UNREADABLE)
+        raise MediaError(f"document {name!r} not read: {answer['refused']}", kind="document", reason=reason)
+    full, pages = answer["text"], answer["pages"]
     if not full.strip():
         raise MediaError(f"document {name!r} has no text", kind="document", reason=reasons.EMPTY)
     text, tokens, cut = cut_to_tokens(full, max_tokens, counter)
-    over_pages = document.pages is not None and document.pages > max_pdf_pages
-    return DocumentText(name=name, text=text, tokens=tokens, truncated=cut or over_pages, pages=document.pages)
+    over_pages = pages is not None and pages > max_pdf_pages
+    truncated = cut or over_pages or answer["cut"] or answer["source_cut"]
+    return DocumentText(name=name, text=text, tokens=tokens, truncated=truncated, pages=pages)

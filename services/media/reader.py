@@ -174,6 +174,7 @@ class MediaReader:
             mime_type=item.mime_type,
             max_tokens=self._settings.document_max_tokens,
             counter=self._counter,
+            timeout=self._settings.document_timeout_seconds,
         )
 
 

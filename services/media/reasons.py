@@ -23,7 +23,20 @@ NO_ROOM: Final = "no_room"
 """The images leave the prompt no room even at low detail (too many or too large at once)."""
 NOT_UNDERSTOOD: Final = "not_understood"
 """The model's endpoint refused the image or audio input itself (a model without vision, a 400)."""
+TOO_COMPLEX: Final = "too_complex"
+"""A document that would cost more work, time or memory to read than one is allowed (a PDF bomb)."""
 OFF: Final = "off"
 """This kind of media is turned off by the operator."""
 
-REASONS: Final = (TOO_BIG, TOO_LONG, UNREADABLE, UNSUPPORTED, ENCRYPTED, EMPTY, NO_ROOM, NOT_UNDERSTOOD, OFF)
+REASONS: Final = (
+    TOO_BIG,
+    TOO_LONG,
+    UNREADABLE,
+    UNSUPPORTED,
+    ENCRYPTED,
+    EMPTY,
+    TOO_COMPLEX,
+    NO_ROOM,
+    NOT_UNDERSTOOD,
+    OFF,
+)
