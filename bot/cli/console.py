@@ -67,7 +67,7 @@ async def run_console(chat: ChatService, *, chat_id: int, stdin: TextIO, stdout:
 
 async def main(chat_id: int = 1) -> None:
     settings = Settings()
-    backend = await open_backend(settings)
+    backend = await open_backend(settings, offline=True)
     chat = build_engine(settings, backend.store, knowledge=build_knowledge(settings, backend), gaps=backend.gaps)
     try:
         await run_console(chat, chat_id=chat_id, stdin=sys.stdin, stdout=sys.stdout)
