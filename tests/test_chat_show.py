@@ -81,7 +81,7 @@ async def test_a_record_without_passage_ids_still_shows(real_redis: Redis) -> No
     await store.commit_turn(
         7, expected_version=0, messages=[NewMessage("user", "hi", 5), NewMessage("assistant", "hello", 5)]
     )
-    assert b'"k"' not in b"".join(await real_redis.lrange(KEYS.chat(7).msgs, 0, -1))
+    assert '"k"' not in str(await real_redis.lrange(KEYS.chat(7).msgs, 0, -1))
     out = io.StringIO()
     assert await show(store, 7, out=out) == 0
     assert "#1 bot (5 tokens)\n    hello\n" in out.getvalue()
@@ -100,10 +100,10 @@ async def test_the_command_reads_redis_or_says_where_the_sessions_are(
     library = knowledge(tmp_path / "docs", counter)
     await a_chat_with_passages_and_a_photo(store, library, stub_llm, llm, counter)
     env = {"BOT_TOKEN": TOKEN, "REDIS_KEY_PREFIX": "t", "KNOWLEDGE_DIR": str(tmp_path / "docs")}
-    code, out, err = await run_bot(["chat", "show", "42"], tmp_path, REDIS_URL=redis_server.url, **env)
+    code, out, err = await run_bot(["chat", "show", "42"], tmp_path, REDIS_URL=redis_server.url, env=env)
     assert code == 0, err
     assert "returns.md › Returns › Damaged goods" in out and "[photo: a monitor stand cracked at the base]" in out
     assert TOKEN.split(":")[1] not in out + err
 
-    code, out, err = await run_bot(["chat", "show", "42"], tmp_path, **env)
+    code, out, err = await run_bot(["chat", "show", "42"], tmp_path, env=env)
     assert code == 2 and "REDIS_URL is unset: the sessions live only in the running bot's process" in err

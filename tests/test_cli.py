@@ -27,14 +27,16 @@ def clean_env(**settings: str) -> dict[str, str]:
     return keep | {"PYTHONPATH": str(ROOT)} | settings
 
 
-async def run_bot(args: list[str], cwd: Path, *, stdin: bytes = b"", **settings: str) -> tuple[int, str, str]:
+async def run_bot(
+    args: list[str], cwd: Path, *, stdin: bytes = b"", env: dict[str, str] | None = None, **settings: str
+) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "bot",
         *args,
         cwd=cwd,
-        env=clean_env(**settings),
+        env=clean_env(**(env or {}), **settings),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

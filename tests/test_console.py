@@ -44,7 +44,7 @@ async def test_console_sends_a_photo_and_a_file_as_a_customer_would(
     Image.new("RGB", (800, 600), (10, 120, 200)).save(tmp_path / "box photo.jpg", "JPEG")
     (tmp_path / "invoice.md").write_text("# Invoice 5521\n\nTotal: 84.20 EUR, paid by card.\n")
     (tmp_path / "big.txt").write_text("x" * 5000)
-    stub_llm.image_note = lambda image: f"a blue box, {image.size[0]}x{image.size[1]}"
+    stub_llm.image_note = lambda image: f"a blue box, {image.size}"
     store = InMemorySessionStore()
     service = make_service(store=store, llm=llm, counter=counter, budget=4000, notes=make_notes(llm, counter))
     lines = [
@@ -62,7 +62,7 @@ async def test_console_sends_a_photo_and_a_file_as_a_customer_would(
     assert len(images_in(photo_request)) == 1 and "it came like this" in str(photo_request["messages"][-1])
     assert "Total: 84.20 EUR" in str(file_request["messages"][-1]) and images_in(file_request) == []
     stored = (await store.load(4)).messages
-    assert stored[0].content == "[photo: a blue box, 800x600]\nit came like this"
+    assert stored[0].content == "[photo: a blue box, (800, 600)]\nit came like this"
     assert stored[0].media == (MediaRef("photo", "console:box photo.jpg"),)
     assert stored[2].media == (MediaRef("document", "console:invoice.md"),)
     assert "(/photo PATH [caption] sends a photo" in text, "a media command without a path gets its usage"
