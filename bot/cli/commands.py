@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 PROG = "python -m bot"
 DEFAULT = "run"
@@ -55,15 +56,26 @@ class CommandLine(argparse.ArgumentParser):
     commands: dict[str, argparse.ArgumentParser]
 
 
-def _add(sub: argparse._SubParsersAction[CommandLine], name: str) -> CommandLine:
+class Subcommands(Protocol):
+    """What ``add_subparsers`` returns, as far as this module uses it."""
+
+    def add_parser(self, name: str, *, help: str, description: str) -> CommandLine: ...
+
+
+def _add(sub: Subcommands, name: str) -> CommandLine:
     return sub.add_parser(name, help=DESCRIPTIONS[name], description=DESCRIPTIONS[name])
 
 
-def _with_actions(sub: argparse._SubParsersAction[CommandLine], name: str, target_help: str) -> None:
+def _with_actions(sub: Subcommands, name: str, target_help: str) -> None:
     actions = ACTIONS[name]
     parser = _add(sub, name)
     parser.add_argument("action", nargs="?", default=actions[0], choices=actions, help=f"default: {actions[0]}")
     parser.add_argument("target", nargs="?", metavar="TARGET", help=target_help)
+
+
+def _wide(prog: str) -> argparse.HelpFormatter:
+    """The examples as written; command names and their descriptions side by side."""
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=24, width=110)
 
 
 def build_parser() -> CommandLine:
@@ -71,7 +83,7 @@ def build_parser() -> CommandLine:
         prog=PROG,
         description="Customer-support Telegram bot. Without a command: run the bot.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_wide,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add(sub, "run")
