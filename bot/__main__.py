@@ -84,13 +84,16 @@ def _run(args: argparse.Namespace, settings: Settings) -> None:
 
 
 async def _knowledge(args: argparse.Namespace, settings: Settings) -> int:
-    from bot.cli import knowledge
+    if args.action == "gaps" and settings.redis.redis_url is None:
+        log.error("knowledge gaps needs REDIS_URL: the in-process mode keeps its records in the bot's process")
+        return 2
+    if args.action != "gaps" and not settings.knowledge.knowledge_dir:
+        log.error("knowledge: KNOWLEDGE_DIR is not set (the folder of the documents the bot answers from)")
+        return 2
+    from bot.cli import knowledge  # seconds of imports: only once the settings allow the command
     from bot.factory import build_backend, build_knowledge, open_redis_backend
 
     if args.action == "gaps":
-        if settings.redis.redis_url is None:
-            log.error("knowledge gaps needs REDIS_URL: the in-process mode keeps its records in the bot's process")
-            return 2
         backend = await open_redis_backend(settings)
         try:
             return await knowledge.gaps(backend.gaps)
@@ -99,9 +102,7 @@ async def _knowledge(args: argparse.Namespace, settings: Settings) -> int:
     shared = build_backend(settings, offline=True)
     try:
         library = build_knowledge(settings, shared)
-        if library is None:
-            log.error("knowledge: KNOWLEDGE_DIR is not set")
-            return 2
+        assert library is not None  # KNOWLEDGE_DIR checked above
         if library.needs_vectors:  # the vectors the bot's workers cached (embedding what is missing)
             await library.refresh()
         if args.action == "search":
@@ -112,12 +113,12 @@ async def _knowledge(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _admin(args: argparse.Namespace, settings: Settings) -> int:
-    from bot.cli import admin
-    from bot.factory import open_redis_backend
-
     if settings.redis.redis_url is None:
         log.error("%s needs REDIS_URL (the in-process mode keeps no dead letters)", args.command)
         return 2
+    from bot.cli import admin
+    from bot.factory import open_redis_backend
+
     backend = await open_redis_backend(settings)
     try:
         if args.command == "dead-letters":
@@ -128,15 +129,15 @@ async def _admin(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _chat(args: argparse.Namespace, settings: Settings) -> int:
-    from bot.cli import chats
-    from bot.factory import build_knowledge, open_redis_backend
-
     if settings.redis.redis_url is None:
         log.error(
             "chat show reads the sessions in Redis, and REDIS_URL is unset: the sessions live only in the "
             "running bot's process (its log's `turn chat=… passages=…` lines show what each turn used)"
         )
         return 2
+    from bot.cli import chats
+    from bot.factory import build_knowledge, open_redis_backend
+
     backend = await open_redis_backend(settings)
     try:
         library = build_knowledge(settings, backend) if settings.knowledge.knowledge_dir else None

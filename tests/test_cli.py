@@ -46,6 +46,21 @@ async def run_bot(
     return process.returncode, out.decode(errors="replace"), err.decode(errors="replace")
 
 
+def exit_in_fresh_interpreter(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``main(args)`` in a new interpreter; prints ``EXIT <code> [<heavy modules imported by then>]``."""
+    probe = (
+        "import sys\n"
+        "from bot.__main__ import main\n"
+        "try:\n"
+        f"    main({args!r})\n"
+        "except SystemExit as exc:\n"
+        f"    print('EXIT', exc.code, [m for m in {HEAVY!r} if m in sys.modules])\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", probe], cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=120
+    )
+
+
 def test_help_lists_every_command_with_its_description(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["help"])
@@ -81,20 +96,28 @@ def test_a_command_has_its_own_help(how: list[str], capsys: pytest.CaptureFixtur
 def test_an_argument_mistake_exits_2_before_the_heavy_imports(args: list[str], said: str, tmp_path: Path) -> None:
     """In a fresh interpreter: the mistake is answered while aiogram, openai and the factory are still
     unimported (they take seconds), with the command's own usage."""
-    probe = (
-        "import sys\n"
-        "from bot.__main__ import main\n"
-        "try:\n"
-        f"    main({args!r})\n"
-        "except SystemExit as exc:\n"
-        f"    print('EXIT', exc.code, [m for m in {HEAVY!r} if m in sys.modules])\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120
-    )
+    done = exit_in_fresh_interpreter(args, tmp_path)
     assert "EXIT 2 []" in done.stdout, done.stdout + done.stderr
     usage = f"usage: python -m bot {args[0] if args[0] in DESCRIPTIONS else '[-h]'}"
     assert said in done.stderr and usage in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["knowledge"], "KNOWLEDGE_DIR is not set"),
+        (["knowledge", "gaps"], "knowledge gaps needs REDIS_URL"),
+        (["dead-letters", "list"], "dead-letters needs REDIS_URL"),
+        (["quarantine", "drop", "5"], "quarantine needs REDIS_URL"),
+        (["chat", "show", "5"], "REDIS_URL is unset: the sessions live only in the running bot's process"),
+    ],
+)
+def test_a_setting_a_command_needs_is_named_before_the_heavy_imports(
+    args: list[str], said: str, tmp_path: Path
+) -> None:
+    done = exit_in_fresh_interpreter(args, tmp_path)
+    assert "EXIT 2 []" in done.stdout, done.stdout + done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
 async def test_knowledge_prints_no_redis_warning(tmp_path: Path) -> None:
