@@ -6,11 +6,13 @@ take to import."""
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-PROG = "python -m bot"
+PROG = "support-bot" if Path(sys.argv[0]).name == "support-bot" else "python -m bot"
+"""As invoked: the installed command's name, or the module's."""
 DEFAULT = "run"
 
 ACTIONS = {
