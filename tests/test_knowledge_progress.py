@@ -78,8 +78,9 @@ def test_the_log_gets_a_line_every_few_seconds_of_a_long_build(caplog: pytest.Lo
         now[0] = done * 0.1
         sink(IndexProgress("reading", done, 300, done * 3))
     lines = [r.getMessage() for r in caplog.records if "knowledge: read" in r.getMessage()]
-    assert len(lines) == 5, lines  # at 5.1, 10.1, ... 25.1 s after the first file
+    assert len(lines) == 6, lines  # at 5.1, 10.1, ... 25.1 s after the first file, and the last one
     assert lines[0] == "knowledge: read 51 of 300 files, 153 passages"
+    assert lines[-1] == "knowledge: read 300 of 300 files, 900 passages; indexing"
 
 
 def test_a_short_build_logs_no_progress(caplog: pytest.LogCaptureFixture) -> None:

@@ -47,12 +47,14 @@ class ProgressLog:
         self._clock = clock
         self._stage: str | None = None
         self._last = 0.0
+        self._logged = False
 
     def __call__(self, event: IndexProgress) -> None:
         now = self._clock()
         if event.stage != self._stage or event.done <= 1:  # a new stage (or a new build) starts the clock
-            self._stage, self._last = event.stage, now
+            self._stage, self._last, self._logged = event.stage, now, False
             return
-        if now - self._last >= self._every:
-            self._last = now
-            log.info("knowledge: %s", event.describe())
+        finished = event.done >= event.total
+        if now - self._last >= self._every or (finished and self._logged):  # a long stage's end is told too
+            self._last, self._logged = now, True
+            log.info("knowledge: %s%s", event.describe(), "; indexing" if finished and event.stage == "reading" else "")
