@@ -1,17 +1,18 @@
-"""Entry point: ``python -m bot`` runs the bot (BOT_MODE=polling|webhook; with REDIS_URL set, as a
-queue worker that can run in many processes);
-``python -m bot set-webhook`` registers WEBHOOK_URL with Telegram; ``python -m bot console`` chats in
-the terminal; ``python -m bot dead-letters …`` and ``python -m bot quarantine …`` are for operators."""
+"""Entry point: ``python -m bot`` (installed: ``support-bot``) runs the bot (BOT_MODE=polling|webhook;
+with REDIS_URL set, as a queue worker that can run in many processes); the other commands
+(``python -m bot help`` lists them) are in ``bot/cli/``, their arguments in ``bot/cli/commands.py``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
-from pathlib import Path
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from pydantic import ValidationError
 
+from bot.cli.commands import parse_command_line
 from bot.cli.preflight import check_api_key, missing_message, missing_settings
 from bot.logs import setup_logging
 from bot.serving.fastpath import install_event_loop
@@ -25,27 +26,7 @@ log = logging.getLogger("bot")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bot", description="Customer-support Telegram bot")
-    parser.add_argument(
-        "command",
-        nargs="?",
-        default="run",
-        choices=["run", "set-webhook", "console", "dead-letters", "quarantine", "knowledge"],
-    )
-    parser.add_argument(
-        "action",
-        nargs="?",
-        default="list",
-        help="dead-letters/quarantine: list, show, replay, drop; knowledge: list, search, gaps",
-    )
-    parser.add_argument(
-        "target", nargs="?", help="dead-letters: the ID; quarantine: the chat id; knowledge search: the query"
-    )
-    parser.add_argument("--chat-id", type=int, default=1, help="console: which session to use")
-    parser.add_argument(
-        "--certificate", type=Path, help="set-webhook: PEM certificate to upload (self-signed TLS in front)"
-    )
-    args = parser.parse_args(argv)
+    args = parse_command_line(argv)  # help and argument errors here, before any heavy import
     try:
         settings = Settings()
     except ValidationError as exc:
@@ -86,10 +67,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> None:
         from bot.cli.webhook_setup import set_webhook
 
         asyncio.run(set_webhook(settings, args.certificate))
-    elif args.command == "knowledge":
-        raise SystemExit(asyncio.run(_knowledge(args, settings)))
-    elif args.command in ("dead-letters", "quarantine"):
-        raise SystemExit(asyncio.run(_admin(args, settings)))
+    elif args.command in OPERATOR_COMMANDS:
+        raise SystemExit(asyncio.run(OPERATOR_COMMANDS[args.command](args, settings)))
     elif settings.redis.redis_url is not None:
         from bot.modes.queued import run_queued
 
@@ -105,30 +84,25 @@ def _run(args: argparse.Namespace, settings: Settings) -> None:
 
 
 async def _knowledge(args: argparse.Namespace, settings: Settings) -> int:
-    from bot.cli import knowledge
+    if args.action == "gaps" and settings.redis.redis_url is None:
+        log.error("knowledge gaps needs REDIS_URL: the in-process mode keeps its records in the bot's process")
+        return 2
+    if args.action != "gaps" and not settings.knowledge.knowledge_dir:
+        log.error("knowledge: KNOWLEDGE_DIR is not set (the folder of the documents the bot answers from)")
+        return 2
+    from bot.cli import knowledge  # seconds of imports: only once the settings allow the command
     from bot.factory import build_backend, build_knowledge, open_redis_backend
 
-    if args.action not in ("list", "search", "gaps"):
-        log.error("knowledge: unknown action %r (one of list, search, gaps)", args.action)
-        return 2
     if args.action == "gaps":
-        if settings.redis.redis_url is None:
-            log.error("knowledge gaps needs REDIS_URL: the in-process mode keeps its records in the bot's process")
-            return 2
         backend = await open_redis_backend(settings)
         try:
             return await knowledge.gaps(backend.gaps)
         finally:
             await backend.close()
-    if args.action == "search" and not args.target:
-        log.error('knowledge search needs a query: python -m bot knowledge search "how do I return it?"')
-        return 2
-    shared = build_backend(settings)
+    shared = build_backend(settings, offline=True)
     try:
         library = build_knowledge(settings, shared)
-        if library is None:
-            log.error("knowledge: KNOWLEDGE_DIR is not set")
-            return 2
+        assert library is not None  # KNOWLEDGE_DIR checked above
         if library.needs_vectors:  # the vectors the bot's workers cached (embedding what is missing)
             await library.refresh()
         if args.action == "search":
@@ -139,24 +113,45 @@ async def _knowledge(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _admin(args: argparse.Namespace, settings: Settings) -> int:
-    from bot.cli import admin
-    from bot.factory import open_redis_backend
-
     if settings.redis.redis_url is None:
         log.error("%s needs REDIS_URL (the in-process mode keeps no dead letters)", args.command)
         return 2
-    actions = {"dead-letters": ("list", "show", "replay", "drop"), "quarantine": ("list", "show", "drop")}
-    if args.action not in actions[args.command]:
-        log.error("%s: unknown action %r (one of %s)", args.command, args.action, ", ".join(actions[args.command]))
-        return 2
+    from bot.cli import admin
+    from bot.factory import open_redis_backend
+
     backend = await open_redis_backend(settings)
     try:
         if args.command == "dead-letters":
             return await admin.dead_letters(backend, args.action, args.target)
-        chat_id = int(args.target) if args.target else None
-        return await admin.quarantine(backend, args.action, chat_id)
+        return await admin.quarantine(backend, args.action, args.target)
     finally:
         await backend.close()
+
+
+async def _chat(args: argparse.Namespace, settings: Settings) -> int:
+    if settings.redis.redis_url is None:
+        log.error(
+            "chat show reads the sessions in Redis, and REDIS_URL is unset: the sessions live only in the "
+            "running bot's process (its log's `turn chat=… passages=…` lines show what each turn used)"
+        )
+        return 2
+    from bot.cli import chats
+    from bot.factory import build_knowledge, open_redis_backend
+
+    backend = await open_redis_backend(settings)
+    try:
+        library = build_knowledge(settings, backend) if settings.knowledge.knowledge_dir else None
+        return await chats.show(backend.store, args.target, library=library)
+    finally:
+        await backend.close()
+
+
+OPERATOR_COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]] = {
+    "knowledge": _knowledge,
+    "dead-letters": _admin,
+    "quarantine": _admin,
+    "chat": _chat,
+}
 
 
 if __name__ == "__main__":

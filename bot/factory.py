@@ -15,6 +15,7 @@ from aiogram.client.telegram import TelegramAPIServer
 from aiogram.fsm.storage.memory import SimpleEventIsolation
 from openai import AsyncOpenAI
 
+from bot.cli.progress import progress_sink
 from bot.metrics import EMBEDDING_REQUESTS, LLM_IN_FLIGHT, PrometheusObserver, watch_knowledge, watch_summarizer
 from bot.provider_health import PROVIDER, probe_while_refused
 from bot.serving.fastpath import json_codec
@@ -56,6 +57,7 @@ from services.ports.sessions import SessionStore
 if TYPE_CHECKING:
     from services.knowledge.embedder import Embedder
     from services.knowledge.library import KnowledgeLibrary
+    from services.knowledge.progress import ProgressSink
     from services.ports.embeddings import EmbeddingCache
 
 log = logging.getLogger(__name__)
@@ -66,11 +68,11 @@ def key_space(settings: Settings) -> KeySpace:
     return KeySpace(settings.redis.redis_key_prefix, bot_id_of(settings.bot.bot_token.get_secret_value()))
 
 
-async def open_backend(settings: Settings) -> InMemoryBackend | RedisBackend:
+async def open_backend(settings: Settings, *, offline: bool = False) -> InMemoryBackend | RedisBackend:
     """``build_backend`` after resolving ``REDIS_CLUSTER`` (``auto`` asks the server once, retrying
     while it cannot be reached; StartupError if it never answers)."""
     if settings.redis.redis_url is None:
-        return build_backend(settings)
+        return build_backend(settings, offline=offline)
     url = settings.redis.redis_url.get_secret_value()
     mode = settings.redis.redis_cluster
     cluster = await with_startup_retries("connecting to Redis", lambda: choose_cluster(url, mode))
@@ -87,11 +89,17 @@ async def open_redis_backend(settings: Settings) -> QueuedBackend:
     return backend
 
 
-def build_backend(settings: Settings, *, cluster: bool = False) -> InMemoryBackend | RedisBackend:
-    """Redis with ``REDIS_URL`` (one client; a cluster client if ``cluster``), else the in-process one."""
+def build_backend(
+    settings: Settings, *, cluster: bool = False, offline: bool = False
+) -> InMemoryBackend | RedisBackend:
+    """Redis with ``REDIS_URL`` (one client; a cluster client if ``cluster``), else the in-process one.
+    ``offline``: a terminal command (console, knowledge), for which in-process is no warning."""
     ttl = settings.memory.session_ttl_seconds
     per_minute = settings.bot.rate_limit_per_minute
     if settings.redis.redis_url is None:
+        if offline:
+            log.debug("REDIS_URL is unset: sessions and caches in this process only")
+            return InMemoryBackend(ttl_seconds=ttl, per_minute=per_minute)
         log.warning(
             "REDIS_URL is unset: using the in-process session store (one process only; sessions are "
             "lost on restart). Set REDIS_URL for production and for more than one worker."
@@ -139,10 +147,13 @@ def build_embedder(settings: Settings, backend: Backend) -> Embedder | None:
     return embedder
 
 
-def build_knowledge(settings: Settings, backend: Backend) -> KnowledgeLibrary | None:
+def build_knowledge(
+    settings: Settings, backend: Backend, *, progress: ProgressSink | None = None
+) -> KnowledgeLibrary | None:
     """With ``KNOWLEDGE_DIR``: the library, its full-text index built before the bot serves (its refresh
     loop, which also adds the vectors, is the caller's to run beside the bot); None otherwise (the
-    knowledge packages are then never imported)."""
+    knowledge packages are then never imported). ``progress``: told of every file read and batch
+    embedded (default: a log line every few seconds, a bar when stderr is a terminal)."""
     options = settings.knowledge
     if not options.knowledge_dir:
         return None
@@ -157,6 +168,7 @@ def build_knowledge(settings: Settings, backend: Backend) -> KnowledgeLibrary | 
         refresh_seconds=options.knowledge_refresh_seconds,
         embedder=build_embedder(settings, backend),
         min_similarity=options.embedding_min_similarity,
+        progress=progress if progress is not None else progress_sink(),
     )
     library.load()
     watch_knowledge(library)

@@ -8,12 +8,16 @@ import asyncio
 import sys
 from typing import TextIO
 
-from bot.factory import Settings, build_engine, build_knowledge, open_backend
+from bot.cli import console_media
+from bot.factory import Settings, build_engine, build_knowledge, build_media, open_backend
+from bot.telegram.handlers.errors import media_text
 from services.engine.chat import ChatService
 from services.engine.turns import TurnResult
-from services.errors import SupportBotError
+from services.errors import MediaError, SupportBotError
+from services.media.reader import MediaReader
+from services.media.turn import TurnMedia
 
-HELP = "Type a message. /new resets the chat, /quit leaves."
+HELP = f"Type a message. {console_media.USAGE}; /new resets the chat, /quit leaves."
 
 
 def describe(result: TurnResult) -> str:
@@ -34,7 +38,45 @@ def describe(result: TurnResult) -> str:
     )
 
 
-async def run_console(chat: ChatService, *, chat_id: int, stdin: TextIO, stdout: TextIO) -> None:
+async def _media(reader: MediaReader | None, chat_id: int, line: console_media.MediaLine | str) -> TurnMedia | str:
+    """The turn's media for a /photo or /file line, or what to print instead (refused, unreadable)."""
+    if isinstance(line, str):
+        return line
+    if reader is None:
+        return "media are off: set IMAGES_ENABLED, VOICE_ENABLED or DOCUMENTS_ENABLED"
+    try:
+        return await console_media.read(reader, chat_id, line)
+    except MediaError as exc:
+        return f"refused: {exc.kind} {exc.reason}; the customer would be told: {media_text(exc, 'en')}"
+    except OSError as exc:
+        return f"cannot read {line.path}: {exc.strerror or type(exc).__name__}"
+
+
+async def _turn(chat: ChatService, chat_id: int, message: str, reader: MediaReader | None, stdout: TextIO) -> None:
+    text, media = message, None
+    line = console_media.parse(message)
+    if line is not None:
+        found = await _media(reader, chat_id, line)
+        if isinstance(found, str):
+            stdout.write(f"({found})\n")
+            return
+        text, media = (line.caption if isinstance(line, console_media.MediaLine) else ""), found
+
+    async def deliver(result: TurnResult) -> None:
+        stdout.write(f"bot> {result.reply}\n")
+        stdout.flush()
+
+    try:
+        result = await chat.handle(chat_id, text, deliver=deliver, media=media)
+    except SupportBotError as exc:
+        stdout.write(f"(error: {type(exc).__name__}: {exc})\n")
+        return
+    stdout.write(describe(result) + "\n")
+
+
+async def run_console(
+    chat: ChatService, *, chat_id: int, stdin: TextIO, stdout: TextIO, media: MediaReader | None = None
+) -> None:
     stdout.write(HELP + "\n")
     loop = asyncio.get_running_loop()
     while True:
@@ -52,25 +94,18 @@ async def run_console(chat: ChatService, *, chat_id: int, stdin: TextIO, stdout:
             await chat.reset(chat_id)
             stdout.write("(conversation reset)\n")
             continue
-
-        async def deliver(result: TurnResult) -> None:
-            stdout.write(f"bot> {result.reply}\n")
-            stdout.flush()
-
-        try:
-            result = await chat.handle(chat_id, message, deliver=deliver)
-        except SupportBotError as exc:
-            stdout.write(f"(error: {type(exc).__name__}: {exc})\n")
-            continue
-        stdout.write(describe(result) + "\n")
+        await _turn(chat, chat_id, message, media, stdout)
 
 
 async def main(chat_id: int = 1) -> None:
     settings = Settings()
-    backend = await open_backend(settings)
-    chat = build_engine(settings, backend.store, knowledge=build_knowledge(settings, backend), gaps=backend.gaps)
+    backend = await open_backend(settings, offline=True)
+    knowledge = build_knowledge(settings, backend)
+    chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps, memos=backend.memos)
+    media = build_media(settings, backend, knowledge)
     try:
-        await run_console(chat, chat_id=chat_id, stdin=sys.stdin, stdout=sys.stdout)
+        await run_console(chat, chat_id=chat_id, stdin=sys.stdin, stdout=sys.stdout, media=media)
     finally:
+        await media.close()
         await chat.close()
         await backend.close()

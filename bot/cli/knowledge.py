@@ -11,7 +11,7 @@ import sys
 from typing import TextIO
 
 from services.knowledge.library import KnowledgeLibrary
-from services.ports.knowledge import KnowledgeGaps, KnowledgeQuery
+from services.ports.knowledge import KnowledgeGaps, KnowledgeQuery, ScoredPassage
 
 
 def show(library: KnowledgeLibrary, out: TextIO = sys.stdout) -> int:
@@ -29,15 +29,31 @@ def show(library: KnowledgeLibrary, out: TextIO = sys.stdout) -> int:
     return 0
 
 
+def _ranked(scored: ScoredPassage, fused: bool) -> str:
+    """The key the list is sorted by first, then the rest: with vectors the fused score (higher
+    first); full text alone BM25's rank, with the relevance that clears KNOWLEDGE_MIN_SCORE beside it
+    (a lower-ranked passage can cover more of the question's words)."""
+    if fused:
+        ranks = f"full-text #{scored.fulltext_rank or '-'}, vector #{scored.vector_rank or '-'}"
+        return f"fused {scored.score:.4f} ({ranks})"
+    return f"full-text #{scored.fulltext_rank or '-'} (relevance {scored.score:.3f})"
+
+
 async def search(library: KnowledgeLibrary, query: str, *, limit: int, out: TextIO = sys.stdout) -> int:
     retrieval = await library.current().search(KnowledgeQuery(query), limit=limit)
     if not retrieval.passages:
         out.write("no passage clears KNOWLEDGE_MIN_SCORE: the bot would say the documents do not cover this\n")
         return 1
+    fused = any(scored.vector_rank is not None for scored in retrieval.passages)
+    order = (
+        "fused rank of full text and vectors (score: reciprocal-rank fusion)"
+        if fused
+        else "full-text (BM25) rank; relevance: how much of the question a passage covers"
+    )
+    out.write(f"in the order a turn gets them: {order}\n")
     for rank, scored in enumerate(retrieval.passages, start=1):
         text = " ".join(scored.passage.text.split())
-        ranks = f"full-text #{scored.fulltext_rank or '-'}, vector #{scored.vector_rank or '-'}"
-        out.write(f"{rank}. {scored.score:.3f} ({ranks})  {scored.passage.source}  [{scored.passage.id}]\n")
+        out.write(f"{rank}. {_ranked(scored, fused)}  {scored.passage.source}  [{scored.passage.id}]\n")
         out.write(f"   {text[:300]}\n")
     out.write(f"{len(retrieval.passages)} passage(s) in {retrieval.seconds * 1000:.1f} ms\n")
     return 0

@@ -105,6 +105,12 @@ TEXTS: dict[str, dict[str, str]] = {
         "op_overdue": "⚠ No operator reply within {minutes} min: the customer was told it takes longer.",
         "op_overdue_resumed": "⚠ No operator reply within {minutes} min: the assistant answers again.",
         "op_not_open": "This handoff is not open: the customer does not see this message.",
+        "chat_id_forum": "This chat's id: {chat_id}\nTo make this group the operators' desk, set "
+        "OPERATOR_CHAT_ID={chat_id} and restart the bot (the bot must be an admin here that can manage topics).",
+        "chat_id_group": "This chat's id: {chat_id}\nThe operators' desk needs a group with Topics: turn "
+        "Topics on in the group's settings, then send /chatid again (the group may get a new id).",
+        "chat_id_private": "This chat's id: {chat_id}\nTo find the operators' group id, add me to that "
+        "group and send /chatid there.",
     },
     "ru": {
         "start": (
@@ -195,6 +201,12 @@ TEXTS: dict[str, dict[str, str]] = {
         "op_overdue": "⚠ Нет ответа оператора за {minutes} мин: клиенту сообщили о задержке.",
         "op_overdue_resumed": "⚠ Нет ответа оператора за {minutes} мин: снова отвечает ассистент.",
         "op_not_open": "Передача не открыта: клиент не увидит это сообщение.",
+        "chat_id_forum": "Id этого чата: {chat_id}\nЧтобы операторы работали в этой группе, задайте "
+        "OPERATOR_CHAT_ID={chat_id} и перезапустите бота (бот должен быть здесь админом с правом управлять темами).",
+        "chat_id_group": "Id этого чата: {chat_id}\nДля операторов нужна группа с темами: включите темы "
+        "в настройках группы и пришлите /chatid ещё раз (id группы может измениться).",
+        "chat_id_private": "Id этого чата: {chat_id}\nЧтобы узнать id группы операторов, добавьте меня "
+        "в эту группу и пришлите /chatid там.",
     },
 }
 

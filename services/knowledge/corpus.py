@@ -15,6 +15,7 @@ from pathlib import Path
 from services.engine.tokens import TokenCounter
 from services.knowledge.documents import SUFFIXES, Document, UnreadableDocument
 from services.knowledge.passages import cut_passages
+from services.knowledge.progress import IndexProgress, ProgressSink, no_progress
 from services.knowledge.reading import read_document
 from services.ports.knowledge import Passage, SkippedFile
 
@@ -132,11 +133,45 @@ def fingerprint(root: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def _outcome(
+    relative: str,
+    path: Path,
+    parsed: ParsedFiles,
+    names: set[str],
+    max_file_bytes: int,
+    counter: TokenCounter,
+    passage_tokens: int,
+) -> Parsed:
+    """One file's document and passages (parsed again only if changed), or why it is skipped."""
+    if path.suffix.lower() not in SUFFIXES:
+        reason = f"unsupported type {path.suffix or '(no suffix)'}"
+        log.warning("knowledge: skipped %s: %s", relative, reason)
+        return reason
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        return f"cannot read: {type(exc).__name__}"
+    stamp = (stat.st_size, stat.st_mtime_ns, passage_tokens)
+    names.add(relative)
+    outcome = parsed.get(relative, stamp)
+    if outcome is None:
+        outcome = _parse(path, relative, max_file_bytes, counter, passage_tokens)
+        parsed.put(relative, stamp, outcome)
+    return outcome
+
+
 def read_corpus(
-    root: Path, *, counter: TokenCounter, passage_tokens: int, max_file_bytes: int, parsed: ParsedFiles | None = None
+    root: Path,
+    *,
+    counter: TokenCounter,
+    passage_tokens: int,
+    max_file_bytes: int,
+    parsed: ParsedFiles | None = None,
+    progress: ProgressSink = no_progress,
 ) -> Corpus:
     """Every readable document of ``root`` as passages; unreadable files skipped with their reason.
-    ``parsed``: the earlier reads' parses, reused for unchanged files and updated."""
+    ``parsed``: the earlier reads' parses, reused for unchanged files and updated; ``progress`` is told
+    after every file."""
     if not root.is_dir():
         reason = "KNOWLEDGE_DIR is not a readable folder"
         log.warning("knowledge: %s: %s", root, reason)
@@ -147,30 +182,18 @@ def read_corpus(
     skipped: list[SkippedFile] = []
     seen: set[str] = set()
     names: set[str] = set()
-    for relative, path in _files(root):
-        if path.suffix.lower() not in SUFFIXES:
-            reason = f"unsupported type {path.suffix or '(no suffix)'}"
-            log.warning("knowledge: skipped %s: %s", relative, reason)
-            skipped.append(SkippedFile(relative, reason))
-            continue
-        try:
-            stat = path.stat()
-        except OSError as exc:
-            skipped.append(SkippedFile(relative, f"cannot read: {type(exc).__name__}"))
-            continue
-        stamp = (stat.st_size, stat.st_mtime_ns, passage_tokens)
-        names.add(relative)
-        outcome = parsed.get(relative, stamp)
-        if outcome is None:
-            outcome = _parse(path, relative, max_file_bytes, counter, passage_tokens)
-            parsed.put(relative, stamp, outcome)
+    files = _files(root)
+    for done, (relative, path) in enumerate(files, start=1):
+        outcome = _outcome(relative, path, parsed, names, max_file_bytes, counter, passage_tokens)
         if isinstance(outcome, str):
             skipped.append(SkippedFile(relative, outcome))
-            continue
-        document, cut_all = outcome
-        cut = [p for p in cut_all if p.id not in seen]
-        seen.update(p.id for p in cut)
-        passages.extend(cut)
-        documents.append(DocumentInfo(relative, document.title, document.url, len(cut), sum(p.tokens for p in cut)))
+        else:
+            document, cut_all = outcome
+            cut = [p for p in cut_all if p.id not in seen]
+            seen.update(p.id for p in cut)
+            passages.extend(cut)
+            info = DocumentInfo(relative, document.title, document.url, len(cut), sum(p.tokens for p in cut))
+            documents.append(info)
+        progress(IndexProgress("reading", done, len(files), len(passages)))
     parsed.keep(names)
     return Corpus(tuple(passages), tuple(documents), tuple(skipped), fingerprint(root))

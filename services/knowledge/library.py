@@ -16,9 +16,13 @@ from typing import Protocol
 from services.engine.tokens import TokenCounter
 from services.knowledge.corpus import Corpus, DocumentInfo, ParsedFiles, fingerprint, read_corpus
 from services.knowledge.embedder import Embedder
+from services.knowledge.progress import IndexProgress, ProgressLog, ProgressSink
 from services.knowledge.snapshot import IndexSnapshot
 
 log = logging.getLogger(__name__)
+
+EMBED_PROGRESS_PASSAGES = 256
+"""Passages embedded between two progress events (several of the embedder's batches)."""
 
 
 class CorpusReader(Protocol):
@@ -32,6 +36,7 @@ class CorpusReader(Protocol):
         passage_tokens: int,
         max_file_bytes: int,
         parsed: ParsedFiles | None = None,
+        progress: ProgressSink = ...,
     ) -> Corpus: ...
 
 
@@ -63,8 +68,11 @@ class KnowledgeLibrary:
         embedder: Embedder | None = None,
         min_similarity: float = 0.45,
         reader: CorpusReader = read_corpus,
+        progress: ProgressSink | None = None,
     ) -> None:
         self._reader = reader
+        self._progress: ProgressSink = progress if progress is not None else ProgressLog()
+        """Told after every file read and every batch embedded (default: a log line every few seconds)."""
         self._parsed = ParsedFiles()
         self._fault: str | None = None
         """The fault the last refresh met (logged once), None while the folder reads."""
@@ -91,6 +99,7 @@ class KnowledgeLibrary:
             passage_tokens=self._passage_tokens,
             max_file_bytes=self._max_file_bytes,
             parsed=self._parsed,
+            progress=self._progress,
         )
 
     def _index(self, corpus: Corpus) -> IndexSnapshot:
@@ -118,13 +127,21 @@ class KnowledgeLibrary:
         missing = [p for p in corpus.passages if p.id not in self._vectors]
         if not missing:
             return False
-        try:
-            found = await self._embedder.embed_passages(missing)
-        except Exception:  # the cache unreachable: the index is built full-text only, retried next time
-            log.exception("knowledge: embedding the passages failed; full-text only until the next refresh")
-            return False
-        self._vectors.update(found)
-        return bool(found)
+        found = 0
+        step = EMBED_PROGRESS_PASSAGES
+        for start in range(0, len(missing), step):
+            chunk = missing[start : start + step]
+            try:
+                vectors = await self._embedder.embed_passages(chunk)
+            except Exception:  # the cache unreachable: the index is built full-text only, retried next time
+                log.exception("knowledge: embedding the passages failed; full-text only until the next refresh")
+                break
+            self._vectors.update(vectors)
+            found += len(vectors)
+            self._progress(IndexProgress("embedding", start + len(chunk), len(missing), len(corpus.passages)))
+            if len(vectors) < len(chunk):  # a batch failed (logged): the rest waits for the next refresh
+                break
+        return found > 0
 
     @property
     def needs_vectors(self) -> bool:

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import io
 import itertools
+import logging
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from bot.cli import knowledge as knowledge_cli
 from services.engine.grounding import NO_KNOWLEDGE
@@ -58,7 +61,11 @@ def knowledge_part(request: dict[str, Any]) -> str:
 
 
 async def test_answers_from_the_documents_and_follows_the_folder(
-    telegram: StubTelegram, stub_llm: StubOpenAI, redis_server: RedisServer, tmp_path: Path
+    telegram: StubTelegram,
+    stub_llm: StubOpenAI,
+    redis_server: RedisServer,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     folder = tmp_path / "kb"
     (folder / "ru").mkdir(parents=True)
@@ -67,6 +74,7 @@ async def test_answers_from_the_documents_and_follows_the_folder(
     (folder / "warranty.md").write_text(HOSTILE)
     (folder / "scan.pdf").write_bytes(b"%PDF-1.4 not really")
     stub_llm.chat_reply = cite_first
+    caplog.set_level(logging.INFO, logger="bot")
     settings = make_settings(
         telegram.base_url,
         stub_llm.base_url,
@@ -97,6 +105,10 @@ async def test_answers_from_the_documents_and_follows_the_folder(
         telegram.send_text(CHAT, "Thank you.")
         telegram.send_text(CHAT, "Can I cancel my order?")
         await telegram.wait_messages(CHAT, 4)
+        # the second turn's log line (logged before the third turn of this chat began) names its passage
+        refunds = next(p for p in bot.knowledge.current().passages if p.headings == ("Returns", "Refunds"))
+        turn_lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"turn chat={CHAT} ")]
+        assert turn_lines[1].endswith(f" passages={refunds.id}"), turn_lines
         telegram.send_text(CHAT, "and how do I undo that?")
         await telegram.wait_messages(CHAT, 5)
         assert "To undo a cancellation" in knowledge_part(stub_llm.chat_requests[-1])

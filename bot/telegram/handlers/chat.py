@@ -100,7 +100,8 @@ async def serve_turn(
                 await drafts.settle(within=settings.draft_settle_seconds)
     log.info(
         "turn chat=%s update=%s stored=%s sent_history=%s removed=%s est_tokens=%s prompt_tokens=%s "
-        "cached_tokens=%s completion_tokens=%s llm_s=%.3f total_s=%.3f summary_updated=%s drafts=%s duplicate=%s",
+        "cached_tokens=%s completion_tokens=%s llm_s=%.3f total_s=%.3f summary_updated=%s drafts=%s duplicate=%s "
+        "passages=%s",
         chat_id,
         event_update.update_id,
         result.stored_messages,
@@ -115,6 +116,7 @@ async def serve_turn(
         result.summary_updated,
         drafts.sent if drafts else 0,
         result.duplicate,
+        ",".join(scored.passage.id for scored in result.knowledge) or "-",  # `chat show` resolves them
     )
     return result
 

@@ -1,6 +1,9 @@
-"""/start, /help, /new and /forget (the last two also end an open handoff to an operator)."""
+"""/start, /help, /new and /forget (the last two also end an open handoff to an operator); /chatid
+tells a chat its id (how an operator finds the value of OPERATOR_CHAT_ID)."""
 
 from __future__ import annotations
+
+import logging
 
 from aiogram import Bot, Router
 from aiogram.filters import Command, CommandStart
@@ -13,6 +16,8 @@ from services.fence import Fence
 from services.ports.backend import Backend
 from services.ports.queue import item_id_of
 
+log = logging.getLogger(__name__)
+
 
 async def on_start(message: Message, say: Texts) -> None:
     await message.answer(say("start"))
@@ -20,6 +25,19 @@ async def on_start(message: Message, say: Texts) -> None:
 
 async def on_help(message: Message, say: Texts) -> None:
     await message.answer(say("help"))
+
+
+async def on_chat_id(message: Message, say: Texts) -> None:
+    """The chat's id, and whether this group can be the operators' desk (a supergroup with Topics).
+    Not a secret: every member of a group can read it with any bot; OPERATOR_CHAT_ID's own group is
+    the operators' router's, so it never gets here."""
+    chat = message.chat
+    if chat.type == "private":
+        key = "chat_id_private"
+    else:
+        key = "chat_id_forum" if chat.type == "supergroup" and chat.is_forum else "chat_id_group"
+    log.info("/chatid in chat=%s (%s%s)", chat.id, chat.type, ", topics on" if chat.is_forum else "")
+    await message.answer(say(key, chat_id=chat.id))
 
 
 async def on_new(
@@ -64,6 +82,7 @@ def make_router() -> Router:
     router = Router(name="commands")
     router.message.register(on_start, CommandStart())
     router.message.register(on_help, Command("help"))
+    router.message.register(on_chat_id, Command("chatid"))
     router.message.register(on_new, Command("new"))
     router.message.register(on_forget, Command("forget"))
     return router

@@ -1,0 +1,129 @@
+"""The command line of ``python -m bot`` (installed as ``support-bot``): one subcommand each, with its
+own ``--help`` and a one-line description, and ``help [COMMAND]``. Parsing imports nothing but the
+standard library, so a mistyped argument is answered (exit 2) before the seconds aiogram and openai
+take to import."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+PROG = "support-bot" if Path(sys.argv[0]).name == "support-bot" else "python -m bot"
+"""As invoked: the installed command's name, or the module's."""
+DEFAULT = "run"
+
+ACTIONS = {
+    "dead-letters": ("list", "show", "replay", "drop"),
+    "quarantine": ("list", "show", "drop"),
+    "knowledge": ("list", "search", "gaps"),
+    "chat": ("show",),
+}
+NEEDS_TARGET = {
+    ("dead-letters", "show"): "ID",
+    ("dead-letters", "replay"): "ID",
+    ("dead-letters", "drop"): "ID",
+    ("quarantine", "show"): "CHAT_ID",
+    ("quarantine", "drop"): "CHAT_ID",
+    ("knowledge", "search"): "QUERY",
+    ("chat", "show"): "CHAT_ID",
+}
+NUMERIC_TARGET = {"quarantine", "chat"}
+
+DESCRIPTIONS = {
+    "run": "run the bot (BOT_MODE=polling or webhook; with REDIS_URL, as a queue worker) [the default]",
+    "set-webhook": "register WEBHOOK_URL and WEBHOOK_SECRET with Telegram (once per deployment)",
+    "console": "chat with the engine in this terminal, without Telegram (needs only OPENAI_API_KEY)",
+    "chat": "show a chat's summary, stored turns and the passages and media each turn used (REDIS_URL)",
+    "knowledge": "the documents of KNOWLEDGE_DIR: list them, search them as a turn would, unanswered questions",
+    "dead-letters": "updates given up after their retries: list, show, replay or drop them (REDIS_URL)",
+    "quarantine": "sessions moved aside because they could not be read: list, show or drop them (REDIS_URL)",
+    "help": "show this help, or a command's: help COMMAND",
+}
+
+EPILOG = """examples:
+  python -m bot                                 run the bot
+  python -m bot console --chat-id 7             chat in the terminal as chat 7
+  python -m bot knowledge search "refund?"      what a turn would retrieve
+  python -m bot chat show 123456789             why did it answer that?
+  python -m bot dead-letters replay 42:u1001    queue a given-up update again
+Installed with pip, the same commands run as `support-bot …`."""
+
+
+class CommandLine(argparse.ArgumentParser):
+    """The top parser; ``commands`` holds each command's own parser (for ``help COMMAND``)."""
+
+    commands: dict[str, argparse.ArgumentParser]
+
+
+class Subcommands(Protocol):
+    """What ``add_subparsers`` returns, as far as this module uses it."""
+
+    def add_parser(self, name: str, *, help: str, description: str) -> CommandLine: ...
+
+
+def _add(sub: Subcommands, name: str) -> CommandLine:
+    return sub.add_parser(name, help=DESCRIPTIONS[name], description=DESCRIPTIONS[name])
+
+
+def _with_actions(sub: Subcommands, name: str, target_help: str) -> None:
+    actions = ACTIONS[name]
+    parser = _add(sub, name)
+    parser.add_argument("action", nargs="?", default=actions[0], choices=actions, help=f"default: {actions[0]}")
+    parser.add_argument("target", nargs="?", metavar="TARGET", help=target_help)
+
+
+def _wide(prog: str) -> argparse.HelpFormatter:
+    """The examples as written; command names and their descriptions side by side."""
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=24, width=110)
+
+
+def build_parser() -> CommandLine:
+    parser = CommandLine(
+        prog=PROG,
+        description="Customer-support Telegram bot. Without a command: run the bot.",
+        epilog=EPILOG,
+        formatter_class=_wide,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add(sub, "run")
+    webhook = _add(sub, "set-webhook")
+    webhook.add_argument(
+        "--certificate", type=Path, help="PEM certificate to upload (self-signed TLS in front of the bot)"
+    )
+    console = _add(sub, "console")
+    console.add_argument("--chat-id", type=int, default=1, help="which session to use (default: 1)")
+    _with_actions(sub, "chat", "show: the chat id (as the log's turn chat=… prints it)")
+    _with_actions(sub, "knowledge", 'search: the query, e.g. "how do I return it?"')
+    _with_actions(sub, "dead-letters", "show, replay, drop: the dead letter's ID (from list)")
+    _with_actions(sub, "quarantine", "show, drop: the chat id (from list)")
+    _add(sub, "help").add_argument(
+        "topic", nargs="?", metavar="COMMAND", choices=[*DESCRIPTIONS], help="the command to explain"
+    )
+    parser.commands = dict(sub.choices)
+    return parser
+
+
+def parse_command_line(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The parsed command (``run`` when none is given). ``help`` prints and exits 0; a wrong argument
+    prints the command's usage and exits 2 (argparse)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        args.command = DEFAULT
+    if args.command == "help":
+        target = parser if args.topic in (None, "help") else parser.commands[args.topic]
+        target.print_help()
+        raise SystemExit(0)
+    action = getattr(args, "action", None)
+    target_name = NEEDS_TARGET.get((args.command, action or ""))
+    if target_name is not None and not args.target:
+        parser.commands[args.command].error(f"{args.command} {action} needs {target_name}")
+    if args.command in NUMERIC_TARGET and args.target is not None:
+        try:
+            args.target = int(args.target)
+        except ValueError:
+            parser.commands[args.command].error(f"CHAT_ID must be a number, got {args.target!r}")
+    return args
