@@ -1,13 +1,11 @@
-"""Peak memory of preparing one image (and four at once, on four threads as the bot decodes them off
-the event loop), per kind of image: this code beside the code of a git revision (the image pipeline
-before the decoded-bytes budget, by default), both measured in the same run.
+"""Peak memory of preparing one image, and four at once on four threads, per kind of image: this
+code beside a git revision's (before the decoded-bytes budget, by default), in the same run.
 
     .venv/bin/python -m benchmarks.images_memory [--old REV] [--kinds NAME,...]
 
-Each figure is measured in a fresh child process: the rise of its peak resident set (VmHWM)
-over what it held after the imports and one small warm-up image. Pillow's pixel buffers are C memory
-that tracemalloc does not see; the resident set does. The files are made here, deterministically;
-the hostile ones are of one colour, so a 40-megapixel PNG is a 169 kB file."""
+Each figure is the rise of a fresh child's peak resident set (VmHWM) over what it held after the
+imports and a warm-up image: Pillow's buffers are C memory tracemalloc does not see. The files are
+made here; the hostile ones are of one colour (a 40-megapixel PNG is a 169 kB file)."""
 
 from __future__ import annotations
 

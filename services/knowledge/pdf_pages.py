@@ -1,14 +1,12 @@
 """A PDF's pages walked one at a time, and the work their text extraction may do.
 
-pypdf builds every page object of the file on the first ``reader.pages[i]`` or ``len(reader.pages)``
-(``_flatten``: a 16 MB file of 100 000 pages costs ~25 s before one page is read). ``iter_pages``
-walks the page tree lazily instead (depth-first, inherited attributes applied, cycles and depth
-refused), so only the pages read are ever built.
+pypdf builds every page object on the first ``reader.pages[i]`` (``_flatten``: a 100 000-page file
+costs seconds before one page is read); ``iter_pages`` walks the page tree lazily (inherited
+attributes applied, cycles and depth refused), so only the pages read are built.
 
-``WorkBudget`` bounds what text extraction interprets: a page's own content and, through pypdf's
+``WorkBudget`` bounds what extraction interprets: a page's own content and, through pypdf's
 ``visitor_operand_before`` hook, every form XObject each time it is drawn (a 2 MB form drawn twenty
-times is 40 MB of operators behind a few bytes of page content). The budget is checked before each
-form is parsed, so the work done stays within the budget plus one form already counted."""
+times is 40 MB behind a few bytes). It is checked before each form is parsed."""
 
 from __future__ import annotations
 

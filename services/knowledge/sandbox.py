@@ -1,13 +1,11 @@
-"""Documents are read in a child process that can be stopped: a job that passes its deadline is
-killed with its process, and the child's memory is capped (RLIMIT_AS), so no file can hold a worker
-thread, the event loop (pure-Python parsing holds the GIL) or the process's memory.
+"""Documents are read in a child process that can be stopped: a job past its deadline is killed
+with its process and the child's memory is capped (RLIMIT_AS), so no file holds a worker thread,
+the event loop (pure-Python parsing holds the GIL) or the process's memory.
 
-``Sandbox`` keeps one child and gives it one job at a time (a new child after a kill, or after the
-child left on its own: idle for IDLE_SECONDS, or its parent gone). The child gets an empty
-environment (no token, key or password: only PYTHONPATH to find the project) and writes nothing to
-the log. The protocol is length-prefixed frames on the child's stdin and stdout: a JSON job
-(``extraction.Job``) and the file's bytes in, one JSON answer out. Run as
-``python -m services.knowledge.sandbox MEMORY_BYTES`` it is the child."""
+``Sandbox`` keeps one child, one job at a time (a new child after a kill, or after it left: idle
+IDLE_SECONDS or its parent gone). The child gets an empty environment (no secret; only PYTHONPATH)
+and logs nothing. Length-prefixed frames on its stdin/stdout: a JSON job (``extraction.Job``) and
+the bytes in, one JSON answer out. ``python -m services.knowledge.sandbox MEMORY_BYTES`` is the child."""
 
 from __future__ import annotations
 

@@ -1,15 +1,11 @@
 """A file a customer sends (PDF, text, Markdown, HTML) as text for the prompt, cut to a token cap.
 
-The knowledge parsers read it in the extraction sandbox (``services.knowledge.sandbox``: a child
-process killed at DOCUMENT_TIMEOUT_SECONDS, its memory capped, at most MAX_EXTRACTIONS at once in a
-process), with the same refusals (broken, encrypted, a PDF bomb, binary, not UTF-8, too complex);
-their refusal kinds become MediaError reasons. A text file is parsed no further than a prefix that
-holds more than the token cap can keep, and the rendered text comes back at most RENDER_CHARS_PER_TOKEN
-characters a token; the cut tokenises growing prefixes, never the whole text. The cut keeps whole
-lines where it can. The name is made safe for a prompt (no control or bidi characters, at most 80
-characters). Synchronous and blocking (it waits on the child without holding the GIL): run it in a
-thread.
-"""
+The knowledge parsers read it in the extraction sandbox (``services.knowledge.sandbox``: killed at
+DOCUMENT_TIMEOUT_SECONDS, memory capped, at most MAX_EXTRACTIONS at once), with the same refusals,
+which become MediaError reasons. A text file is parsed no further than a prefix holding more than
+the cap keeps; the cut tokenises growing prefixes, never the whole text, and keeps whole lines
+where it can. The name is made safe for a prompt. Blocking (it waits on the child without the
+GIL): run it in a thread."""
 
 from __future__ import annotations
 

@@ -1,17 +1,12 @@
-"""A customer's photo as the model should get it: decoded with Pillow, turned upright (EXIF), the
-first frame of an animation, transparency laid on white, shrunk to the size the model's token rule
-keeps, re-encoded as JPEG without metadata (no GPS, no camera serial) and wrapped as a base64 data URL.
+"""A customer's photo as the model should get it: decoded with Pillow, upright (EXIF), the first
+frame, transparency on white, shrunk to the size the model's token rule keeps, re-encoded as JPEG
+without metadata and wrapped as a base64 data URL.
 
-Memory is bounded per image and per process: from the header, before any pixel is decoded, an image
-is refused over ``max_pixels`` (decompression bombs) or over ``max_decoded_bytes`` of decoded pixels
-(``decoded_bytes``: the mode's bytes per pixel, at the scale a JPEG is decoded at); the decoded image
-is the only full-size buffer (a JPEG is decoded at 1/2 to 1/8 scale where the size to send allows,
-conversion and box reduction go a strip at a time); at most MAX_CONCURRENT_DECODES images of a
-process are decoded at once. Peak per image: about the decoded bytes plus 30 MB (docs/media.md).
-
-Failures are MediaError (image): UNREADABLE for no bytes or what is not a whole image,
-UNSUPPORTED for a format not read here, TOO_BIG for too many pixels or decoded bytes.
-"""
+Memory is bounded: from the header, an image over ``max_pixels`` or ``max_decoded_bytes`` of
+decoded pixels is refused before decoding; the decoded image is the only full-size buffer (JPEG
+decoded at 1/2-1/8 scale, conversion and reduction a strip at a time); at most
+MAX_CONCURRENT_DECODES decodes per process. Failures are MediaError (image): UNREADABLE,
+UNSUPPORTED, TOO_BIG."""
 
 from __future__ import annotations
 
