@@ -10,10 +10,10 @@ import asyncio
 import logging
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from bot.cli.preflight import check_api_key, missing_message, missing_settings
+from bot.cli.settings_errors import load_settings_or_exit
 from bot.logs import setup_logging
+from bot.redaction import redact_secrets
 from bot.serving.fastpath import install_event_loop
 from bot.settings import Settings
 from services.errors import ConfigurationError, SupportBotError
@@ -46,11 +46,9 @@ def main(argv: list[str] | None = None) -> None:
         "--certificate", type=Path, help="set-webhook: PEM certificate to upload (self-signed TLS in front)"
     )
     args = parser.parse_args(argv)
-    try:
-        settings = Settings()
-    except ValidationError as exc:
-        raise SystemExit(f"invalid settings (see .env.example):\n{exc}") from None
+    settings = load_settings_or_exit()  # one line per mistake, no value, exit 2
     setup_logging(settings.bot.log_level, settings.bot.log_format)
+    redact_secrets(settings)
     log.info("support-bot starting: %s", describe(args.command, settings))
     if args.command in ("run", "console"):
         log.info("event loop: %s", install_event_loop(settings.runtime))  # before any loop starts

@@ -9,9 +9,18 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.settings import KnowledgeSettings, LLMSettings, MediaSettings, MemorySettings, RedisSettings
+from services.settings import (
+    KnowledgeSettings,
+    LLMSettings,
+    MediaSettings,
+    MemorySettings,
+    RedisSettings,
+    http_url,
+)
 
 _SECRET_CHARS = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
+_TOKEN = re.compile(r"^[0-9]+:\S+$")
+_NEW_SECRET = "set it to 1-256 characters of A-Z a-z 0-9 _ -, e.g. the output of `openssl rand -hex 32`"
 
 
 def _id_set(raw: str) -> frozenset[int]:
@@ -122,17 +131,39 @@ class BotSettings(BaseSettings):
         default=False, description="after the reply timeout the assistant answers again (the handoff ends)"
     )
 
+    @field_validator("bot_token")
+    @classmethod
+    def _token_shape(cls, value: SecretStr) -> SecretStr:
+        token = value.get_secret_value()
+        if token and not _TOKEN.match(token):  # aiogram's own check, with a message that holds no value
+            raise ValueError(
+                "is not a Telegram bot token (the bot's number, a colon, then letters and digits, no spaces): "
+                "copy it again from @BotFather"
+            )
+        return value
+
+    @field_validator("telegram_api_url")
+    @classmethod
+    def _api_url(cls, value: str | None) -> str | None:
+        return http_url(value, example="http://127.0.0.1:8081 for a self-hosted telegram-bot-api")
+
     @model_validator(mode="after")
     def _webhook_needs_a_secret(self) -> BotSettings:
+        problems = []
         secret = self.webhook_secret.get_secret_value() if self.webhook_secret else ""
         if secret and not _SECRET_CHARS.match(secret):
-            raise ValueError("WEBHOOK_SECRET may hold only A-Z, a-z, 0-9, _ and - (1-256 characters)")
+            problems.append(f"WEBHOOK_SECRET may hold only A-Z, a-z, 0-9, _ and - (1-256 characters): {_NEW_SECRET}")
         if self.bot_mode == "webhook" and not secret:
-            raise ValueError("BOT_MODE=webhook needs WEBHOOK_SECRET")
+            problems.append(f"BOT_MODE=webhook needs WEBHOOK_SECRET: {_NEW_SECRET}")
         if not self.webhook_path.startswith("/"):
-            raise ValueError("WEBHOOK_PATH must start with /")
-        for raw in (self.allowed_user_ids, self.allowed_chat_ids):
-            _id_set(raw)  # fail at start-up on a malformed list
+            problems.append("WEBHOOK_PATH must start with /, e.g. /telegram/webhook")
+        for name, raw in (("ALLOWED_USER_IDS", self.allowed_user_ids), ("ALLOWED_CHAT_IDS", self.allowed_chat_ids)):
+            try:
+                _id_set(raw)  # fail at start-up on a malformed list
+            except ValueError:
+                problems.append(f"{name} is not a comma-separated list of numeric ids, e.g. 12345,67890")
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
     @property

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from aiogram.exceptions import TelegramNetworkError, TelegramServerError, TelegramUnauthorizedError
+from aiogram.exceptions import (
+    ClientDecodeError,
+    TelegramAPIError,
+    TelegramNetworkError,
+    TelegramRetryAfter,
+    TelegramServerError,
+    TelegramUnauthorizedError,
+)
 
 from services.errors import SupportBotError, TransientError
 
@@ -20,6 +28,31 @@ class StartupError(SupportBotError):
     """The process cannot start; the message is the one line the operator needs."""
 
 
+def cannot_listen(setting: str, host: str, port: int, exc: OSError) -> StartupError:
+    """The one line for a port the process cannot listen on, naming the setting and the way out."""
+    if exc.errno != errno.EADDRINUSE:
+        reason = exc.strerror or type(exc).__name__
+        return StartupError(f"cannot listen on {host}:{port} ({setting}): {reason}: check the address and {setting}")
+    fix = (
+        f"another process holds it (another worker on this host?): give each process on a host its own {setting}, "
+        f"e.g. {setting}={port + 1} for the second"
+    )
+    if setting == "METRICS_PORT":
+        fix += ", or METRICS_PORT=0 to run without /metrics, /healthz and /readyz"
+    return StartupError(f"cannot listen on {host}:{port} ({setting}): address already in use: {fix}")
+
+
+def not_a_bot_api(exc: ClientDecodeError | TelegramAPIError) -> str:
+    """The one line for a server that answers, but not like a Bot API (its text is not shown: it may
+    quote the request, whose URL holds the bot token)."""
+    answer = "an answer that is not JSON" if isinstance(exc, ClientDecodeError) else type(exc).__name__
+    return (
+        f"the server answered with {answer}: TELEGRAM_API_URL must be a Telegram Bot API server (e.g. "
+        "http://127.0.0.1:8081 for a self-hosted telegram-bot-api) or unset for Telegram's own; with it unset, "
+        "check BOT_TOKEN"
+    )
+
+
 async def with_startup_retries(
     what: str, call: Callable[[], Awaitable[T]], *, attempts: int = 5, first_delay: float = 0.5
 ) -> T:
@@ -29,11 +62,22 @@ async def with_startup_retries(
         try:
             return await call()
         except TelegramUnauthorizedError:
-            raise StartupError(f"{what}: Telegram refused BOT_TOKEN (401 Unauthorized)") from None
-        except (TransientError, TelegramNetworkError, TelegramServerError, OSError, TimeoutError) as exc:
+            raise StartupError(
+                f"{what}: Telegram refused BOT_TOKEN (401 Unauthorized): copy the token again from @BotFather"
+            ) from None
+        except (
+            TransientError,
+            TelegramNetworkError,
+            TelegramServerError,
+            TelegramRetryAfter,
+            OSError,
+            TimeoutError,
+        ) as exc:
             if attempt == attempts:
                 raise StartupError(f"{what}: still failing after {attempts} attempts: {exc}") from None
             log.warning("%s failed (%s); retrying in %.1fs", what, exc, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 8.0)
+        except (ClientDecodeError, TelegramAPIError) as exc:  # answered, but not as a Bot API answers getMe
+            raise StartupError(f"{what}: {not_a_bot_api(exc)}") from None
     raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,164 @@
+"""The operator's first hour: every settings mistake is one line naming the environment variable and the
+fix, exit code 2, no traceback, and never a secret's value (nor a piece of it). Real ``python -m bot``
+processes (the real entry point), long random secrets in the environment and in ``.env``, stub servers
+on loopback for the Bot API and OpenAI checks and a closed port for a refused connection."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+from tests.stubs.openai_server import StubOpenAI
+from tests.stubs.telegram_server import StubTelegram
+
+BOT_ID = "7312894456"
+SECRET_PART = secrets.token_urlsafe(30)
+BOT_TOKEN = f"{BOT_ID}:{SECRET_PART}"
+API_KEY = "sk-" + secrets.token_urlsafe(40)
+WEBHOOK_SECRET = secrets.token_urlsafe(40)
+REDIS_PASSWORD = secrets.token_urlsafe(24)
+GRAFANA_PASSWORD = secrets.token_urlsafe(24)
+SECRETS = (SECRET_PART, API_KEY, WEBHOOK_SECRET, REDIS_PASSWORD, GRAFANA_PASSWORD)
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:  # bound, never listening: a connection to it is refused
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def assert_no_secret(output: str, extra: Iterable[str] = ()) -> None:
+    """No secret, and no 6-character piece of one (a tail, a head), appears in ``output``."""
+    for value in (*SECRETS, *extra):
+        for start in range(len(value) - 5):
+            assert value[start : start + 6] not in output, f"a piece of a secret leaked: {output}"
+
+
+def assert_one_line_error(code: int, output: str, *needles: str) -> None:
+    assert code == 2, output
+    assert "Traceback" not in output, output
+    for needle in needles:
+        lines = [line for line in output.splitlines() if needle in line]
+        assert lines, f"no line names {needle!r}: {output}"
+    assert_no_secret(output)
+
+
+async def run_bots(cases: list[dict[str, str]], root: Path, within: float = 120) -> list[tuple[int, str]]:
+    """``python -m bot`` once per environment, all at once, each in its own folder (its own .env,
+    holding the secrets too); returns each exit code and output (stdout and stderr together)."""
+
+    async def one(index: int, env: dict[str, str]) -> tuple[int, str]:
+        cwd = root / f"case{index}"
+        cwd.mkdir()
+        (cwd / ".env").write_text(
+            f"OPENAI_API_KEY={API_KEY}\nGRAFANA_ADMIN_PASSWORD={GRAFANA_PASSWORD}\nLOG_LEVEL=DEBUG\n", encoding="utf-8"
+        )
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bot",
+            cwd=cwd,
+            env={"PATH": os.environ["PATH"], "HOME": str(cwd), "BOT_TOKEN": BOT_TOKEN, **env},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        try:
+            output, _ = await asyncio.wait_for(process.communicate(), within)
+        except TimeoutError:
+            process.kill()
+            output, _ = await process.communicate()
+            return -1, output.decode(errors="replace")
+        assert process.returncode is not None
+        return process.returncode, output.decode(errors="replace")
+
+    return list(await asyncio.gather(*(one(index, env) for index, env in enumerate(cases))))
+
+
+async def test_settings_mistakes_are_one_line_each_all_at_once_without_secrets(tmp_path: Path) -> None:
+    """Caught when the settings are read, before the heavy imports: each process stops at once."""
+    nowhere = f"http://127.0.0.1:{closed_port()}"
+    redis = f"redis://default:{REDIS_PASSWORD}@127.0.0.1:{closed_port()}/0"
+    common = {"TELEGRAM_API_URL": nowhere, "OPENAI_BASE_URL": nowhere + "/v1"}
+    cases = (
+        # three groups wrong at once, cross-field checks among them: each named, none hiding another
+        (
+            {
+                "BOT_MODE": "webhook",
+                "CHAT_INPUT_TOKEN_BUDGET": "100",
+                "WORKER_LEASE_SECONDS": "abc",
+                "REDIS_URL": redis,
+            },
+            ("WEBHOOK_SECRET", "SUMMARY_MAX_TOKENS", "CHAT_INPUT_TOKEN_BUDGET", "WORKER_LEASE_SECONDS"),
+        ),
+        ({"CHAT_INPUT_TOKEN_BUDGET": "abc"}, ("CHAT_INPUT_TOKEN_BUDGET",)),
+        ({"BOT_TOKEN": SECRET_PART}, ("BOT_TOKEN", "@BotFather")),
+        ({"OPENAI_BASE_URL": "127.0.0.1:8000/v1"}, ("OPENAI_BASE_URL", "http://")),
+        (
+            {
+                "BOT_MODE": "webhook",
+                "WEBHOOK_SECRET": WEBHOOK_SECRET + "!",
+                "REDIS_URL": f"http://default:{REDIS_PASSWORD}@127.0.0.1/0",
+            },
+            ("WEBHOOK_SECRET", "REDIS_URL"),
+        ),
+    )
+    runs = await run_bots([common | env for env, _ in cases], tmp_path)
+    for (code, output), (_, needles) in zip(runs, cases, strict=True):
+        assert_one_line_error(code, output, *needles)
+        assert "chat_input_token_budget" not in output and "input_value" not in output, output
+        assert "cannot start" in output, output
+
+
+async def test_start_up_mistakes_are_one_line_each_without_secrets(
+    telegram: StubTelegram, stub_llm: StubOpenAI, tmp_path: Path
+) -> None:
+    """Found once the bot reaches its servers and folders: a Bot API URL that is not one, a refused
+    connection, a knowledge folder that is missing or holds nothing readable, a metrics port in use."""
+    stub_llm.api_key = API_KEY
+    empty = tmp_path / "unreadable"
+    empty.mkdir()
+    (empty / "notes.docx").write_bytes(b"PK\x03\x04 not a format the bot reads")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = str(taken.getsockname()[1])
+        works = {
+            "TELEGRAM_API_URL": telegram.base_url,
+            "OPENAI_BASE_URL": stub_llm.base_url,
+            "METRICS_PORT": "0",
+            "METRICS_HOST": "127.0.0.1",
+        }
+        cases = (
+            ({"TELEGRAM_API_URL": stub_llm.base_url.removesuffix("/v1")}, ("TELEGRAM_API_URL",)),
+            ({"OPENAI_BASE_URL": f"http://127.0.0.1:{closed_port()}/v1"}, ("OPENAI_BASE_URL",)),
+            ({"KNOWLEDGE_DIR": str(tmp_path / "no-such-folder")}, ("KNOWLEDGE_DIR",)),
+            ({"KNOWLEDGE_DIR": str(empty)}, ("KNOWLEDGE_DIR",)),
+            ({"METRICS_PORT": busy}, ("METRICS_PORT",)),
+        )
+        runs = await run_bots([works | env for env, _ in cases], tmp_path)
+    for (code, output), (_, needles) in zip(runs, cases, strict=True):
+        assert_one_line_error(code, output, *needles)
+        assert "cannot start" in output, output
+
+
+def test_a_refused_connection_is_named_as_such(tmp_path: Path) -> None:
+    """Not "APITimeoutError": the line says the connection was refused and where."""
+    pytest.importorskip("openai")
+    from bot.cli.preflight import check_api_key
+    from services.errors import ConfigurationError
+    from services.settings import LLMSettings
+
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    settings = LLMSettings(_env_file=None, openai_api_key=API_KEY, openai_base_url=url)  # type: ignore[call-arg]
+    with pytest.raises(ConfigurationError) as caught:
+        asyncio.run(check_api_key(settings, attempts=2, first_delay=0.01))
+    message = str(caught.value)
+    assert "OPENAI_BASE_URL" in message and url in message and "refused" in message, message
+    assert_no_secret(message)
