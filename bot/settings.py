@@ -113,6 +113,13 @@ class BotSettings(BaseSettings):
     )
     metrics_host: str = Field(default="0.0.0.0", description="address of the ops server (/metrics, /healthz, /readyz)")
     metrics_port: int = Field(default=9100, ge=0, le=65535, description="port of the ops server; 0 turns it off")
+    metrics_port_tries: int = Field(
+        default=10,
+        ge=1,
+        le=100,
+        description="several workers on one host: while METRICS_PORT is taken, the next port is tried, up to this "
+        "many in all (the log names the port taken: 9100, 9101, … for Prometheus); 1: exactly METRICS_PORT or stop",
+    )
     token_drift_warn_ratio: float = Field(
         default=0.15,
         gt=0,
@@ -147,23 +154,33 @@ class BotSettings(BaseSettings):
     def _api_url(cls, value: str | None) -> str | None:
         return http_url(value, example="http://127.0.0.1:8081 for a self-hosted telegram-bot-api")
 
+    @field_validator("webhook_secret")
+    @classmethod
+    def _secret_chars(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not _SECRET_CHARS.match(value.get_secret_value()):
+            raise ValueError(f"may hold only A-Z, a-z, 0-9, _ and - (1-256 characters): {_NEW_SECRET}")
+        return value
+
+    @field_validator("webhook_path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("must start with /, e.g. /telegram/webhook")
+        return value
+
+    @field_validator("allowed_user_ids", "allowed_chat_ids")
+    @classmethod
+    def _ids(cls, value: str) -> str:
+        try:
+            _id_set(value)  # fail at start-up on a malformed list
+        except ValueError:
+            raise ValueError("is not a comma-separated list of numeric ids, e.g. 12345,67890") from None
+        return value
+
     @model_validator(mode="after")
     def _webhook_needs_a_secret(self) -> BotSettings:
-        problems = []
-        secret = self.webhook_secret.get_secret_value() if self.webhook_secret else ""
-        if secret and not _SECRET_CHARS.match(secret):
-            problems.append(f"WEBHOOK_SECRET may hold only A-Z, a-z, 0-9, _ and - (1-256 characters): {_NEW_SECRET}")
-        if self.bot_mode == "webhook" and not secret:
-            problems.append(f"BOT_MODE=webhook needs WEBHOOK_SECRET: {_NEW_SECRET}")
-        if not self.webhook_path.startswith("/"):
-            problems.append("WEBHOOK_PATH must start with /, e.g. /telegram/webhook")
-        for name, raw in (("ALLOWED_USER_IDS", self.allowed_user_ids), ("ALLOWED_CHAT_IDS", self.allowed_chat_ids)):
-            try:
-                _id_set(raw)  # fail at start-up on a malformed list
-            except ValueError:
-                problems.append(f"{name} is not a comma-separated list of numeric ids, e.g. 12345,67890")
-        if problems:
-            raise ValueError("\n".join(problems))
+        if self.bot_mode == "webhook" and self.webhook_secret is None:
+            raise ValueError(f"BOT_MODE=webhook needs WEBHOOK_SECRET: {_NEW_SECRET}")
         return self
 
     @property

@@ -140,7 +140,7 @@ async def test_start_up_mistakes_are_one_line_each_without_secrets(
             ({"OPENAI_BASE_URL": f"http://127.0.0.1:{closed_port()}/v1"}, ("OPENAI_BASE_URL",)),
             ({"KNOWLEDGE_DIR": str(tmp_path / "no-such-folder")}, ("KNOWLEDGE_DIR",)),
             ({"KNOWLEDGE_DIR": str(empty)}, ("KNOWLEDGE_DIR",)),
-            ({"METRICS_PORT": busy}, ("METRICS_PORT",)),
+            ({"METRICS_PORT": busy, "METRICS_PORT_TRIES": "1"}, ("METRICS_PORT",)),
         )
         runs = await run_bots([works | env for env, _ in cases], tmp_path)
     for (code, output), (_, needles) in zip(runs, cases, strict=True):
@@ -162,3 +162,76 @@ def test_a_refused_connection_is_named_as_such(tmp_path: Path) -> None:
     message = str(caught.value)
     assert "OPENAI_BASE_URL" in message and url in message and "refused" in message, message
     assert_no_secret(message)
+
+
+def test_every_group_is_checked_and_no_value_is_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process, the same reading as the entry point: one line per mistake in every group (a group's
+    error hides no other's), each beginning with a real variable's name, none holding a value read."""
+    from bot.cli.settings_errors import SettingsError, load_settings
+    from bot.settings import Settings
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text(f"OPENAI_API_KEY={API_KEY}\nGRAFANA_ADMIN_PASSWORD={GRAFANA_PASSWORD}\n")
+    for name in [name for name in os.environ if name.isupper()]:
+        monkeypatch.delenv(name)
+    mistakes = {
+        "BOT_TOKEN": f"{SECRET_PART} {SECRET_PART}",
+        "WEBHOOK_SECRET": WEBHOOK_SECRET + "/",
+        "REDIS_URL": f"http://default:{REDIS_PASSWORD}@127.0.0.1/0",
+        "CHAT_INPUT_TOKEN_BUDGET": "100",
+        "HISTORY_LOW_WATER": "0.5",
+        "KNOWLEDGE_STATIC_TOKENS": "99999",
+        "KNOWLEDGE_PASSAGE_TOKENS": "1999",
+        "IMAGE_MAX_PER_TURN": "eleven",
+        "WORKER_LEASE_SECONDS": "31",
+        "EVENT_LOOP": "trio",
+        "DRAFTS_ENABLED": "sometimes",
+    }
+    for name, value in mistakes.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    lines = caught.value.lines
+    names = {
+        field.upper()
+        for group in Settings.__dataclass_fields__.values()
+        for field in group.default_factory.model_fields  # type: ignore[union-attr]
+    }
+    assert all(line.split("=")[0].split()[0] in names for line in lines), lines
+    for name in mistakes:
+        assert any(name in line for line in lines), (name, lines)
+    assert {"SUMMARY_MAX_TOKENS", "WEBHOOK_SECRET"} <= {line.split("=")[0].split()[0] for line in lines}
+    assert_no_secret("\n".join(lines))
+
+
+def test_log_lines_and_their_exceptions_are_scrubbed_of_secrets() -> None:
+    """The second guard: a library's exception text (a request URL holds the bot token) is scrubbed."""
+    import io
+    import logging
+
+    from bot.redaction import REDACTED, RedactingFormatter, secret_values
+    from bot.settings import BotSettings, Settings
+    from services.settings import LLMSettings, RedisSettings
+
+    settings = Settings(
+        bot=BotSettings(_env_file=None, bot_token=BOT_TOKEN, webhook_secret=WEBHOOK_SECRET),  # type: ignore[call-arg,arg-type]
+        llm=LLMSettings(_env_file=None, openai_api_key=API_KEY, openai_base_url="http://u:pw-1234@h/v1"),  # type: ignore[call-arg,arg-type]
+        redis=RedisSettings(_env_file=None, redis_url=f"redis://default:{REDIS_PASSWORD}@h:6379/0"),  # type: ignore[call-arg,arg-type]
+    )
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(RedactingFormatter(logging.Formatter("%(message)s"), secret_values(settings)))
+    log = logging.getLogger("test.redaction")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        try:
+            raise ValueError(f"GET https://api.telegram.org/bot{BOT_TOKEN}/getMe failed (secret {SECRET_PART})")
+        except ValueError:
+            log.exception("call failed with key %s on %s", API_KEY, "http://u:pw-1234@h/v1")
+        log.warning("redis at redis://default:%s@h:6379/0 and %s", REDIS_PASSWORD, WEBHOOK_SECRET)
+    finally:
+        log.removeHandler(handler)
+    text = out.getvalue()
+    assert REDACTED in text and "getMe failed" in text and "pw-1234" not in text
+    assert_no_secret(text)

@@ -143,4 +143,4 @@ def shown_url(url: str) -> str:
         netloc = f"{host}:{parts.port}" if parts.port else host
     except ValueError:
         return "(a URL that cannot be read)"
-    return urlunsplit(parts._replace(netloc=netloc))
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))

@@ -111,4 +111,5 @@ def _fix(group: type | None, field: str, kind: str) -> str:
         return ""
     if info.default is None:
         return f"; fix it, or remove {field.upper()} to leave it unset"
-    return f"; fix it, or remove {field.upper()} for the default ({info.default})"
+    default = str(info.default).lower() if isinstance(info.default, bool) else info.default
+    return f"; fix it, or remove {field.upper()} for the default ({default})"

@@ -24,7 +24,7 @@ from bot.provider_health import PROVIDER
 from bot.serving.deadlines import watch_deadlines
 from bot.serving.fastpath import freeze_startup_heap
 from bot.serving.ops import ReadyCheck, add_health_routes, start_ops_server
-from bot.serving.startup import cannot_listen, with_startup_retries
+from bot.serving.startup import cannot_listen, metrics_port_error, with_startup_retries
 from bot.serving.webhook import build_webhook_app
 from bot.settings import Settings
 from bot.telegram.desk import HandoffDesk
@@ -108,11 +108,14 @@ async def run_polling(settings: Settings) -> None:
     dispatcher.shutdown.register(polling.clear)
     try:
         ops = await start_ops_server(
-            host=settings.bot.metrics_host, port=settings.bot.metrics_port, ready=readiness(backend, polling.is_set)
+            host=settings.bot.metrics_host,
+            port=settings.bot.metrics_port,
+            ready=readiness(backend, polling.is_set),
+            tries=settings.bot.metrics_port_tries,
         )
     except OSError as exc:
         await bot.session.close()
-        raise cannot_listen("METRICS_PORT", settings.bot.metrics_host, settings.bot.metrics_port, exc) from None
+        raise metrics_port_error(settings.bot, exc) from None
     freeze_startup_heap()
     log.info("starting in polling mode")
     try:
@@ -153,9 +156,14 @@ def run_webhook(settings: Settings) -> None:
 
     async def start_ops(_app: web.Application) -> None:
         try:
-            runner = await start_ops_server(host=settings.bot.metrics_host, port=settings.bot.metrics_port, ready=ready)
+            runner = await start_ops_server(
+                host=settings.bot.metrics_host,
+                port=settings.bot.metrics_port,
+                ready=ready,
+                tries=settings.bot.metrics_port_tries,
+            )
         except OSError as exc:
-            raise cannot_listen("METRICS_PORT", settings.bot.metrics_host, settings.bot.metrics_port, exc) from None
+            raise metrics_port_error(settings.bot, exc) from None
         ops.extend([runner] if runner else [])
 
     async def stop_ops(_app: web.Application) -> None:

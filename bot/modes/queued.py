@@ -122,7 +122,7 @@ async def _run(settings: Settings, backend: QueuedBackend, bot: Bot) -> None:
     runner: web.AppRunner | None = None
     setting, host, port = "METRICS_PORT", settings.bot.metrics_host, settings.bot.metrics_port
     try:  # listen first: a port in use is a start-up error, before any work is taken
-        ops = await start_ops_server(host=host, port=port, ready=ready)
+        ops = await start_ops_server(host=host, port=port, ready=ready, tries=settings.bot.metrics_port_tries)
         if settings.bot.bot_mode == "webhook":
             setting, host, port = "WEBHOOK_PORT", settings.bot.webhook_host, settings.bot.webhook_port
             runner = await _start_webhook(settings, intake, ready)
@@ -130,7 +130,8 @@ async def _run(settings: Settings, backend: QueuedBackend, bot: Bot) -> None:
         for started in (runner, ops):
             if started is not None:
                 await started.cleanup()
-        raise cannot_listen(setting, host, port, exc) from None
+        tries = settings.bot.metrics_port_tries if setting == "METRICS_PORT" else 1
+        raise cannot_listen(setting, host, port, exc, tries=tries) from None
     supervisor.start("worker", worker.run)
     handoffs = backend.handoffs if desk.enabled else None
     supervisor.start("gauges", lambda: _queue_gauges(queue, dead_letters, handoffs))

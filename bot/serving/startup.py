@@ -17,6 +17,7 @@ from aiogram.exceptions import (
     TelegramUnauthorizedError,
 )
 
+from bot.settings import BotSettings
 from services.errors import SupportBotError, TransientError
 
 log = logging.getLogger(__name__)
@@ -28,18 +29,22 @@ class StartupError(SupportBotError):
     """The process cannot start; the message is the one line the operator needs."""
 
 
-def cannot_listen(setting: str, host: str, port: int, exc: OSError) -> StartupError:
+def cannot_listen(setting: str, host: str, port: int, exc: OSError, *, tries: int = 1) -> StartupError:
     """The one line for a port the process cannot listen on, naming the setting and the way out."""
     if exc.errno != errno.EADDRINUSE:
         reason = exc.strerror or type(exc).__name__
         return StartupError(f"cannot listen on {host}:{port} ({setting}): {reason}: check the address and {setting}")
-    fix = (
-        f"another process holds it (another worker on this host?): give each process on a host its own {setting}, "
-        f"e.g. {setting}={port + 1} for the second"
-    )
+    where = f"{host}:{port}" if tries == 1 else f"{host}:{port}-{port + tries - 1} ({setting}_TRIES={tries})"
+    fix = f"another process holds it: give each process on a host its own {setting}, e.g. {setting}={port + tries}"
     if setting == "METRICS_PORT":
-        fix += ", or METRICS_PORT=0 to run without /metrics, /healthz and /readyz"
-    return StartupError(f"cannot listen on {host}:{port} ({setting}): address already in use: {fix}")
+        fix += ", raise METRICS_PORT_TRIES, or METRICS_PORT=0 to run without /metrics, /healthz and /readyz"
+    return StartupError(f"cannot listen on {where} ({setting}): address already in use: {fix}")
+
+
+def metrics_port_error(settings: BotSettings, exc: OSError) -> StartupError:
+    """``cannot_listen`` for the ops server (METRICS_PORT, METRICS_PORT_TRIES)."""
+    host, port, tries = settings.metrics_host, settings.metrics_port, settings.metrics_port_tries
+    return cannot_listen("METRICS_PORT", host, port, exc, tries=tries)
 
 
 def not_a_bot_api(exc: ClientDecodeError | TelegramAPIError) -> str:

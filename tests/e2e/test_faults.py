@@ -329,7 +329,14 @@ async def test_a_port_in_use_is_a_one_line_start_up_error(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        env = worker_env(telegram, stub_llm, redis_server.url, METRICS_PORT=str(port), METRICS_HOST="127.0.0.1")
+        env = worker_env(
+            telegram,
+            stub_llm,
+            redis_server.url,
+            METRICS_PORT=str(port),
+            METRICS_HOST="127.0.0.1",
+            METRICS_PORT_TRIES="1",
+        )
         process = BotProcess(env, tmp_path)
         await process.start()
         assert process.process is not None
