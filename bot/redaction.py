@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
+import traceback
+from types import TracebackType
 from urllib.parse import urlsplit
 
 from pydantic import SecretStr
@@ -57,17 +60,26 @@ class RedactingFormatter(logging.Formatter):
         self.values = values
 
     def format(self, record: logging.LogRecord) -> str:
-        line = self.inner.format(record)
-        for value in self.values:
-            if value in line:
-                line = line.replace(value, REDACTED)
-        return line
+        return scrub(self.inner.format(record), self.values)
+
+
+def scrub(text: str, values: list[str]) -> str:
+    for value in values:
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return text
 
 
 def redact_secrets(settings: Settings) -> None:
-    """Wrap the formatter of every root handler (``setup_logging`` installed them) in a RedactingFormatter."""
+    """Wrap the formatter of every root handler (``setup_logging`` installed them) in a RedactingFormatter,
+    and scrub the traceback of an exception nothing caught the same way."""
     values = secret_values(settings)
     for handler in logging.getLogger().handlers:
         inner = handler.formatter or logging.Formatter()
         if not isinstance(inner, RedactingFormatter):
             handler.setFormatter(RedactingFormatter(inner, values))
+
+    def excepthook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        sys.stderr.write(scrub("".join(traceback.format_exception(kind, exc, tb)), values))
+
+    sys.excepthook = excepthook

@@ -235,3 +235,24 @@ def test_log_lines_and_their_exceptions_are_scrubbed_of_secrets() -> None:
     text = out.getvalue()
     assert REDACTED in text and "getMe failed" in text and "pw-1234" not in text
     assert_no_secret(text)
+
+
+def test_an_uncaught_exception_is_printed_scrubbed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The entry point's redact_secrets also covers a traceback nothing caught (the last resort)."""
+    import logging
+
+    from bot.redaction import REDACTED, redact_secrets
+    from bot.settings import BotSettings, Settings
+
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # restored after the test
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    redact_secrets(Settings(bot=BotSettings(_env_file=None, bot_token=BOT_TOKEN)))  # type: ignore[call-arg,arg-type]
+    try:
+        raise RuntimeError(f"https://api.telegram.org/bot{BOT_TOKEN}/getMe")
+    except RuntimeError as exc:
+        sys.excepthook(RuntimeError, exc, exc.__traceback__)
+    printed = capsys.readouterr().err
+    assert "RuntimeError" in printed and REDACTED in printed
+    assert_no_secret(printed)

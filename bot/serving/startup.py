@@ -25,6 +25,13 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+HINTS = {
+    "Telegram": ": check TELEGRAM_API_URL (unset: api.telegram.org) and this host's network",
+    "Redis": ": check REDIS_URL and that Redis runs",
+}
+"""What to check when a start-up call to a server keeps failing, by the last word of the call's name."""
+
+
 class StartupError(SupportBotError):
     """The process cannot start; the message is the one line the operator needs."""
 
@@ -50,18 +57,19 @@ def metrics_port_error(settings: BotSettings, exc: OSError) -> StartupError:
 def not_a_bot_api(exc: ClientDecodeError | TelegramAPIError) -> str:
     """The one line for a server that answers, but not like a Bot API (its text is not shown: it may
     quote the request, whose URL holds the bot token)."""
-    answer = "an answer that is not JSON" if isinstance(exc, ClientDecodeError) else type(exc).__name__
+    answer = "not JSON" if isinstance(exc, ClientDecodeError) else type(exc).__name__
     return (
-        f"the server answered with {answer}: TELEGRAM_API_URL must be a Telegram Bot API server (e.g. "
-        "http://127.0.0.1:8081 for a self-hosted telegram-bot-api) or unset for Telegram's own; with it unset, "
-        "check BOT_TOKEN"
+        f"TELEGRAM_API_URL does not answer like a Telegram Bot API (getMe: {answer}): set it to a Bot API "
+        "server's address (e.g. http://127.0.0.1:8081 for a self-hosted telegram-bot-api) or unset it for "
+        "Telegram's own; with it unset, check BOT_TOKEN"
     )
 
 
 async def with_startup_retries(
     what: str, call: Callable[[], Awaitable[T]], *, attempts: int = 5, first_delay: float = 0.5
 ) -> T:
-    """Run ``call``; retry network failures with backoff, then give up with a StartupError."""
+    """Run ``call``; retry network failures with backoff, then give up with a StartupError naming the
+    setting to check (HINTS, by ``what``)."""
     delay = first_delay
     for attempt in range(1, attempts + 1):
         try:
@@ -79,7 +87,8 @@ async def with_startup_retries(
             TimeoutError,
         ) as exc:
             if attempt == attempts:
-                raise StartupError(f"{what}: still failing after {attempts} attempts: {exc}") from None
+                hint = HINTS.get(what.split()[-1], "")
+                raise StartupError(f"{what}: still failing after {attempts} attempts: {exc}{hint}") from None
             log.warning("%s failed (%s); retrying in %.1fs", what, exc, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 8.0)
