@@ -256,3 +256,27 @@ def test_an_uncaught_exception_is_printed_scrubbed(
     printed = capsys.readouterr().err
     assert "RuntimeError" in printed and REDACTED in printed
     assert_no_secret(printed)
+
+
+async def test_a_refused_connection_in_a_turn_is_not_called_a_timeout() -> None:
+    """The openai client's aiohttp transport (the bot's default) reports a refused connection as
+    APITimeoutError; the engine's error says what happened."""
+    import openai
+
+    from services.engine.llm_errors import translate_openai_error
+
+    transport = getattr(openai, "DefaultAioHttpClient", None)  # older openai: httpx, APIConnectionError
+    client = openai.AsyncOpenAI(
+        api_key=API_KEY,
+        base_url=f"http://127.0.0.1:{closed_port()}/v1",
+        max_retries=0,
+        http_client=transport() if transport is not None else None,
+    )
+    try:
+        with pytest.raises(openai.APIConnectionError) as caught:
+            await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    finally:
+        await client.close()
+    message = str(translate_openai_error(caught.value))
+    assert "connection refused" in message, message
+    assert_no_secret(message)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
@@ -122,15 +121,9 @@ async def _ask(client: AsyncOpenAI, endpoint: str) -> None:
 
 
 def connect_failure(exc: BaseException) -> str:
-    """Why no connection was made, from the exception chain (never its text: it may hold a URL)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(seen, socket.gaierror):
-            return "no such host"
-        seen = seen.__cause__ or seen.__context__
-    return "no connection"
+    from services.engine.llm_errors import connect_failure as why  # imports openai: only when it failed
+
+    return why(exc) or "no connection"
 
 
 def shown_url(url: str) -> str:
