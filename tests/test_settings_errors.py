@@ -280,3 +280,21 @@ async def test_a_refused_connection_in_a_turn_is_not_called_a_timeout() -> None:
     message = str(translate_openai_error(caught.value))
     assert "connection refused" in message, message
     assert_no_secret(message)
+
+
+def test_a_list_setting_that_is_not_json_is_one_line_without_its_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pydantic-settings decodes list and mapping settings as JSON and raises its own error, not a
+    ValidationError: still one line naming the variable."""
+    from pydantic_settings import BaseSettings
+
+    from bot.cli.settings_errors import unreadable
+
+    class Hosts(BaseSettings):
+        safe_hosts: list[str] = []
+
+    monkeypatch.setenv("SAFE_HOSTS", f"help.example.com,{API_KEY}")
+    with pytest.raises(ValueError) as caught:
+        Hosts(_env_file=None)  # type: ignore[call-arg]
+    line = unreadable(caught.value)
+    assert line.startswith("SAFE_HOSTS could not be read") and "JSON" in line, line
+    assert_no_secret(line)

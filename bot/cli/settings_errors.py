@@ -8,6 +8,7 @@ errors are used, without their input."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from typing import Any
 
@@ -34,6 +35,9 @@ BOUNDS = {
 }
 
 
+_FIELD = re.compile(r'field "(\w+)"')
+
+
 class SettingsError(Exception):
     """The settings cannot be used; ``lines`` holds one line per mistake, none with a value read."""
 
@@ -54,6 +58,8 @@ def load_settings() -> Settings:
             groups[group.name] = factory()
         except ValidationError as exc:
             lines += describe(exc, factory if isinstance(factory, type) else None)
+        except ValueError as exc:  # pydantic-settings' own SettingsError: a list or dict setting not JSON
+            lines.append(unreadable(exc))
     if lines:
         raise SettingsError(lines)
     return Settings(**groups)
@@ -80,6 +86,13 @@ def describe(exc: ValidationError, group: type | None = None) -> list[str]:
         field = str(error["loc"][0])
         lines.append(f"{field.upper()} {_problem(error)}{_fix(group, field, error['type'])}")
     return lines
+
+
+def unreadable(exc: ValueError) -> str:
+    """The line for a value pydantic-settings could not decode (its message names the field, not the value)."""
+    found = _FIELD.search(str(exc))
+    name = found.group(1).upper() if found else "a setting"
+    return f'{name} could not be read: a list or mapping setting is written as JSON, e.g. ["a", "b"]'
 
 
 def _own_message(msg: str) -> str:
