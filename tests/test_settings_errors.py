@@ -1,7 +1,8 @@
 """The operator's first hour: every settings mistake is one line naming the environment variable and the
 fix, exit code 2, no traceback, and never a secret's value (nor a piece of it). Real ``python -m bot``
-processes (the real entry point), long random secrets in the environment and in ``.env``, stub servers
-on loopback for the Bot API and OpenAI checks and a closed port for a refused connection."""
+processes (the real entry point) with long random secrets in the environment and in ``.env``, for the
+mistakes caught before the heavy imports; the ones found once the bot reaches its servers and folders
+are in tests/e2e/test_start_up_mistakes.py (stub servers on loopback, a closed port)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
-
-from tests.stubs.openai_server import StubOpenAI
-from tests.stubs.telegram_server import StubTelegram
 
 BOT_ID = "7312894456"
 SECRET_PART = secrets.token_urlsafe(30)
@@ -113,38 +111,6 @@ async def test_settings_mistakes_are_one_line_each_all_at_once_without_secrets(t
     for (code, output), (_, needles) in zip(runs, cases, strict=True):
         assert_one_line_error(code, output, *needles)
         assert "chat_input_token_budget" not in output and "input_value" not in output, output
-        assert "cannot start" in output, output
-
-
-async def test_start_up_mistakes_are_one_line_each_without_secrets(
-    telegram: StubTelegram, stub_llm: StubOpenAI, tmp_path: Path
-) -> None:
-    """Found once the bot reaches its servers and folders: a Bot API URL that is not one, a refused
-    connection, a knowledge folder that is missing or holds nothing readable, a metrics port in use."""
-    stub_llm.api_key = API_KEY
-    empty = tmp_path / "unreadable"
-    empty.mkdir()
-    (empty / "notes.docx").write_bytes(b"PK\x03\x04 not a format the bot reads")
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        busy = str(taken.getsockname()[1])
-        works = {
-            "TELEGRAM_API_URL": telegram.base_url,
-            "OPENAI_BASE_URL": stub_llm.base_url,
-            "METRICS_PORT": "0",
-            "METRICS_HOST": "127.0.0.1",
-        }
-        cases = (
-            ({"TELEGRAM_API_URL": stub_llm.base_url.removesuffix("/v1")}, ("TELEGRAM_API_URL",)),
-            ({"OPENAI_BASE_URL": f"http://127.0.0.1:{closed_port()}/v1"}, ("OPENAI_BASE_URL",)),
-            ({"KNOWLEDGE_DIR": str(tmp_path / "no-such-folder")}, ("KNOWLEDGE_DIR",)),
-            ({"KNOWLEDGE_DIR": str(empty)}, ("KNOWLEDGE_DIR",)),
-            ({"METRICS_PORT": busy, "METRICS_PORT_TRIES": "1"}, ("METRICS_PORT",)),
-        )
-        runs = await run_bots([works | env for env, _ in cases], tmp_path)
-    for (code, output), (_, needles) in zip(runs, cases, strict=True):
-        assert_one_line_error(code, output, *needles)
         assert "cannot start" in output, output
 
 
