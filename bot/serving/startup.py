@@ -12,6 +12,7 @@ from aiogram.exceptions import (
     ClientDecodeError,
     TelegramAPIError,
     TelegramNetworkError,
+    TelegramNotFound,
     TelegramRetryAfter,
     TelegramServerError,
     TelegramUnauthorizedError,
@@ -54,14 +55,14 @@ def metrics_port_error(settings: BotSettings, exc: OSError) -> StartupError:
     return cannot_listen("METRICS_PORT", host, port, exc, tries=tries)
 
 
-def not_a_bot_api(exc: ClientDecodeError | TelegramAPIError) -> str:
+def not_a_bot_api(exc: ClientDecodeError | TelegramNotFound) -> str:
     """The one line for a server that answers, but not like a Bot API (its text is not shown: it may
     quote the request, whose URL holds the bot token)."""
-    answer = "not JSON" if isinstance(exc, ClientDecodeError) else type(exc).__name__
+    answer = "not JSON" if isinstance(exc, ClientDecodeError) else "404 Not Found"
     return (
-        f"TELEGRAM_API_URL does not answer like a Telegram Bot API (getMe: {answer}): set it to a Bot API "
-        "server's address (e.g. http://127.0.0.1:8081 for a self-hosted telegram-bot-api) or unset it for "
-        "Telegram's own; with it unset, check BOT_TOKEN"
+        f"TELEGRAM_API_URL does not answer like a Telegram Bot API ({answer}): set it to a Bot API server's "
+        "address (e.g. http://127.0.0.1:8081 for a self-hosted telegram-bot-api) or unset it for Telegram's "
+        "own; with it unset, check BOT_TOKEN"
     )
 
 
@@ -92,6 +93,8 @@ async def with_startup_retries(
             log.warning("%s failed (%s); retrying in %.1fs", what, exc, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 8.0)
-        except (ClientDecodeError, TelegramAPIError) as exc:  # answered, but not as a Bot API answers getMe
+        except (ClientDecodeError, TelegramNotFound) as exc:  # answered, but not as a Bot API answers
             raise StartupError(f"{what}: {not_a_bot_api(exc)}") from None
+        except TelegramAPIError as exc:  # a Bot API that refuses the call: its description, no token in it
+            raise StartupError(f"{what}: the Bot API refused it ({type(exc).__name__}: {exc.message})") from None
     raise AssertionError("unreachable")  # pragma: no cover
