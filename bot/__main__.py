@@ -10,11 +10,11 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from pydantic import ValidationError
-
 from bot.cli.commands import parse_command_line
 from bot.cli.preflight import check_api_key, missing_message, missing_settings
+from bot.cli.settings_errors import load_settings_or_exit
 from bot.logs import setup_logging
+from bot.redaction import redact_secrets
 from bot.serving.fastpath import install_event_loop
 from bot.settings import Settings
 from services.errors import ConfigurationError, SupportBotError
@@ -27,11 +27,9 @@ log = logging.getLogger("bot")
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_command_line(argv)  # help and argument errors here, before any heavy import
-    try:
-        settings = Settings()
-    except ValidationError as exc:
-        raise SystemExit(f"invalid settings (see .env.example):\n{exc}") from None
+    settings = load_settings_or_exit()  # one line per mistake, no value, exit 2
     setup_logging(settings.bot.log_level, settings.bot.log_format)
+    redact_secrets(settings)
     log.info("support-bot starting: %s", describe(args.command, settings))
     if args.command in ("run", "console"):
         log.info("event loop: %s", install_event_loop(settings.runtime))  # before any loop starts

@@ -159,8 +159,14 @@ def build_knowledge(
         return None
     from services.knowledge.library import KnowledgeLibrary
 
+    root = Path(options.knowledge_dir)
+    if not root.is_dir():  # a typo or a volume not mounted: the bot would answer without its documents
+        raise ConfigurationError(
+            f"KNOWLEDGE_DIR={options.knowledge_dir} is not a folder ({root.absolute()}): fix the path (relative "
+            "paths start at the working directory) or unset KNOWLEDGE_DIR to run without documents"
+        )
     library = KnowledgeLibrary(
-        root=Path(options.knowledge_dir),
+        root=root,
         counter=TokenCounter.for_encoding(settings.memory.tokenizer_encoding),
         passage_tokens=options.knowledge_passage_tokens,
         max_file_bytes=options.knowledge_max_file_bytes,
@@ -171,6 +177,11 @@ def build_knowledge(
         progress=progress if progress is not None else progress_sink(),
     )
     library.load()
+    if not library.documents:
+        raise ConfigurationError(
+            f"KNOWLEDGE_DIR={options.knowledge_dir} holds no readable document: add Markdown, text, HTML or PDF "
+            "files (the log above names each file skipped and why) or unset KNOWLEDGE_DIR"
+        )
     watch_knowledge(library)
     return library
 

@@ -10,9 +10,18 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.telegram.link_hosts import parse_safe_hosts
-from services.settings import KnowledgeSettings, LLMSettings, MediaSettings, MemorySettings, RedisSettings
+from services.settings import (
+    KnowledgeSettings,
+    LLMSettings,
+    MediaSettings,
+    MemorySettings,
+    RedisSettings,
+    http_url,
+)
 
 _SECRET_CHARS = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
+_TOKEN = re.compile(r"^[0-9]+:\S+$")
+_NEW_SECRET = "set it to 1-256 characters of A-Z a-z 0-9 _ -, e.g. the output of `openssl rand -hex 32`"
 
 
 def _id_set(raw: str) -> frozenset[int]:
@@ -111,6 +120,13 @@ class BotSettings(BaseSettings):
     )
     metrics_host: str = Field(default="0.0.0.0", description="address of the ops server (/metrics, /healthz, /readyz)")
     metrics_port: int = Field(default=9100, ge=0, le=65535, description="port of the ops server; 0 turns it off")
+    metrics_port_tries: int = Field(
+        default=10,
+        ge=1,
+        le=100,
+        description="several workers on one host: while METRICS_PORT is taken, the next port is tried, up to this "
+        "many in all (the log names the port taken: 9100, 9101, … for Prometheus); 1: exactly METRICS_PORT or stop",
+    )
     token_drift_warn_ratio: float = Field(
         default=0.15,
         gt=0,
@@ -129,18 +145,55 @@ class BotSettings(BaseSettings):
         default=False, description="after the reply timeout the assistant answers again (the handoff ends)"
     )
 
+    @field_validator("bot_token")
+    @classmethod
+    def _token_shape(cls, value: SecretStr) -> SecretStr:
+        token = value.get_secret_value()
+        if token and not _TOKEN.match(token):  # aiogram's own check, with a message that holds no value
+            raise ValueError(
+                "is not a Telegram bot token (the bot's number, a colon, then letters and digits, no spaces): "
+                "copy it again from @BotFather"
+            )
+        return value
+
+    @field_validator("telegram_api_url")
+    @classmethod
+    def _api_url(cls, value: str | None) -> str | None:
+        return http_url(value, example="http://127.0.0.1:8081 for a self-hosted telegram-bot-api")
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _secret_chars(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not _SECRET_CHARS.match(value.get_secret_value()):
+            raise ValueError(f"may hold only A-Z, a-z, 0-9, _ and - (1-256 characters): {_NEW_SECRET}")
+        return value
+
+    @field_validator("webhook_path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("must start with /, e.g. /telegram/webhook")
+        return value
+
+    @field_validator("safe_link_hosts")
+    @classmethod
+    def _safe_hosts(cls, value: str) -> str:
+        parse_safe_hosts(value)  # fail at start-up on an entry that is not a host name
+        return value
+
+    @field_validator("allowed_user_ids", "allowed_chat_ids")
+    @classmethod
+    def _ids(cls, value: str) -> str:
+        try:
+            _id_set(value)  # fail at start-up on a malformed list
+        except ValueError:
+            raise ValueError("is not a comma-separated list of numeric ids, e.g. 12345,67890") from None
+        return value
+
     @model_validator(mode="after")
     def _webhook_needs_a_secret(self) -> BotSettings:
-        secret = self.webhook_secret.get_secret_value() if self.webhook_secret else ""
-        if secret and not _SECRET_CHARS.match(secret):
-            raise ValueError("WEBHOOK_SECRET may hold only A-Z, a-z, 0-9, _ and - (1-256 characters)")
-        if self.bot_mode == "webhook" and not secret:
-            raise ValueError("BOT_MODE=webhook needs WEBHOOK_SECRET")
-        if not self.webhook_path.startswith("/"):
-            raise ValueError("WEBHOOK_PATH must start with /")
-        for raw in (self.allowed_user_ids, self.allowed_chat_ids):
-            _id_set(raw)  # fail at start-up on a malformed list
-        parse_safe_hosts(self.safe_link_hosts)
+        if self.bot_mode == "webhook" and self.webhook_secret is None:
+            raise ValueError(f"BOT_MODE=webhook needs WEBHOOK_SECRET: {_NEW_SECRET}")
         return self
 
     @property

@@ -3,12 +3,31 @@
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, PositiveInt, SecretStr, model_validator
+from pydantic import Field, PositiveInt, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # env_ignore_empty: a setting left blank in .env (KEY=) means "use the default"
 _CONFIG = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore", env_ignore_empty=True)
+
+
+def http_url(value: str | None, *, example: str) -> str | None:
+    """``value`` when it is an http(s) URL with a host; else a ValueError whose message (the fix) holds
+    no part of the value (a URL may carry a password)."""
+    if value is None:
+        return None
+    try:
+        parts = urlsplit(value.strip())
+        host = parts.hostname
+    except ValueError:
+        host = None
+    else:
+        if parts.scheme not in ("http", "https"):
+            host = None
+    if not host:
+        raise ValueError(f"is not an http:// or https:// URL with a host: write it in full, e.g. {example}")
+    return value.strip()
 
 
 class LLMSettings(BaseSettings):
@@ -100,6 +119,11 @@ class LLMSettings(BaseSettings):
         "model is sent this often; once one is accepted the refusal (metric, /readyz) clears without customer traffic",
     )
 
+    @field_validator("openai_base_url")
+    @classmethod
+    def _base_url(cls, value: str | None) -> str | None:
+        return http_url(value, example="http://localhost:8000/v1, or unset it for api.openai.com")
+
     @property
     def effective_summary_model(self) -> str:
         return self.summary_model or self.openai_model
@@ -176,10 +200,20 @@ class MemorySettings(BaseSettings):
 
     @model_validator(mode="after")
     def _water_marks(self) -> MemorySettings:
+        problems = []
         if self.history_low_water >= self.history_high_water:
-            raise ValueError("HISTORY_LOW_WATER must be below HISTORY_HIGH_WATER")
+            problems.append(
+                f"HISTORY_LOW_WATER={self.history_low_water} must be below HISTORY_HIGH_WATER="
+                f"{self.history_high_water}: lower the one or raise the other (defaults 0.15 and 0.3)"
+            )
         if self.summary_max_tokens >= self.chat_input_token_budget:
-            raise ValueError("SUMMARY_MAX_TOKENS must be below CHAT_INPUT_TOKEN_BUDGET")
+            problems.append(
+                f"SUMMARY_MAX_TOKENS={self.summary_max_tokens} must be below CHAT_INPUT_TOKEN_BUDGET="
+                f"{self.chat_input_token_budget}: raise CHAT_INPUT_TOKEN_BUDGET (default 6000) or lower "
+                "SUMMARY_MAX_TOKENS (default 800)"
+            )
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
 
@@ -261,22 +295,22 @@ class KnowledgeSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _passages_fit_the_budget(self) -> KnowledgeSettings:
+        problems = []
         room = self.knowledge_token_budget - KNOWLEDGE_BLOCK_TOKENS
         if self.knowledge_passage_tokens > room:
-            raise ValueError(
+            problems.append(
                 f"KNOWLEDGE_PASSAGE_TOKENS={self.knowledge_passage_tokens} does not fit KNOWLEDGE_TOKEN_BUDGET="
                 f"{self.knowledge_token_budget}: a passage with its block takes up to {KNOWLEDGE_BLOCK_TOKENS} tokens "
                 f"more; at most {max(room, 0)}"
             )
-        return self
-
-    @model_validator(mode="after")
-    def _static_within_budget(self) -> KnowledgeSettings:
         if self.knowledge_static_tokens > self.knowledge_token_budget:
-            raise ValueError(
+            problems.append(
                 f"KNOWLEDGE_STATIC_TOKENS={self.knowledge_static_tokens} is more than "
-                f"KNOWLEDGE_TOKEN_BUDGET={self.knowledge_token_budget}, the room the documents have in every prompt"
+                f"KNOWLEDGE_TOKEN_BUDGET={self.knowledge_token_budget}, the room the documents have in every prompt: "
+                "lower it (0 turns it off) or raise KNOWLEDGE_TOKEN_BUDGET"
             )
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
 
@@ -333,6 +367,9 @@ class MediaSettings(BaseSettings):
     )
 
 
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
 class RedisSettings(BaseSettings):
     """Storage: Redis (one server or a Cluster) or, without REDIS_URL, the in-process store."""
 
@@ -359,3 +396,13 @@ class RedisSettings(BaseSettings):
         default="auto",
         description="auto: ask the server at start-up (INFO cluster); on: Redis Cluster; off: one server",
     )
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip().lower().startswith(REDIS_SCHEMES):
+            raise ValueError(
+                "must start with redis://, rediss:// (TLS) or unix://, e.g. redis://localhost:6379/0; "
+                "or leave it unset for the in-process store"
+            )
+        return value

@@ -6,14 +6,18 @@ endpoint once (GET /models) whether it accepts OPENAI_API_KEY."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
 
 from services.errors import ConfigurationError
 from services.settings import LLMSettings
 
 if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
     from bot.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -62,26 +66,74 @@ def missing_message(command: str, missing: list[str], cwd: Path | None = None) -
     return "\n".join(lines)
 
 
-async def check_api_key(settings: LLMSettings, *, request_seconds: float = 10.0) -> None:
-    """One request to the endpoint's /models with the key. A 401 raises ConfigurationError; anything else
-    (no such route on a local server, the endpoint unreachable right now) is only logged: the bot's own
-    retries and error replies handle an endpoint that is down."""
-    from openai import APIError, AsyncOpenAI, AuthenticationError  # seconds to import: only when checking
+async def check_api_key(
+    settings: LLMSettings, *, request_seconds: float = 10.0, attempts: int = 3, first_delay: float = 1.0
+) -> None:
+    """One request to the endpoint's /models with the key. A 401 raises ConfigurationError, and so does an
+    endpoint no connection reaches (refused, no such host) after ``attempts`` tries with backoff: at start
+    that is a wrong OPENAI_BASE_URL far more often than an outage. Anything else (no such route on a local
+    server, a slow answer) is only logged: the bot's own retries and error replies handle a slow endpoint."""
+    from openai import APIConnectionError, APITimeoutError, AsyncOpenAI  # seconds to import: only when checking
 
     key = settings.openai_api_key.get_secret_value().strip()
     if not key:
         raise ConfigurationError("OPENAI_API_KEY is not set")
-    endpoint = settings.openai_base_url or "https://api.openai.com/v1"
+    endpoint = shown_url(settings.openai_base_url or "https://api.openai.com/v1")
     client = AsyncOpenAI(api_key=key, base_url=settings.openai_base_url, timeout=request_seconds, max_retries=0)
+    delay = first_delay
+    try:
+        for attempt in range(1, attempts + 1):
+            try:
+                return await _ask(client, endpoint)
+            except APITimeoutError:
+                log.warning("could not check OPENAI_API_KEY: %s did not answer in time; starting anyway", endpoint)
+                return
+            except APIConnectionError as exc:
+                if attempt == attempts:
+                    raise ConfigurationError(
+                        f"cannot reach OPENAI_BASE_URL {endpoint}: {connect_failure(exc)} ({attempts} tries): check "
+                        "the address and port and that the server runs (unset OPENAI_BASE_URL for api.openai.com)"
+                    ) from None
+                log.warning("cannot reach %s (%s); trying again in %.0fs", endpoint, connect_failure(exc), delay)
+                await asyncio.sleep(delay)
+                delay *= 2
+    finally:
+        await client.close()
+
+
+async def _ask(client: AsyncOpenAI, endpoint: str) -> None:
+    """GET /models once: a refused key raises ConfigurationError, a connection failure is the caller's,
+    any other error is logged."""
+    from openai import APIConnectionError, APIError, AuthenticationError
+
     try:
         await client.models.list()
     except AuthenticationError as exc:
         raise ConfigurationError(
             f"OPENAI_API_KEY was rejected by {endpoint} (401 {type(exc).__name__}): check the key and OPENAI_BASE_URL"
         ) from None
+    except APIConnectionError:
+        raise
     except APIError as exc:
         log.warning("could not check OPENAI_API_KEY against %s (%s); starting anyway", endpoint, type(exc).__name__)
     else:
         log.info("OPENAI_API_KEY accepted by %s", endpoint)
-    finally:
-        await client.close()
+
+
+def connect_failure(exc: BaseException) -> str:
+    from services.engine.llm_errors import connect_failure as why  # imports openai: only when it failed
+
+    return why(exc) or "no connection"
+
+
+def shown_url(url: str) -> str:
+    """``url`` without the user and password it may carry."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None and parts.username is None:
+            return url
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+    except ValueError:
+        return "(a URL that cannot be read)"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))

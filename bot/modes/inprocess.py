@@ -24,7 +24,7 @@ from bot.provider_health import PROVIDER
 from bot.serving.deadlines import watch_deadlines
 from bot.serving.fastpath import freeze_startup_heap
 from bot.serving.ops import ReadyCheck, add_health_routes, start_ops_server
-from bot.serving.startup import StartupError, with_startup_retries
+from bot.serving.startup import cannot_listen, metrics_port_error, with_startup_retries
 from bot.serving.webhook import build_webhook_app
 from bot.settings import Settings
 from bot.telegram.desk import HandoffDesk
@@ -110,11 +110,14 @@ async def run_polling(settings: Settings) -> None:
     dispatcher.shutdown.register(polling.clear)
     try:
         ops = await start_ops_server(
-            host=settings.bot.metrics_host, port=settings.bot.metrics_port, ready=readiness(backend, polling.is_set)
+            host=settings.bot.metrics_host,
+            port=settings.bot.metrics_port,
+            ready=readiness(backend, polling.is_set),
+            tries=settings.bot.metrics_port_tries,
         )
     except OSError as exc:
         await bot.session.close()
-        raise StartupError(f"cannot listen on METRICS_PORT={settings.bot.metrics_port}: {exc}") from None
+        raise metrics_port_error(settings.bot, exc) from None
     freeze_startup_heap()
     log.info("starting in polling mode")
     try:
@@ -156,7 +159,15 @@ def run_webhook(settings: Settings) -> None:
     ops: list[web.AppRunner] = []
 
     async def start_ops(_app: web.Application) -> None:
-        runner = await start_ops_server(host=settings.bot.metrics_host, port=settings.bot.metrics_port, ready=ready)
+        try:
+            runner = await start_ops_server(
+                host=settings.bot.metrics_host,
+                port=settings.bot.metrics_port,
+                ready=ready,
+                tries=settings.bot.metrics_port_tries,
+            )
+        except OSError as exc:
+            raise metrics_port_error(settings.bot, exc) from None
         ops.extend([runner] if runner else [])
 
     async def stop_ops(_app: web.Application) -> None:
@@ -168,4 +179,4 @@ def run_webhook(settings: Settings) -> None:
     try:
         web.run_app(app, host=settings.bot.webhook_host, port=settings.bot.webhook_port, print=None)
     except OSError as exc:  # the port is taken (at start: run_app binds before serving)
-        raise StartupError(f"cannot listen on {settings.bot.webhook_host}:{settings.bot.webhook_port}: {exc}") from None
+        raise cannot_listen("WEBHOOK_PORT", settings.bot.webhook_host, settings.bot.webhook_port, exc) from None

@@ -32,7 +32,7 @@ from bot.queueing.worker import Worker, worker_identity
 from bot.serving.deadlines import OVERDUE_PREFIX, enqueue_overdue, watch_deadlines
 from bot.serving.fastpath import freeze_startup_heap
 from bot.serving.ops import ReadyCheck, add_health_routes, start_ops_server
-from bot.serving.startup import StartupError, with_startup_retries
+from bot.serving.startup import StartupError, cannot_listen, with_startup_retries
 from bot.telegram.desk import HandoffDesk
 from services.errors import TransientError
 from services.fence import Fence
@@ -122,15 +122,18 @@ async def _run(settings: Settings, backend: QueuedBackend, bot: Bot) -> None:
 
     ops: web.AppRunner | None = None
     runner: web.AppRunner | None = None
+    setting, host, port = "METRICS_PORT", settings.bot.metrics_host, settings.bot.metrics_port
     try:  # listen first: a port in use is a start-up error, before any work is taken
-        ops = await start_ops_server(host=settings.bot.metrics_host, port=settings.bot.metrics_port, ready=ready)
+        ops = await start_ops_server(host=host, port=port, ready=ready, tries=settings.bot.metrics_port_tries)
         if settings.bot.bot_mode == "webhook":
+            setting, host, port = "WEBHOOK_PORT", settings.bot.webhook_host, settings.bot.webhook_port
             runner = await _start_webhook(settings, intake, ready)
     except OSError as exc:
         for started in (runner, ops):
             if started is not None:
                 await started.cleanup()
-        raise StartupError(f"cannot listen: {exc}") from None
+        tries = settings.bot.metrics_port_tries if setting == "METRICS_PORT" else 1
+        raise cannot_listen(setting, host, port, exc, tries=tries) from None
     supervisor.start("worker", worker.run)
     handoffs = backend.handoffs if desk.enabled else None
     supervisor.start("gauges", lambda: _queue_gauges(queue, dead_letters, handoffs))

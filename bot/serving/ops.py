@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -31,8 +32,10 @@ def add_health_routes(app: web.Application, ready: ReadyCheck) -> None:
     app.router.add_get("/readyz", readyz)
 
 
-async def start_ops_server(*, host: str, port: int, ready: ReadyCheck) -> web.AppRunner | None:
-    """Serve /metrics, /healthz and /readyz on ``port`` (0 = off). Returns the runner to clean up."""
+async def start_ops_server(*, host: str, port: int, ready: ReadyCheck, tries: int = 1) -> web.AppRunner | None:
+    """Serve /metrics, /healthz and /readyz on ``port`` (0 = off), or, while it is in use (another worker
+    on this host), on the next of ``tries`` ports. Returns the runner to clean up; the last OSError when
+    no port could be had."""
     if port == 0:
         return None
     app = web.Application()
@@ -42,6 +45,17 @@ async def start_ops_server(*, host: str, port: int, ready: ReadyCheck) -> web.Ap
     add_health_routes(app, ready)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    log.info("metrics and health on %s:%s (/metrics, /healthz, /readyz)", host, port)
-    return runner
+    last = min(port + max(tries, 1), 65536) - 1
+    for candidate in range(port, last + 1):
+        try:
+            await web.TCPSite(runner, host, candidate).start()
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE and candidate < last:
+                continue
+            await runner.cleanup()
+            raise
+        if candidate != port:
+            log.info("METRICS_PORT %s is in use (another worker on this host?): took %s", port, candidate)
+        log.info("metrics and health on %s:%s (/metrics, /healthz, /readyz)", host, candidate)
+        return runner
+    raise AssertionError("unreachable")  # pragma: no cover

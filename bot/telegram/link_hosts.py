@@ -37,7 +37,9 @@ def parse_safe_hosts(raw: str) -> tuple[frozenset[str], tuple[str, ...]]:
         wildcard = entry.startswith("*.")
         host = ascii_host(entry[2:] if wildcard else entry)
         if not _valid_host(host):
-            raise ValueError(f"SAFE_LINK_HOSTS: {entry!r} is not a host name (write shop.example or *.shop.example)")
+            raise ValueError(
+                f"{entry!r} is not a host name: write SAFE_LINK_HOSTS entries as shop.example or *.shop.example"
+            )
         exact.add(host)
         if wildcard:
             domains.append("." + host)

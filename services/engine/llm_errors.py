@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import socket
 import ssl
 
 import aiohttp
@@ -42,10 +43,24 @@ def translate_openai_error(exc: openai.OpenAIError) -> LLMError:
             return LLMRequestRejectedError(what, status=status)
         return LLMBadReplyError(what, status=status)
     if isinstance(exc, openai.APIConnectionError):  # timeouts included
-        return LLMUnavailableError(f"LLM provider unreachable: {type(exc).__name__}")
+        why = connect_failure(exc)
+        return LLMUnavailableError(f"LLM provider unreachable: {type(exc).__name__}{f' ({why})' if why else ''}")
     if isinstance(exc, openai.APIResponseValidationError):
         return LLMIncompleteReplyError(f"LLM provider sent an unreadable answer: {type(exc).__name__}")
     return LLMUnavailableError(f"LLM call failed: {type(exc).__name__}")
+
+
+def connect_failure(exc: BaseException) -> str | None:
+    """Why no connection was made, read from the exception chain (never its text: it may hold a URL):
+    the aiohttp transport reports a refused connection as APITimeoutError, which misleads."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(seen, socket.gaierror):
+            return "no such host"
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _code_of(exc: openai.APIStatusError) -> str:

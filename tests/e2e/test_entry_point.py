@@ -132,7 +132,7 @@ def test_bad_settings_are_refused_at_start_up(tmp_path: Path) -> None:
 
     base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
     cases = (
-        ({"CHAT_INPUT_TOKEN_BUDGET": "0", "BOT_TOKEN": TOKEN}, "chat_input_token_budget"),
+        ({"CHAT_INPUT_TOKEN_BUDGET": "0", "BOT_TOKEN": TOKEN}, "CHAT_INPUT_TOKEN_BUDGET must be greater than 0"),
         ({"BOT_MODE": "webhook", "BOT_TOKEN": TOKEN}, "BOT_MODE=webhook needs WEBHOOK_SECRET"),
         ({}, "BOT_TOKEN is not set"),
         ({"BOT_TOKEN": TOKEN}, "OPENAI_API_KEY is not set"),

@@ -290,7 +290,9 @@ async def admin_output(backend: RedisBackend, action: str, target: str | None = 
     return out.getvalue()
 
 
-def test_start_up_failures_are_one_line_without_a_traceback(tmp_path: Path, redis_server: RedisServer) -> None:
+async def test_start_up_failures_are_one_line_without_a_traceback(
+    tmp_path: Path, redis_server: RedisServer, stub_llm: StubOpenAI
+) -> None:
     import os
     import socket
 
@@ -302,7 +304,7 @@ def test_start_up_failures_are_one_line_without_a_traceback(tmp_path: Path, redi
         "HOME": str(tmp_path),
         "BOT_TOKEN": TOKEN,
         "OPENAI_API_KEY": "sk-x",
-        "OPENAI_BASE_URL": f"http://127.0.0.1:{dead_port}/v1",
+        "OPENAI_BASE_URL": stub_llm.base_url,  # reachable: a refused one stops the start before (test_settings_errors)
     }
     cases = (
         ({"REDIS_URL": f"redis://127.0.0.1:{dead_port}/0"}, "connecting to Redis: still failing"),
@@ -311,7 +313,8 @@ def test_start_up_failures_are_one_line_without_a_traceback(tmp_path: Path, redi
             "connecting to Telegram: still failing",
         ),
     )
-    runs = run_side_by_side([base | env for env, _ in cases], tmp_path)  # each waits out ~8 s of retries
+    envs = [base | env for env, _ in cases]
+    runs = await asyncio.to_thread(run_side_by_side, envs, tmp_path)  # each waits out ~8 s of retries
     for (code, output), (_, expected) in zip(runs, cases, strict=True):
         assert code == 2 and expected in output, output
         assert "Traceback" not in output and "Unclosed" not in output, output
@@ -326,7 +329,14 @@ async def test_a_port_in_use_is_a_one_line_start_up_error(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        env = worker_env(telegram, stub_llm, redis_server.url, METRICS_PORT=str(port), METRICS_HOST="127.0.0.1")
+        env = worker_env(
+            telegram,
+            stub_llm,
+            redis_server.url,
+            METRICS_PORT=str(port),
+            METRICS_HOST="127.0.0.1",
+            METRICS_PORT_TRIES="1",
+        )
         process = BotProcess(env, tmp_path)
         await process.start()
         assert process.process is not None
@@ -334,5 +344,5 @@ async def test_a_port_in_use_is_a_one_line_start_up_error(
         assert process._reader is not None
         await process._reader
     output = process.log.decode(errors="replace")
-    assert code == 2 and "cannot start: cannot listen" in output, output
+    assert code == 2 and "cannot start: cannot listen" in output and "METRICS_PORT" in output, output
     assert "Traceback" not in output and "Unclosed" not in output, output
