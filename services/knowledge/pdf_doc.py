@@ -15,6 +15,9 @@ MAX_PAGE_CONTENT = 1_000_000
 """Bytes of one page's decompressed content stream: a text page holds tens of kB; more is a page the
 pure-Python text extraction would chew on for minutes (a small PDF that inflates: a "PDF bomb")."""
 
+_HYPHENATED = re.compile(r"(\w)-\n(\w)")
+_LINE_STARTS_BLOCK = re.compile(r"\n(?=[A-ZА-ЯЁ0-9•\-])")
+
 logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings per odd object would flood the log
 
 
@@ -48,8 +51,8 @@ def parse_pdf(data: bytes, *, path: str, fallback_title: str, max_pages: int = M
     if count > max_pages:
         logging.getLogger(__name__).warning("%s: only the first %d of %d pages read", path, max_pages, count)
     text = "\n\n".join(texts)
-    text = re.sub(r"(\w)-\n(\w)", r"\1\2", text)
-    blocks = paragraphs(re.sub(r"\n(?=[A-ZА-ЯЁ0-9•\-])", "\n\n", text))
+    text = _HYPHENATED.sub(r"\1\2", text)
+    blocks = paragraphs(_LINE_STARTS_BLOCK.sub("\n\n", text))
     if not blocks:
         raise UnreadableDocument("PDF has no extractable text (scanned images?)", kind="empty")
     sections: list[Section] = []
