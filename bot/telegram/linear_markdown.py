@@ -1,0 +1,76 @@
+"""telegramify-markdown's pre-processing regexes, replaced by linear equivalents (same results).
+
+Measured on telegramify-markdown 1.4.1, the converter every model reply goes through:
+
+* ``_SPOILER_EDGES_RE`` (``||…||`` spoilers) backtracks cubically on content with many line breaks:
+  a 2 kB reply ``||x`` + newlines + ``y||`` took 0.6 s, 20 kB took 45 s, holding the GIL;
+* ``_LATEX_MATH_P`` / ``_LATEX_INLINE_P`` (``\\[…\\]``, ``\\(…\\)``) rescan to the end of the
+  paragraph from every opener without a closer: 20 kB of ``\\[`` took 3.7 s.
+
+They are module globals the library reads on every call, so replacing them is the smallest change
+that keeps its output; tests/test_regex_budget.py checks the replacements against the originals on
+random inputs and that the library still has them. ``install()`` is idempotent.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from telegramify_markdown import converter
+
+_LINE_BREAK = r"(?:\r\n?|\n)(?:[ \t]*>[ \t]?)*"
+SPOILER_EDGES = re.compile(
+    rf"((?:[ \t]*{_LINE_BREAK})*)((?:.*[^\r\n \t>])?[ \t>]*)((?:[\r\n][\r\n \t>]*)?)",
+    re.DOTALL,
+)
+"""The original's groups (leading breaks, body, trailing breaks) without its lazy body: the trailing
+group of the original is a line break followed by line breaks, blanks and quote markers only, so the
+body is greedy up to its last other character, then the blanks before the next line break."""
+
+
+class FirstCloser:
+    """``pattern.sub(repl, text)`` for an ``OPEN(.*?)CLOSE`` pattern (DOTALL) that stops at the first
+    opener without a closer after it: no later opener has one either, so the regex would only scan to
+    the end again from each of them (quadratic). Matches are the pattern's own, at the same places."""
+
+    def __init__(self, pattern: re.Pattern[str], opener: str, closer: str) -> None:
+        self.pattern = pattern
+        self._opener = opener
+        self._closer = closer
+
+    def sub(self, repl: Callable[[re.Match[str]], str], string: str) -> str:
+        parts: list[str] = []
+        pos = 0
+        while True:
+            start = string.find(self._opener, pos)
+            if start < 0 or string.find(self._closer, start + len(self._opener)) < 0:
+                break
+            match = self.pattern.match(string, start)
+            if match is None:  # cannot happen: an opener with a closer after it matches
+                break
+            parts += (string[pos:start], repl(match))
+            pos = match.end()
+        parts.append(string[pos:])
+        return "".join(parts)
+
+
+LATEX_MATH = FirstCloser(re.compile(r"\\\[(.*?)\\\]", re.DOTALL), "\\[", "\\]")
+LATEX_INLINE = FirstCloser(re.compile(r"\\\((.*?)\\\)", re.DOTALL), "\\(", "\\)")
+
+ORIGINAL_SOURCES = {
+    "_SPOILER_EDGES_RE": rf"((?:[ \t]*{_LINE_BREAK})*)(.*?)((?:{_LINE_BREAK}[ \t]*)*)",
+    "_LATEX_MATH_P": LATEX_MATH.pattern.pattern,
+    "_LATEX_INLINE_P": LATEX_INLINE.pattern.pattern,
+}
+"""What each replaced pattern of the library is: one that changed upstream is left alone (and
+tests/test_regex_budget.py fails until it is looked at again)."""
+
+
+def install() -> None:
+    """Put the linear replacements in place of the library's patterns."""
+    replacements = {"_SPOILER_EDGES_RE": SPOILER_EDGES, "_LATEX_MATH_P": LATEX_MATH, "_LATEX_INLINE_P": LATEX_INLINE}
+    for name, replacement in replacements.items():
+        current = getattr(converter, name, None)
+        if isinstance(current, re.Pattern) and current.pattern == ORIGINAL_SOURCES[name]:
+            setattr(converter, name, replacement)
