@@ -154,6 +154,11 @@ CORE: dict[str, Maker] = {
     "spoiler of newlines": _run("\n", "y||", "||x"),
     "spoiler of quote lines": _run("\n> ", "y||", "||x"),
     "LaTeX openers": _run("\\["),
+    "start tags never closed": _run("<a b"),
+    "start tags on lines never closed": _run("<a\n"),
+    "end tags never closed": _run("</"),
+    "lists in lists on one line": _run("+ "),
+    "numbered lists in lists": _run("1. "),
     "distinct numbers": lambda size: ";".join(str(10_000 + i) for i in range(size // 6)),
     "distinct codes": lambda size: ";".join(f"A{10_000 + i}" for i in range(size // 7)),
 }
@@ -468,3 +473,51 @@ def test_the_markdown_heading_attack_in_knowledge_dir_is_read_promptly(tmp_path:
     document = read_document(path, relative="faq.md", max_bytes=1_000_000)
     assert time.perf_counter() - started < BUDGET_SECONDS
     assert document.sections[0].headings == ("Refunds" + " " + "policy",)
+
+
+NESTED_BY_INDENT = "".join(f"{'  ' * depth}+ item\n" for depth in range(90))
+
+
+def test_a_reply_is_rendered_promptly_up_to_the_plain_text_cap() -> None:
+    """Below RENDER_MAX_CHARS the reply goes through the Markdown converter: no shape takes long."""
+    from bot.telegram.render import RENDER_MAX_CHARS, render_chunks
+
+    shapes = {**{name: maker(RENDER_MAX_CHARS) for name, maker in CORE.items()}, "indent": NESTED_BY_INDENT}
+    shapes["eight lists per line"] = _repeat("+ + + + + + + + a\n", RENDER_MAX_CHARS)
+    for name, text in shapes.items():
+        started = time.perf_counter()
+        render_chunks(text)
+        assert time.perf_counter() - started < BUDGET_SECONDS, name
+
+
+def test_a_long_or_deeply_nested_reply_is_sent_as_plain_text() -> None:
+    from bot.telegram.render import RENDER_MAX_CHARS, render_chunks
+
+    formatted = "**Refund**: press *Return*.\n\n1. Open orders\n2. Press `refund`\n"
+    assert render_chunks(formatted)[0][1]  # bold, italic, code
+    long = formatted * (RENDER_MAX_CHARS // len(formatted) + 1)
+    chunks = render_chunks(long)
+    assert all(not entities for _, entities in chunks) and "".join(c for c, _ in chunks).count("**Refund**") > 100
+    nested = "+ + + + + + + + + **deep**\n" + formatted
+    assert render_chunks(nested) == [(nested, [])]
+
+
+def test_malformed_html_declarations_are_refused_not_raised() -> None:
+    """Python's html.parser raises AssertionError on "<![<![…": the document is unreadable."""
+    from services.knowledge.documents import UnreadableDocument
+    from services.knowledge.html_doc import parse_html
+
+    with pytest.raises(UnreadableDocument, match="malformed HTML"):
+        parse_html("<p>a</p>" + "<![" * 1000 + ">", path="x.html", fallback_title="x")
+
+
+@pytest.mark.xfail(strict=True, reason="html.parser of Python 3.11.7 rescans a start tag whose '>' are all quoted")
+def test_html_with_quoted_closers_only_is_linear() -> None:
+    """Known gap: ``<a b='>' c`` repeated (100 kB: 25 s) in Python's own parser; fixed upstream in
+    later CPython releases (gh-135462 and follow-ups), not by the "<" after the last ">" rewrite."""
+    from services.knowledge.html_doc import parse_html
+
+    assert_linear(
+        "parse_html(<a b='>' c)",
+        lambda size: lambda: parse_html(_repeat("<a b='>' c", size), path="x", fallback_title="x"),
+    )

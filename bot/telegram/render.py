@@ -17,15 +17,16 @@ linear_markdown.install()
 
 TELEGRAM_TEXT_LIMIT = 4096
 RENDER_MAX_CHARS = 2 * TELEGRAM_TEXT_LIMIT
-"""A longer reply is sent as plain text: the Markdown parser (pyromark) and the converter's walk are
-super-linear on some shapes (nested lists or quotes on one line, long runs of "$"), 20 kB of them
-takes seconds holding the GIL. A reply of MAX_OUTPUT_TOKENS=1024 is about 5 kB of prose."""
+"""A longer reply, or one nesting lists deeper than linear_markdown.MAX_NESTING on a line, is sent
+as plain text: the Markdown parser (pyromark) and the converter's walk are super-linear on some
+shapes (nested lists or quotes, long runs of "$"), 20 kB of them takes seconds holding the GIL.
+A reply of MAX_OUTPUT_TOKENS=1024 is about 5 kB of prose."""
 
 
 def render_chunks(markdown: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[tuple[str, list[MessageEntity]]]:
     """Convert Markdown to (text, entities) chunks. Splits fall on line/paragraph boundaries where
     possible; an entity crossing a split is clipped into both chunks, so formatting never breaks."""
-    if len(markdown) > RENDER_MAX_CHARS:
+    if len(markdown) > RENDER_MAX_CHARS or linear_markdown.too_nested(markdown):
         return [(chunk, []) for chunk, _ in telegramify_markdown.split_entities(markdown, [], limit)]
     plain, entities = telegramify_markdown.convert(markdown)
     chunks = telegramify_markdown.split_entities(plain, entities, limit)
