@@ -411,6 +411,7 @@ def _text_functions() -> dict[str, Callable[[str], object]]:
     from services.engine.citations import render_citations
     from services.engine.identifiers import extract_identifiers
     from services.engine.prompt_format import clean_text, customer_block
+    from services.engine.tokens import TokenCounter
     from services.knowledge.analysis import terms
     from services.knowledge.documents import parse_text
     from services.knowledge.gaps import normalize_question, worth_recording
@@ -421,6 +422,7 @@ def _text_functions() -> dict[str, Callable[[str], object]]:
     from services.ports.knowledge import Passage, web_url
 
     passage = Passage("p", "faq.md", "FAQ", ("Refunds",), "x", 1)
+    counter = TokenCounter.for_encoding()  # tiktoken's pre-tokenizer regex runs on every message
     return {
         "parse_markdown": lambda text: parse_markdown(text, path="x.md", fallback_title="x"),
         "parse_text": lambda text: parse_text(text, path="x.txt", fallback_title="x"),
@@ -435,6 +437,7 @@ def _text_functions() -> dict[str, Callable[[str], object]]:
         "parse_notes": lambda text: parse_notes(text, 3),
         "glossary_terms": lambda text: glossary_terms([Passage("p", "x.md", text, (text,), "x", 1)]),
         "web_url": web_url,
+        "count_tokens": counter.count_text,
     }
 
 
