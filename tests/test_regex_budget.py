@@ -51,6 +51,7 @@ USES: dict[str, tuple[Method, ...]] = {
     "services.backends.redis.scripts._STATUS_NAMES": ("scan",),
     "services.engine.citations._MARKER": ("scan",),
     "services.engine.citations._MARKDOWN": ("scan",),
+    "services.engine.identifiers._EMAIL_GLUED": ("match",),
     "services.engine.identifiers._PATTERNS[0][1]": ("scan",),
     "services.engine.identifiers._PATTERNS[1][1]": ("scan",),
     "services.engine.identifiers._PATTERNS[2][1]": ("scan",),
@@ -388,64 +389,15 @@ def test_image_note_line_is_read_as_the_former_pattern_read_it() -> None:
 
 
 def test_emails_are_found_where_the_former_pattern_found_them() -> None:
-    """Except a second address glued to the end of a first one ("a@b.com+c@d.com": the first only);
-    the former pattern rescanned every run of "a.a.a…" from each letter, quadratic."""
+    """The former pattern rescanned every run of "a.a.a…" from each letter (quadratic)."""
     from services.engine import identifiers
 
     former = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
-    email = dict((pattern.pattern, pattern) for _, pattern in identifiers._PATTERNS)
-    pattern = next(p for source, p in email.items() if "(?P<value>" in source)
+    email = dict(identifiers._PATTERNS)["email"]
     for text in _random_strings(("a", "1", ".", "+", "-", "@", " ", "_", "b.c", "é"), longest=12):
         old = [match.span() for match in former.finditer(text)]
-        new = [match.span("value") for match in pattern.finditer(text)]
-        assert set(new) <= set(old) and (not old or old[0] in new), repr(text)
-        for (_, end), current in itertools.pairwise(old):
-            assert current in new or text[end : current[0]].strip(".+-") == "", repr(text)
-
-
-# --- end to end: the text functions, with every library they call ---
-
-
-def _text_functions() -> dict[str, Callable[[str], object]]:
-    from bot.telegram.render import render_chunks
-    from services.engine.citations import render_citations
-    from services.engine.identifiers import extract_identifiers
-    from services.engine.prompt_format import clean_text, customer_block
-    from services.engine.tokens import TokenCounter
-    from services.knowledge.analysis import terms
-    from services.knowledge.documents import parse_text
-    from services.knowledge.gaps import normalize_question, worth_recording
-    from services.knowledge.html_doc import parse_html
-    from services.knowledge.markdown_doc import parse_markdown
-    from services.media.notes import parse_notes
-    from services.media.vocabulary import glossary_terms
-    from services.ports.knowledge import Passage, web_url
-
-    passage = Passage("p", "faq.md", "FAQ", ("Refunds",), "x", 1)
-    counter = TokenCounter.for_encoding()  # tiktoken's pre-tokenizer regex runs on every message
-    return {
-        "parse_markdown": lambda text: parse_markdown(text, path="x.md", fallback_title="x"),
-        "parse_text": lambda text: parse_text(text, path="x.txt", fallback_title="x"),
-        "parse_html": lambda text: parse_html(text, path="x.html", fallback_title="x"),
-        "render_chunks": render_chunks,
-        "extract_identifiers": extract_identifiers,
-        "terms": terms,
-        "worth_recording": worth_recording,
-        "normalize_question": normalize_question,
-        "customer_block": lambda text: customer_block(clean_text(text)),
-        "render_citations": lambda text: render_citations(text + " [K1]", {"K1": passage}),
-        "parse_notes": lambda text: parse_notes(text, 3),
-        "glossary_terms": lambda text: glossary_terms([Passage("p", "x.md", text, (text,), "x", 1)]),
-        "web_url": web_url,
-        "count_tokens": counter.count_text,
-    }
-
-
-@pytest.mark.parametrize("function", sorted(_text_functions()))
-def test_text_function_is_linear_on_pathological_lines(function: str) -> None:
-    run = _text_functions()[function]
-    for maker in CORE:
-        assert_linear(f"{function}({maker})", lambda size, maker=maker: lambda: run(line(maker, size)))
+        new = [match.span("value") for match in identifiers._matches("email", email, text)]
+        assert new == old, repr(text)
 
 
 ATTACK = "# Refunds" + " " * 2_600 + "policy\n\nText under it.\n"

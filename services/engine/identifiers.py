@@ -6,7 +6,7 @@ Used to guarantee that compaction never silently drops a fact the customer gave.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from services.engine.models import StoredMessage
@@ -16,7 +16,8 @@ from services.engine.summary_state import SummaryState
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("url", re.compile(r"\bhttps?://[^\s<>\"']+[^\s<>\"'.,;:!?)\]]")),
     # The local part starts at a run of its characters only (no rescan from inside "a.a.a.a…": that
-    # was quadratic); leading ".+-" are skipped, the value is the "value" group.
+    # was quadratic); leading ".+-" are skipped, the value is the "value" group. _EMAIL_GLUED reads
+    # an address that starts where the one before ends ("a@b.com+c@d.com").
     ("email", re.compile(r"(?<![\w.+-])[.+-]*+(?P<value>\w[\w.+-]*+@[\w-]+(?:\.[\w-]+)+\b)")),
     (
         "phone",
@@ -37,6 +38,8 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # Numbers with 3+ digits, also with separators: 7718, 1299.50, 12.03.2026, 2.4.1
     ("number", re.compile(r"(?<![\w.,])#?\d+(?:[.,:/]\d+)*(?![\w])")),
 )
+_EMAIL_GLUED = re.compile(r"(?P<value>[\w.+-]++@[\w-]+(?:\.[\w-]+)+\b)")
+"""Matched where an address ended (a word boundary): the next one may start there, "+" and all."""
 _MIN_NUMBER_DIGITS = 3
 _PHRASE_RADIUS = 40
 
@@ -62,13 +65,26 @@ def _phrase_around(text: str, start: int, end: int) -> str:
     return snippet
 
 
+def _matches(kind: str, pattern: re.Pattern[str], text: str) -> Iterator[re.Match[str]]:
+    """``pattern.finditer(text)``; for e-mails also an address glued to the end of the one before."""
+    if kind != "email":
+        yield from pattern.finditer(text)
+        return
+    pos = 0
+    while (match := pattern.search(text, pos)) is not None:
+        while match is not None:
+            yield match
+            pos = match.end()
+            match = _EMAIL_GLUED.match(text, pos)
+
+
 def extract_identifiers(text: str) -> list[Identifier]:
     """Identifiers in order of appearance, each once, with the phrase around its first mention."""
     taken = bytearray(len(text))  # 1 where an earlier match lies: an overlap check per match, not per pair
     found: list[tuple[int, Identifier]] = []
     seen: set[str] = set()
     for kind, pattern in _PATTERNS:
-        for match in pattern.finditer(text):
+        for match in _matches(kind, pattern, text):
             start, end = match.span("value" if "value" in pattern.groupindex else 0)
             if taken.find(1, start, end) >= 0:
                 continue
