@@ -41,6 +41,8 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 _EMAIL_GLUED = re.compile(r"(?P<value>[\w.+-]++@[\w-]+(?:\.[\w-]+)+\b)")
 """Matched where an address ended (a word boundary): the next one may start there, "+" and all."""
 _MIN_NUMBER_DIGITS = 3
+_SPACE = re.compile(r"\s")
+_TO_LAST_SPACE = re.compile(r".*\s", re.DOTALL)
 _PHRASE_RADIUS = 40
 
 
@@ -57,10 +59,11 @@ def _phrase_around(text: str, start: int, end: int) -> str:
     # widen to word boundaries so the phrase does not start or end mid-word (at most the radius
     # again: text without spaces must not make each identifier's phrase walk the whole text)
     floor, ceiling = max(0, left - _PHRASE_RADIUS), min(len(text), right + _PHRASE_RADIUS)
-    while left > floor and not text[left - 1].isspace():
-        left -= 1
-    while right < ceiling and not text[right].isspace():
-        right += 1
+    if left > floor and not text[left - 1].isspace():
+        before = _TO_LAST_SPACE.match(text, floor, left)
+        left = before.end() if before else floor
+    after = _SPACE.search(text, right, ceiling)
+    right = after.start() if after else ceiling
     snippet = " ".join(text[left:right].split())
     return snippet
 
