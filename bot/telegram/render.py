@@ -10,13 +10,20 @@ from aiogram import Bot
 from aiogram.exceptions import TelegramBadRequest
 from aiogram.types import MessageEntity
 
+from bot.telegram import linear_markdown
 from bot.telegram.link_hosts import LinkPolicy
 from bot.telegram.links import safe_entities
 
 log = logging.getLogger(__name__)
+linear_markdown.install()
 
 TELEGRAM_TEXT_LIMIT = 4096
 _NO_HOSTS = LinkPolicy()
+RENDER_MAX_CHARS = 2 * TELEGRAM_TEXT_LIMIT
+"""A longer reply, or one nesting lists deeper than linear_markdown.MAX_NESTING on a line, is sent
+as plain text: the Markdown parser (pyromark) and the converter's walk are super-linear on some
+shapes (nested lists or quotes, long runs of "$"), 20 kB of them takes seconds holding the GIL.
+A reply of MAX_OUTPUT_TOKENS=1024 is about 5 kB of prose."""
 
 
 def render_chunks(
@@ -26,6 +33,9 @@ def render_chunks(
     possible; an entity crossing a split is clipped into both chunks, so formatting never breaks.
     Links are made honest first (``bot.telegram.links``): only hosts ``links`` allows stay links
     (without a policy, none), every other address is shown."""
+    if len(markdown) > RENDER_MAX_CHARS or linear_markdown.too_nested(markdown):
+        plain, _ = safe_entities(markdown, [], links or _NO_HOSTS)  # addresses in plain text too
+        return [(chunk, []) for chunk, _ in telegramify_markdown.split_entities(plain, [], limit)]
     plain, entities = telegramify_markdown.convert(markdown)
     plain, entities = safe_entities(plain, entities, links or _NO_HOSTS)
     chunks = telegramify_markdown.split_entities(plain, entities, limit)

@@ -6,7 +6,7 @@ Used to guarantee that compaction never silently drops a fact the customer gave.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from services.engine.models import StoredMessage
@@ -15,7 +15,10 @@ from services.engine.summary_state import SummaryState
 # Order matters: earlier patterns win where matches overlap (a phone number is not also "a number").
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("url", re.compile(r"\bhttps?://[^\s<>\"']+[^\s<>\"'.,;:!?)\]]")),
-    ("email", re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")),
+    # The local part starts at a run of its characters only (no rescan from inside "a.a.a.a…": that
+    # was quadratic); leading ".+-" are skipped, the value is the "value" group. _EMAIL_GLUED reads
+    # an address that starts where the one before ends ("a@b.com+c@d.com").
+    ("email", re.compile(r"(?<![\w.+-])[.+-]*+(?P<value>\w[\w.+-]*+@[\w-]+(?:\.[\w-]+)+\b)")),
     (
         "phone",
         re.compile(r"(?<![\w+])\+\d[\d ()-]{6,}\d(?!\w)|(?<!\w)\(?\d{3}\)?[ -]\d{3}[ -]\d{2}[ -]?\d{2}(?!\w)"),
@@ -35,7 +38,11 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # Numbers with 3+ digits, also with separators: 7718, 1299.50, 12.03.2026, 2.4.1
     ("number", re.compile(r"(?<![\w.,])#?\d+(?:[.,:/]\d+)*(?![\w])")),
 )
+_EMAIL_GLUED = re.compile(r"(?P<value>[\w.+-]++@[\w-]+(?:\.[\w-]+)+\b)")
+"""Matched where an address ended (a word boundary): the next one may start there, "+" and all."""
 _MIN_NUMBER_DIGITS = 3
+_SPACE = re.compile(r"\s")
+_TO_LAST_SPACE = re.compile(r".*\s", re.DOTALL)
 _PHRASE_RADIUS = 40
 
 
@@ -49,29 +56,45 @@ class Identifier:
 def _phrase_around(text: str, start: int, end: int) -> str:
     left = max(0, start - _PHRASE_RADIUS)
     right = min(len(text), end + _PHRASE_RADIUS)
-    # widen to word boundaries so the phrase does not start or end mid-word
-    while left > 0 and not text[left - 1].isspace():
-        left -= 1
-    while right < len(text) and not text[right].isspace():
-        right += 1
+    # widen to word boundaries so the phrase does not start or end mid-word (at most the radius
+    # again: text without spaces must not make each identifier's phrase walk the whole text)
+    floor, ceiling = max(0, left - _PHRASE_RADIUS), min(len(text), right + _PHRASE_RADIUS)
+    if left > floor and not text[left - 1].isspace():
+        before = _TO_LAST_SPACE.match(text, floor, left)
+        left = before.end() if before else floor
+    after = _SPACE.search(text, right, ceiling)
+    right = after.start() if after else ceiling
     snippet = " ".join(text[left:right].split())
     return snippet
 
 
+def _matches(kind: str, pattern: re.Pattern[str], text: str) -> Iterator[re.Match[str]]:
+    """``pattern.finditer(text)``; for e-mails also an address glued to the end of the one before."""
+    if kind != "email":
+        yield from pattern.finditer(text)
+        return
+    pos = 0
+    while (match := pattern.search(text, pos)) is not None:
+        while match is not None:
+            yield match
+            pos = match.end()
+            match = _EMAIL_GLUED.match(text, pos)
+
+
 def extract_identifiers(text: str) -> list[Identifier]:
     """Identifiers in order of appearance, each once, with the phrase around its first mention."""
-    taken: list[tuple[int, int]] = []
+    taken = bytearray(len(text))  # 1 where an earlier match lies: an overlap check per match, not per pair
     found: list[tuple[int, Identifier]] = []
     seen: set[str] = set()
     for kind, pattern in _PATTERNS:
-        for match in pattern.finditer(text):
-            start, end = match.span()
-            if any(start < t_end and t_start < end for t_start, t_end in taken):
+        for match in _matches(kind, pattern, text):
+            start, end = match.span("value" if "value" in pattern.groupindex else 0)
+            if taken.find(1, start, end) >= 0:
                 continue
-            value = match.group(0)
+            value = text[start:end]
             if kind == "number" and sum(ch.isdigit() for ch in value) < _MIN_NUMBER_DIGITS:
                 continue
-            taken.append((start, end))
+            taken[start:end] = b"\x01" * (end - start)
             key = value.casefold()
             if key in seen:
                 continue
@@ -83,11 +106,30 @@ def extract_identifiers(text: str) -> list[Identifier]:
 
 def mentions(text: str, value: str) -> bool:
     """Whether ``value`` appears in ``text`` as a whole token (7718 is not mentioned by 77180)."""
-    core = value.lstrip("#")
+    core = _fold(value.lstrip("#"))
     if not core:
         return False
-    pattern = rf"(?<![\w]){re.escape(core)}(?![\w])"
-    return re.search(pattern, text, flags=re.IGNORECASE) is not None
+    folded = _fold(text)
+    at = folded.find(core)
+    while at >= 0:  # str.find, not a pattern built from the value: no backtracking, nothing compiled per call
+        end = at + len(core)
+        if not (at > 0 and _is_word(folded[at - 1])) and not (end < len(folded) and _is_word(folded[end])):
+            return True
+        at = folded.find(core, at + 1)
+    return False
+
+
+def _fold(text: str) -> str:
+    """Lower case, one character for one (so positions and word boundaries stay where they were)."""
+    folded = text.lower()
+    if len(folded) == len(text):
+        return folded
+    return "".join(ch.lower() if len(ch.lower()) == 1 else ch for ch in text)
+
+
+def _is_word(ch: str) -> bool:
+    """What ``\\w`` matches."""
+    return ch.isalnum() or ch == "_"
 
 
 def summary_text(summary: SummaryState) -> str:

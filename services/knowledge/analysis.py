@@ -11,6 +11,7 @@ import Stemmer
 from bm25s.stopwords import STOPWORDS_EN, STOPWORDS_EN_PLUS, STOPWORDS_RUSSIAN
 
 _WORD = re.compile(r"[^\W_]+(?:[-/][^\W_]+)*")
+_JOINERS = re.compile(r"[-/]")
 _CYRILLIC = re.compile(r"[\u0400-\u04ff]")
 _INVISIBLE = re.compile("[\u00ad\u200b\u200c\u200d\u2060\ufeff]")  # soft hyphen, zero-width: inside words
 # Ranking drops only Lucene's 33 English stop words: "how", "which", "can", "what" are words a
@@ -67,7 +68,7 @@ def terms(text: str) -> list[str]:
     found: list[str] = []
     for match in _WORD.finditer(folded):
         word = match.group()
-        parts = [word] if any(ch.isdigit() for ch in word) else re.split(r"[-/]", word)
+        parts = [word] if any(ch.isdigit() for ch in word) else _JOINERS.split(word)
         for part in parts:
             term = _term(part)
             if term:

@@ -44,6 +44,8 @@ SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".txt": "text", ".html":
 _SPACES = re.compile(r"[ \t\u00a0]+")
 _INVISIBLE = re.compile("[\u00ad\u200b\u200c\u200d\u2060\ufeff]")
 """Soft hyphens, zero-width spaces and joiners of web exports: they would split "достав&shy;ка"."""
+_BLANK_LINE = re.compile(r"\n\s*\n")
+_UNDERLINE = re.compile(r"\s*(=+|-+)\s*")
 
 
 def squash(text: str) -> str:
@@ -66,7 +68,7 @@ def decode_text(data: bytes) -> str:
 
 def paragraphs(text: str) -> list[str]:
     """Blank-line separated blocks, lines joined, whitespace squashed."""
-    blocks = re.split(r"\n\s*\n", text.replace("\r\n", "\n").replace("\r", "\n"))
+    blocks = _BLANK_LINE.split(text.replace("\r\n", "\n").replace("\r", "\n"))
     return [squash(" ".join(block.splitlines())) for block in blocks if block.strip()]
 
 
@@ -74,11 +76,11 @@ def parse_text(text: str, *, path: str, fallback_title: str) -> Document:
     """Plain text: paragraphs; a short line ending with ':' or underlined (=== / ---) heads what follows."""
     headings: tuple[str, ...] = ()
     sections: list[Section] = []
-    for block in re.split(r"\n\s*\n", text.replace("\r\n", "\n").replace("\r", "\n")):
+    for block in _BLANK_LINE.split(text.replace("\r\n", "\n").replace("\r", "\n")):
         lines = [line for line in block.splitlines() if line.strip()]
         if not lines:
             continue
-        if len(lines) >= 2 and re.fullmatch(r"\s*(=+|-+)\s*", lines[1]):
+        if len(lines) >= 2 and _UNDERLINE.fullmatch(lines[1]):
             headings = (squash(lines[0]),)
             lines = lines[2:]
         elif len(lines[0]) <= 80 and lines[0].rstrip().endswith(":") and len(lines) == 1:

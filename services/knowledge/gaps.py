@@ -7,13 +7,14 @@ import re
 
 from services.knowledge.analysis import content_terms, terms
 
+_SPACES = re.compile(r"\s+")
 QUESTION_CHARS = 300
 GAPS_KEPT = 1000
 """The most asked questions kept; rarer ones drop out first."""
 
 
 def normalize_question(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip().casefold()[:QUESTION_CHARS]
+    return _SPACES.sub(" ", text).strip().casefold()[:QUESTION_CHARS]
 
 
 def worth_recording(text: str) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
-from services.knowledge.documents import Document, Section, squash
+from services.knowledge.documents import Document, Section, UnreadableDocument, squash
 from services.ports.knowledge import web_url
 
 _SKIP = {"script", "style", "nav", "header", "footer", "aside", "noscript", "template", "svg", "form", "button"}
@@ -110,10 +110,32 @@ class _Reader(HTMLParser):
             self._text.append(data)
 
 
+def _inert_tail(text: str) -> str:
+    """Every "<" after the last ">" written as "&lt;" (the same text once read). No tag can end there,
+    yet Python 3.11's ``html.parser`` rescans to the end of the input from each such "<" at
+    ``close()``: 20 kB of "<a b" took 4 s, 100 kB minutes (its regexes, holding the GIL)."""
+    last = text.rfind(">")
+    if "<" not in text[last + 1 :]:
+        return text
+    return text[: last + 1] + text[last + 1 :].replace("<", "&lt;")
+
+
+def _in_open_start_tag(unparsed: str) -> bool:
+    """What ``html.parser`` keeps unparsed after ``feed`` starts a tag ("<" and a letter)."""
+    return unparsed[:1] == "<" and unparsed[1:2].isascii() and unparsed[1:2].isalpha()
+
+
 def parse_html(text: str, *, path: str, fallback_title: str) -> Document:
     reader = _Reader()
-    reader.feed(text)
-    reader.close()
+    try:
+        reader.feed(_inert_tail(text))
+        if _in_open_start_tag(reader.rawdata):
+            # The input ends inside a start tag (its ">" all quoted): nothing more is read, as HTML5
+            # and Python 3.13.4+ do; 3.11's close() rescanned the rest from each "<" in it (100 kB: 25 s).
+            reader.rawdata = ""
+        reader.close()
+    except AssertionError as exc:  # _markupbase's way to refuse a declaration such as "<![<!["
+        raise UnreadableDocument(f"malformed HTML: {exc}"[:200]) from None
     reader._flush()
     first_heading = next((s.headings[0] for s in reader.sections if s.headings), None)
     title = squash(reader.title) or first_heading or fallback_title

@@ -28,6 +28,9 @@ MAX_CONTENT = 48_000_000
 """Bytes of content the whole document's text extraction may interpret (a 2000-page manual of text
 pages holds ~30 MB)."""
 
+_HYPHENATED = re.compile(r"(\w)-\n(\w)")
+_LINE_STARTS_BLOCK = re.compile(r"\n(?=[A-ZА-ЯЁ0-9•\-])")
+
 logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings per odd object would flood the log
 
 
@@ -76,8 +79,8 @@ def parse_pdf(
     except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError) as exc:
         raise UnreadableDocument(f"broken PDF: {type(exc).__name__}: {exc}"[:200]) from None
     text = "\n\n".join(texts)
-    text = re.sub(r"(\w)-\n(\w)", r"\1\2", text)
-    blocks = paragraphs(re.sub(r"\n(?=[A-ZА-ЯЁ0-9•\-])", "\n\n", text))
+    text = _HYPHENATED.sub(r"\1\2", text)
+    blocks = paragraphs(_LINE_STARTS_BLOCK.sub("\n\n", text))
     if not blocks:
         raise UnreadableDocument("PDF has no extractable text (scanned images?)", kind="empty")
     sections: list[Section] = []
