@@ -26,6 +26,8 @@ LimitSetting = Literal["auto", "max_completion_tokens", "max_tokens"]
 Feature = Literal["instruction_role", "token_limit_param", "response_format"]
 INSTRUCTION_ROLES = frozenset({"developer", "system"})
 LIMIT_PARAMS = ("max_completion_tokens", "max_tokens")
+_PARAM_NAMED = {name: re.compile(rf"\b{name}\b") for name in LIMIT_PARAMS}
+"""A limit parameter's name as a word of an error body (max_tokens inside max_completion_tokens is not)."""
 OPENAI_HOST = "api.openai.com"
 
 _NEVER_A_REFUSAL = frozenset({401, 402, 403, 404, 408, 429})
@@ -64,7 +66,7 @@ def refusal_of(exc: openai.APIStatusError, sent: Mapping[str, Any]) -> Refusal |
     if isinstance(role, str) and _names_role(text, role):
         return Refusal("instruction_role", role, status)
     param = next((name for name in LIMIT_PARAMS if name in sent), None)
-    if param is not None and re.search(rf"\b{param}\b", text) and _PARAM_REFUSED.search(text):
+    if param is not None and _PARAM_NAMED[param].search(text) and _PARAM_REFUSED.search(text):
         return Refusal("token_limit_param", param, status)
     response_format = sent.get("response_format")
     if isinstance(response_format, Mapping) and "response_format" in text:
@@ -83,19 +85,29 @@ def _error_text(exc: openai.APIStatusError) -> str:
     return " ".join(str(part)[:_BODY_CHARS] for part in parts if part).lower()
 
 
+_ROLE_REFUSED = {
+    role: (
+        re.compile(rf"""\binput['"]?\s*:\s*['"]{role}['"]"""),
+        re.compile(
+            rf"(?:not support|unsupported|unknown|invalid|not allowed|not permitted|unrecogni[sz]ed)"
+            rf"[^\n.]{{0,60}}\b{role}\b"
+        ),
+        re.compile(
+            rf"\b{role}\b['\"]?\s+(?:role\s+)?(?:is\s+)?(?:not supported|unsupported|not allowed|unknown|invalid)"
+        ),
+    )
+    for role in sorted(INSTRUCTION_ROLES)
+}
+"""Per instruction role, the error texts that refuse it (see ``_names_role``)."""
+
+
 def _names_role(text: str, role: str) -> bool:
     """Whether ``text`` refuses the instruction role ``role``: pydantic's error naming it as the input
     (llama-cpp-python: ``'input': 'developer'``), or a refusal word before or after it (OpenAI:
     "does not support 'system' with this model"; a chat template: "System role not supported")."""
     if "role" not in text:
         return False
-    patterns = (
-        rf"""\binput['"]?\s*:\s*['"]{role}['"]""",
-        rf"(?:not support|unsupported|unknown|invalid|not allowed|not permitted|unrecogni[sz]ed)"
-        rf"[^\n.]{{0,60}}\b{role}\b",
-        rf"\b{role}\b['\"]?\s+(?:role\s+)?(?:is\s+)?(?:not supported|unsupported|not allowed|unknown|invalid)",
-    )
-    return any(re.search(pattern, text) for pattern in patterns)
+    return any(pattern.search(text) for pattern in _ROLE_REFUSED[role])
 
 
 class FeatureRefusedError(LLMRequestRejectedError):
