@@ -73,6 +73,7 @@ class Worker:
         internal: Internal | None = None,
         giving_up: GiveUp | None = None,
         max_model_requests: int = 10,
+        download_give_up_seconds: float = 60.0,
     ) -> None:
         self._internal = internal
         self._giving_up = giving_up
@@ -84,7 +85,7 @@ class Worker:
         self._concurrency = concurrency
         self._idle_wait = idle_wait
         self._grace = grace
-        self._retrying = AttemptRules(max_attempts, give_up_seconds, max_model_requests)
+        self._retrying = AttemptRules(max_attempts, give_up_seconds, max_model_requests, download_give_up_seconds)
         self._lease = queue.lease_ms / 1000
         # nothing is sent in the last part of a lease: room for one request and some clock skew
         self._margin = min(1.0, self._lease / 5)
@@ -303,6 +304,7 @@ class Worker:
                 fence=serving.fence,
                 transient_failures=item.transient_failures,
                 final_attempt=self._retrying.is_final_attempt(item),
+                last_download_attempt=self._retrying.is_last_download_attempt(item),
             ),
             serving.fence,
             request_budget=serving.budget,
