@@ -15,7 +15,7 @@ from services.engine.models import NewMessage
 from services.errors import StoreUnavailableError
 from services.fence import Fence
 from services.ports.backend import QueuedBackend
-from services.ports.queue import Claim, Step, WorkQueue
+from services.ports.queue import FINISHED, TOLD, Claim, Step, WorkQueue
 from tests.conftest import TEST_KEYS
 
 
@@ -272,6 +272,23 @@ async def test_reply_marks_outlive_a_lapsed_lease_that_nobody_took(queued_backen
     assert heir is not None and heir[1].item is not None
     assert heir[1].item.id == "u1", "nothing was acknowledged without the lease"
     assert heir[1].item.failures == 0, "no attempt was recorded without the lease"
+
+
+async def test_a_give_up_stage_outlives_a_lapsed_lease_that_nobody_took(queued_backend: QueuedBackend) -> None:
+    """Like a reply mark, how far giving an update up got records what was done (the customer told):
+    kept after the writer's lease lapsed while nobody took the chat, refused once another worker has."""
+    queue = queued_backend.queue(lease_ms=300)
+    await queue.enqueue(1, "u1", "a", order=1)
+    stalled = await take(queue, "w1")
+    assert stalled is not None and stalled[1].item is not None
+    await lease_lapses(queue, 1)
+    await queue.given_up(stalled[0], stalled[1].item, TOLD)
+    heir = await take(queue, "w2")
+    assert heir is not None and heir[1].item is not None and heir[1].item.given_up == TOLD
+    await queue.given_up(stalled[0], stalled[1].item, FINISHED)  # w2 holds the chat now: refused
+    await queue.hand_back(heir[0])
+    third = await take(queue, "w3")
+    assert third is not None and third[1].item is not None and third[1].item.given_up == TOLD
 
 
 async def test_a_claim_says_whether_other_chats_are_due(queue: WorkQueue) -> None:
