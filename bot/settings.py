@@ -249,6 +249,13 @@ class WorkerSettings(BaseSettings):
     worker_give_up_seconds: float = Field(
         default=600.0, gt=0, description="how long transient failures (Telegram/Redis down) are retried"
     )
+    media_download_give_up_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="how long a customer's file that Telegram's file server fails to serve is retried "
+        "(the customer is told at the first failure); then the customer is asked to send it again and the "
+        "chat's later messages are answered",
+    )
     llm_max_requests_per_question: int = Field(
         default=10,
         ge=1,

@@ -3,8 +3,10 @@ exception it raises carries the file URL (which holds the bot token), even in a 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import traceback
+from collections import deque
 from collections.abc import AsyncIterator
 
 import pytest
@@ -12,6 +14,7 @@ from aiogram import Bot
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 
+from bot.telegram import files
 from bot.telegram.files import DownloadFailedError, downloader
 from services.errors import MediaError
 from services.media import reasons
@@ -66,3 +69,26 @@ async def test_a_file_larger_than_get_file_said_is_cut_off_at_the_cap(telegram: 
         await downloader(bot, "document")("BQAC-doc", 10_000)
     assert raised.value.reason == reasons.TOO_BIG and raised.value.limit == 10_000
     assert SECRET not in logged(raised.value)
+
+
+async def test_get_file_failing_on_telegrams_side_is_a_failed_download(telegram: StubTelegram, bot: Bot) -> None:
+    """Issue 36: a 5xx from getFile is the file not fetched (the customer told, the download tried
+    again), not an error of the chat."""
+    telegram.add_file("AgAC-photo", b"\xff\xd8" + b"x" * 1000, folder="photos", extension="jpg")
+    telegram.faults["getFile"] = deque([{"error_code": 502, "description": "Bad Gateway"}])
+    with pytest.raises(DownloadFailedError) as raised:
+        await downloader(bot, "image")("AgAC-photo", 20 * 2**20)
+    assert SECRET not in logged(raised.value) and SECRET not in chain(raised.value)
+
+
+async def test_a_hanging_file_server_fails_the_download_in_seconds(
+    telegram: StubTelegram, bot: Bot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36: the customer hears within seconds that the file could not be fetched, so a file server
+    that accepts the request and never answers fails the attempt after the stall limit, not after the
+    whole download's minute (shortened here: the limit is the bot's own constant)."""
+    monkeypatch.setattr(files, "DOWNLOAD_STALL_SECONDS", 0.5)
+    telegram.add_file("AgAC-photo", b"\xff\xd8" + b"x" * 1000, folder="photos", extension="jpg")
+    telegram.files.download_faults.append("hang")
+    with pytest.raises(DownloadFailedError):
+        await asyncio.wait_for(downloader(bot, "image")("AgAC-photo", 20 * 2**20), 30)

@@ -3,6 +3,7 @@ chat's lease cannot write, whatever it loaded; an unreadable session is moved as
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 
@@ -119,3 +120,41 @@ async def test_media_records_are_refused_without_the_lease(client: Redis) -> Non
     assert await client.keys(f"{KEYS.namespace}:*") == [KEYS.chat(1).lease.encode()], "nothing written"
     await memos.put(1, "transcript", "u1", "outside a worker (the intake, one process): written")
     assert await albums.add(1, "g1", AlbumItem(10, "file-10", "uniq-10")) == 1
+
+
+async def lease_lapses(client: Redis, key: str) -> None:
+    """Wait (on the condition, not a clock) until ``key`` expired in Redis."""
+    for _ in range(500):
+        if not await client.exists(key):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{key} did not expire")
+
+
+async def test_a_sent_reply_is_recorded_after_the_lease_lapsed_while_nobody_took_the_chat(client: Redis) -> None:
+    """Issue 36: Redis stalled past the lease between the reply going out and its record. Nobody else
+    took the chat, so the record is still true and is kept (refusing it made the next worker send the
+    reply a second time); a write that decides something still needs the lease."""
+    store = RedisSessionStore(redis=client, keys=KEYS)
+    lease = KEYS.chat(1).lease
+    await client.set(lease, "worker-a", px=100)
+    a = fence("worker-a")
+    await store.commit_turn(1, expected_version=0, messages=turn(0), turn_id="u1", fence=a)
+    await lease_lapses(client, lease)
+    with pytest.raises(LeaseLostError):
+        await store.commit_turn(1, expected_version=1, messages=turn(1), turn_id="u2", fence=a)
+    await store.mark_replied(1, "u1", fence=a)
+    assert (await store.turn_status(1, "u1")).replied
+
+
+async def test_a_sent_reply_is_not_recorded_once_another_worker_took_the_chat(client: Redis) -> None:
+    """The other half of the rule: a lease that another worker took refuses the record too."""
+    store = RedisSessionStore(redis=client, keys=KEYS)
+    lease = KEYS.chat(1).lease
+    await client.set(lease, "worker-a", px=100)
+    await store.commit_turn(1, expected_version=0, messages=turn(0), turn_id="u1", fence=fence("worker-a"))
+    await lease_lapses(client, lease)
+    await client.set(lease, "worker-b")
+    with pytest.raises(LeaseLostError):
+        await store.mark_replied(1, "u1", fence=fence("worker-a"))
+    assert not (await store.turn_status(1, "u1")).replied

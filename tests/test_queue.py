@@ -15,7 +15,7 @@ from services.engine.models import NewMessage
 from services.errors import StoreUnavailableError
 from services.fence import Fence
 from services.ports.backend import QueuedBackend
-from services.ports.queue import Claim, Step, WorkQueue
+from services.ports.queue import FINISHED, TOLD, Claim, Step, WorkQueue
 from tests.conftest import TEST_KEYS
 
 
@@ -242,6 +242,53 @@ async def test_reply_marks_are_fenced_like_the_acknowledgement(queued_backend: Q
     assert (await queue.next(stale[0], done=stale[1].item, replied=("u1",))).kind == "lost"
     await queue.note(stale[0], stale[1].item, "failed", replied=("u1",))
     assert not (await store.turn_status(1, "u1")).replied, "a worker without the lease marked a reply"
+
+
+async def lease_lapses(queue: WorkQueue, chat_id: int) -> None:
+    """Wait (on the condition, not a clock) until the chat's lease expired in Redis."""
+    assert isinstance(queue, RedisWorkQueue)
+    for _ in range(500):
+        if not await queue._redis.exists(KEYS.chat(chat_id).lease):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the lease did not expire")
+
+
+async def test_reply_marks_outlive_a_lapsed_lease_that_nobody_took(queued_backend: QueuedBackend) -> None:
+    """Issue 36: Redis stalled past the lease after the reply went out, before the acknowledgement
+    carrying its mark. Nobody else took the chat: the item is not acknowledged (the next holder takes
+    it again) but the mark is written, so the next holder finds the turn answered and sends nothing."""
+    queue, store = queued_backend.queue(lease_ms=300), queued_backend.store
+    await queue.enqueue(1, "u1", "a", order=1)
+    await queue.enqueue(1, "u2", "b", order=2)
+    stalled = await take(queue, "w1")
+    assert stalled is not None and stalled[1].item is not None
+    await lease_lapses(queue, 1)
+    assert (await queue.next(stalled[0], done=stalled[1].item, replied=("u1",))).kind == "lost"
+    assert (await store.turn_status(1, "u1")).replied, "the sender's own record was refused"
+    await queue.note(stalled[0], stalled[1].item, "failed", replied=("u2",))
+    assert (await store.turn_status(1, "u2")).replied
+    heir = await take(queue, "w2")
+    assert heir is not None and heir[1].item is not None
+    assert heir[1].item.id == "u1", "nothing was acknowledged without the lease"
+    assert heir[1].item.failures == 0, "no attempt was recorded without the lease"
+
+
+async def test_a_give_up_stage_outlives_a_lapsed_lease_that_nobody_took(queued_backend: QueuedBackend) -> None:
+    """Like a reply mark, how far giving an update up got records what was done (the customer told):
+    kept after the writer's lease lapsed while nobody took the chat, refused once another worker has."""
+    queue = queued_backend.queue(lease_ms=300)
+    await queue.enqueue(1, "u1", "a", order=1)
+    stalled = await take(queue, "w1")
+    assert stalled is not None and stalled[1].item is not None
+    await lease_lapses(queue, 1)
+    await queue.given_up(stalled[0], stalled[1].item, TOLD)
+    heir = await take(queue, "w2")
+    assert heir is not None and heir[1].item is not None and heir[1].item.given_up == TOLD
+    await queue.given_up(stalled[0], stalled[1].item, FINISHED)  # w2 holds the chat now: refused
+    await queue.hand_back(heir[0])
+    third = await take(queue, "w3")
+    assert third is not None and third[1].item is not None and third[1].item.given_up == TOLD
 
 
 async def test_a_claim_says_whether_other_chats_are_due(queue: WorkQueue) -> None:

@@ -23,7 +23,7 @@ from services.backends.redis.deadletters import RedisDeadLetters
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.queue import RedisWorkQueue
 from services.backends.redis.store import RedisSessionStore
-from services.errors import LLMUnavailableError, StoreUnavailableError
+from services.errors import LeaseLostError, LLMUnavailableError, StoreUnavailableError
 from services.fence import CURRENT_FENCE, Fence
 from services.ports.deadletters import DeadLetter
 from services.ports.queue import FINISHED, TOLD, Claim, QueueItem, Step
@@ -384,6 +384,31 @@ async def test_reply_marks_are_written_when_a_shutdown_cancels_the_acknowledgeme
     assert await redis.zcard(KEYS.chat(9).inbox) == 1, "never acknowledged: the update will be served again"
     assert (await store.turn_status(9, "u1")).replied, "its retry must know the reply went out"
     assert await redis.exists(KEYS.chat(9).lease) == 0, "handed back"
+
+
+async def test_a_reply_sent_before_the_lease_lapsed_is_recorded_when_the_turn_is_abandoned(bot: Bot) -> None:
+    """Issue 36: the handler's reply went out, then its lease lapsed (Redis stalled; nobody else took
+    the chat) and the turn is abandoned. The worker still writes the reply mark the engine left on the
+    fence, so whoever serves the update next finds the turn answered and sends nothing again."""
+    redis = fakeredis.FakeAsyncRedis()
+    queue = RedisWorkQueue(redis=redis, keys=KEYS, lease_ms=5000)
+    store = RedisSessionStore(redis=redis, keys=KEYS)
+    served_again = asyncio.Event()
+    replied_when_served_again: list[bool] = []
+
+    async def on_message(message: Message, fence: Fence) -> None:
+        if fence.token.endswith(":0"):  # the first claim: reply sent, then the lease lapses
+            fence.deferred_replies.append(f"u{message.message_id}")
+            await redis.delete(KEYS.chat(9).lease)
+            raise LeaseLostError("the lease may have expired; nothing is sent")
+        replied_when_served_again.append((await store.turn_status(9, "u1")).replied)
+        served_again.set()
+
+    dispatcher = Dispatcher()
+    dispatcher.message.register(on_message)
+    await queue.enqueue(9, "u1", update_json(1, 9, "answered, then the lease lapsed"), order=1)
+    await run_until(make_worker(queue, dispatcher, bot), served_again)
+    assert replied_when_served_again == [True], "the reply that went out was not recorded"
 
 
 async def test_after_claiming_the_last_due_chat_the_worker_waits_for_a_wake_up(bot: Bot) -> None:

@@ -90,6 +90,7 @@ async def _run(settings: Settings, backend: QueuedBackend, bot: Bot) -> None:
         internal=internal,
         giving_up=tell_given_up(bot, desk, settings.bot),
         max_model_requests=workers.llm_max_requests_per_question,
+        download_give_up_seconds=workers.media_download_give_up_seconds,
     )
     serve_received = settings.bot.bot_mode == "webhook" and workers.webhook_serve_received
     intake = Intake(

@@ -29,6 +29,9 @@ class AttemptRules:
     max_attempts: int = 3
     give_up_seconds: float = 600.0
     max_model_requests: int = 10
+    download_give_up_seconds: float = 60.0
+    """A customer's file that cannot be downloaded is retried this long, not ``give_up_seconds``: the
+    chat's later messages wait behind it (MEDIA_DOWNLOAD_GIVE_UP_SECONDS)."""
 
     def give_up_reason(self, item: QueueItem) -> GiveUpReason | None:
         """Why ``item`` is given up now, and whether its customer is still to be told (a customer whose
@@ -63,6 +66,12 @@ class AttemptRules:
         if isinstance(failure, LLMUnavailableError) and failure.retry_after is not None:
             wait = max(wait, failure.retry_after)
         return requests, wait
+
+    def is_last_download_attempt(self, item: QueueItem) -> bool:
+        """Whether a download failing in the attempt about to start gives the item up (the handler then
+        asks the customer to send the file again, and the item is done): it has failed transiently for
+        ``download_give_up_seconds`` already."""
+        return item.transient_failures > 0 and item.failing_for >= self.download_give_up_seconds
 
     def is_final_attempt(self, item: QueueItem) -> bool:
         """Whether the attempt about to start is the item's last before it is given up as failed."""

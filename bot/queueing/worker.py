@@ -73,6 +73,7 @@ class Worker:
         internal: Internal | None = None,
         giving_up: GiveUp | None = None,
         max_model_requests: int = 10,
+        download_give_up_seconds: float = 60.0,
     ) -> None:
         self._internal = internal
         self._giving_up = giving_up
@@ -84,7 +85,7 @@ class Worker:
         self._concurrency = concurrency
         self._idle_wait = idle_wait
         self._grace = grace
-        self._retrying = AttemptRules(max_attempts, give_up_seconds, max_model_requests)
+        self._retrying = AttemptRules(max_attempts, give_up_seconds, max_model_requests, download_give_up_seconds)
         self._lease = queue.lease_ms / 1000
         # nothing is sent in the last part of a lease: room for one request and some clock skew
         self._margin = min(1.0, self._lease / 5)
@@ -210,6 +211,8 @@ class Worker:
         except TransientError as exc:
             # the lease expires by itself and the chat's watchdog brings it back
             log.warning("chat %s: queue unreachable (%s); leaving it to the lease", claim.chat_id, exc)
+            if serving.item is not None:
+                await self._keep_reply_marks(serving, serving.item)
         finally:
             # The event, not only cancel(): a cancellation that lands inside a Redis call can be
             # swallowed by the client, and a heartbeat that outlives its chat would hold it forever.
@@ -238,6 +241,7 @@ class Worker:
             if outcome == "abandon":
                 LEASES_LOST.inc()
                 log.warning("chat %s: lease lost during update %s; the turn is abandoned", claim.chat_id, item.id)
+                await self._keep_reply_marks(serving, item)
                 with contextlib.suppress(TransientError):
                     await self._queue.hand_back(claim)
                 return
@@ -250,13 +254,15 @@ class Worker:
                 serving.item = None
                 continue
             self.retried += 1
-            # a handler that failed after its reply went out: the mark goes with the attempt's record
-            replied = serving.fence.take_deferred_replies()
+            # a handler that failed after its reply went out: the mark goes with the attempt's record (and
+            # stays on the fence until it is written, as for the acknowledgement)
+            replied = tuple(serving.fence.deferred_replies)
             made = serving.budget.made if serving.budget is not None else 0
             requests, retry_in = self._retrying.next_try(item, outcome, serving.failure, requests_made=made)
             serving.failure = serving.budget = None
             kind: Literal["transient", "failed"] = "transient" if outcome == "transient" else "failed"
             await self._queue.note(claim, item, kind, replied=replied, model_requests=requests, retry_in=retry_in)
+            serving.fence.take_deferred_replies()
             step = await self._queue.next(claim)
         if step.kind == "lost":
             LEASES_LOST.inc()
@@ -298,6 +304,7 @@ class Worker:
                 fence=serving.fence,
                 transient_failures=item.transient_failures,
                 final_attempt=self._retrying.is_final_attempt(item),
+                last_download_attempt=self._retrying.is_last_download_attempt(item),
             ),
             serving.fence,
             request_budget=serving.budget,
@@ -327,6 +334,23 @@ class Worker:
             return "transient"
         log.error("%s failed (attempt %d)", what, started, exc_info=failure)
         return "retry"
+
+    async def _keep_reply_marks(self, serving: Serving, item: QueueItem) -> None:
+        """Record the replies that went out under a lease this worker lost or could not confirm, tried
+        for up to one lease: the queue takes them unless another worker holds the chat (scripts'
+        ``nobody_else_holds``), so the next holder does not send them again. The item itself is left
+        to the next holder."""
+        replied = serving.fence.take_deferred_replies()
+        deadline = time.monotonic() + self._lease
+        while replied:
+            try:
+                await self._queue.note(serving.claim, item, "set_aside", replied=replied)
+                return
+            except TransientError as exc:
+                if time.monotonic() >= deadline or self._stopping.is_set():
+                    log.warning("chat %s: replies %s sent but not recorded (%s)", serving.claim.chat_id, replied, exc)
+                    return
+                await self._sleep(min(0.5, self._lease / 10))
 
     async def _set_aside(self, serving: Serving) -> None:
         """Give the chat back with its current item unfinished (stopping): not counted as a failure."""

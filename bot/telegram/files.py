@@ -2,8 +2,9 @@
 (``downloader``): getFile's size checked against the cap, the bytes read into memory, never past it.
 
 The file URL aiogram builds holds the bot token: it stays inside aiogram's session (never logged,
-stored or passed on here); the services get bytes. A failed download is transient (retried like any
-turn); a file Telegram no longer has, or will not serve, is the customer's to resend."""
+stored or passed on here); the services get bytes. A download Telegram fails on its side is
+``DownloadFailedError`` (retried, the customer told: ``handlers.errors``); a file Telegram no longer
+has, or will not serve, is the customer's to resend at once."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import io
 import logging
 
 from aiogram import Bot
-from aiogram.exceptions import TelegramBadRequest
-from aiogram.types import Message
-from aiohttp import ClientError, ClientResponseError
+from aiogram.exceptions import TelegramBadRequest, TelegramNetworkError, TelegramServerError
+from aiogram.types import File, Message
+from aiohttp import ClientError, ClientResponseError, ClientTimeout
 
 from services.errors import MediaError, TransientError
 from services.media import reasons
@@ -22,6 +23,10 @@ from services.media.reader import Download, Incoming, IncomingKind
 log = logging.getLogger(__name__)
 
 DOWNLOAD_TIMEOUT_SECONDS = 60
+"""The most one download may take (20 MB at a third of a MB/s)."""
+DOWNLOAD_STALL_SECONDS = 10.0
+"""The most a download may wait for a connection, or for its next bytes (the headers included): a file
+server that hangs fails the attempt in seconds, so the customer hears of it in seconds too."""
 
 
 class DownloadFailedError(TransientError):
@@ -46,20 +51,20 @@ class _Capped(io.BytesIO):
 
 def downloader(bot: Bot, kind: reasons.MediaKind) -> Download:
     async def download(file_id: str, max_bytes: int) -> bytes:
-        try:
-            file = await bot.get_file(file_id)
-        except TelegramBadRequest as exc:
-            big = "too big" in exc.message.lower()
-            reason = reasons.TOO_BIG if big else reasons.UNREADABLE
-            raise MediaError(f"getFile refused: {exc.message}", kind=kind, reason=reason, limit=max_bytes) from exc
+        file = await _file_of(bot, file_id, kind, max_bytes)
         if file.file_size is not None and file.file_size > max_bytes:
             raise MediaError(f"{file.file_size} bytes", kind=kind, reason=reasons.TOO_BIG, limit=max_bytes)
         if not file.file_path:
             raise MediaError("getFile gave no file path", kind=kind, reason=reasons.UNREADABLE)
         buffer = _Capped(max_bytes, kind)
         failure: Exception | None = None
+        # aiogram types ``timeout`` as seconds but hands it to aiohttp's ``session.get``, which takes a
+        # ClientTimeout: the total alone would let a hanging server hold the attempt for a minute
+        timeout = ClientTimeout(
+            total=DOWNLOAD_TIMEOUT_SECONDS, sock_connect=DOWNLOAD_STALL_SECONDS, sock_read=DOWNLOAD_STALL_SECONDS
+        )
         try:
-            await bot.download_file(file.file_path, destination=buffer, timeout=DOWNLOAD_TIMEOUT_SECONDS)
+            await bot.download_file(file.file_path, destination=buffer, timeout=timeout)  # type: ignore[arg-type]
         except ClientResponseError as exc:
             failure = _refused(exc.status, kind)
         except (ClientError, TimeoutError, OSError) as exc:
@@ -69,6 +74,21 @@ def downloader(bot: Bot, kind: reasons.MediaKind) -> Download:
         return buffer.getvalue()
 
     return download
+
+
+async def _file_of(bot: Bot, file_id: str, kind: reasons.MediaKind, max_bytes: int) -> File:
+    """getFile's answer; Telegram failing on its side is a failed download (tried again, the customer
+    told), a refusal is the customer's file (too big, gone)."""
+    failure: Exception | None = None
+    try:
+        return await bot.get_file(file_id)
+    except TelegramBadRequest as exc:
+        big = "too big" in exc.message.lower()
+        reason = reasons.TOO_BIG if big else reasons.UNREADABLE
+        failure = MediaError(f"getFile refused: {exc.message}", kind=kind, reason=reason, limit=max_bytes)
+    except (TelegramServerError, TelegramNetworkError) as exc:
+        failure = DownloadFailedError(f"getFile failed: {type(exc).__name__}")
+    raise failure  # outside the except, as for the download: no library error as context
 
 
 def _refused(status: int, kind: reasons.MediaKind) -> Exception:

@@ -34,6 +34,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "or describe it in words.",
         "media_download_failed": "I could not fetch your file from Telegram just now. Please send it again in "
         "a minute.",
+        "media_download_retrying": "I could not fetch your file from Telegram yet. I am still trying and will "
+        "answer as soon as it comes through; if it does not, I will ask you to send it again.",
         "media_too_big_any": "This file is too big for me. Please send a smaller one or describe it in words.",
         "media_too_long": "This recording is too long for me (the limit is {limit} seconds). Please send a "
         "shorter one or write it down.",
@@ -132,6 +134,8 @@ TEXTS: dict[str, dict[str, str]] = {
         "too_long_chars": "Сообщение слишком длинное: {tokens} символов при лимите {limit}. Сократите его.",
         "media_too_big": "Файл слишком большой (предел {limit_mb} МБ). Пришлите файл поменьше или опишите словами.",
         "media_download_failed": "Не удалось получить ваш файл от Telegram. Пришлите его ещё раз через минуту.",
+        "media_download_retrying": "Пока не удалось получить ваш файл от Telegram. Я продолжаю попытки и отвечу, "
+        "как только он загрузится; если не получится, попрошу прислать его ещё раз.",
         "media_too_big_any": "Файл слишком большой для меня. Пришлите файл поменьше или опишите словами.",
         "media_too_long": "Запись слишком длинная (предел {limit} с). Пришлите покороче или напишите текстом.",
         "media_too_long_any": "Запись слишком длинная для меня. Пришлите покороче или напишите текстом.",

@@ -15,6 +15,7 @@ from typing import Any
 
 import aiohttp
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from bot.cli import admin
 from bot.factory import open_redis_backend
@@ -144,6 +145,52 @@ async def test_redis_stalled_longer_than_the_lease_loses_and_doubles_nothing(
         assert users == [f"c{chat} m0", f"c{chat} m1"], f"chat {chat}: {users}"
         answers = [t for t in telegram.texts_to(chat) if t.startswith("Support answer to:")]
         assert sorted(set(answers)) == sorted(f"Support answer to: c{chat} m{n}" for n in range(2))
+
+
+async def redis_answers_again(url: str, within: float = 60) -> None:
+    """Wait until Redis answers (a CLIENT PAUSE is over): each try on a fresh connection."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        client = Redis.from_url(url, socket_timeout=1)
+        try:
+            await client.ping()
+            return
+        except RedisError:
+            await asyncio.sleep(0.1)
+        finally:
+            await client.aclose()
+    raise AssertionError("Redis did not answer again")
+
+
+async def test_redis_stalled_between_a_reply_and_its_record_sends_it_once(
+    telegram: StubTelegram,
+    stub_llm: StubOpenAI,
+    redis_server: RedisServer,
+    real_redis: Redis,
+    tmp_path: Path,
+    processes: list[BotProcess],
+) -> None:
+    """Issue 36: three workers, each holding a chat whose reply has reached Telegram; Redis then stops
+    answering for four leases before any of them can record its reply. No other worker takes a chat
+    meanwhile, so each sender's late record is accepted and the next holder does not send it again
+    (the old rule refused it because the sender's lease had run out: one duplicate per chat)."""
+    env = worker_env(telegram, stub_llm, redis_server.url, DRAFTS_ENABLED="false")
+    urls = await start_webhook_workers(env, tmp_path, processes, 3)
+    chats = [801, 802, 803]
+    held = telegram.gates["sendMessage"] = asyncio.Event()
+    for url, chat in zip(urls, chats, strict=True):
+        assert await post(url, telegram.message_update(chat, f"c{chat} m0")) == 200
+    await telegram.wait_for(lambda: len(telegram.of("sendMessage")) == len(chats), within=30)
+    # every reply is at Telegram, its answer held: the stall lands between sending and recording
+    await real_redis.execute_command("CLIENT", "PAUSE", int(LEASE * 4 * 1000), "ALL")
+    held.set()
+    await redis_answers_again(redis_server.url)
+    for url, chat in zip(urls, chats, strict=True):
+        assert await post(url, telegram.message_update(chat, f"c{chat} m1")) == 200
+    for chat in chats:  # in order: m1 is answered only after m0 was settled by whoever took the chat
+        await telegram.wait_messages(chat, 2, within=60)
+    for chat in chats:
+        assert telegram.texts_to(chat) == [f"Support answer to: c{chat} m{n}" for n in range(2)], chat
 
 
 async def test_an_undecodable_update_is_answered_and_intake_goes_on_webhook(

@@ -61,6 +61,8 @@ class StubFiles:
     """Every request to the file route, in order (served or not)."""
     download_faults: deque[DownloadFault] = field(default_factory=deque)
     """How the next downloads go wrong, one per download: a status (404, 500...), ``cut`` or ``hang``."""
+    down: int | None = None
+    """While set, every download is answered with this status (a file server that stays down)."""
     _counter: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -105,7 +107,7 @@ class StubFiles:
     async def download(self, request: web.Request) -> web.StreamResponse:
         path, token = request.match_info["path"], request.match_info["token"]
         stored = self.by_path(path)
-        fault = self.download_faults.popleft() if self.download_faults else None
+        fault = self.download_faults.popleft() if self.download_faults else self.down
         status = 404 if stored is None else fault if isinstance(fault, int) else 200
         self.downloads.append(Download(path, token, status))
         if stored is None or isinstance(fault, int):

@@ -4,9 +4,10 @@ Implements getMe, getUpdates, sendMessage, sendMessageDraft, sendChatAction, edi
 deleteWebhook, setWebhook, setMyCommands, and for forum topics createForumTopic, closeForumTopic,
 reopenForumTopic and copyMessage (``message_thread_id`` is recorded with every call's parameters), and
 getFile with the file downloads (``files``: tests.stubs.files, which also builds the media updates).
-Faults can be injected per method: queued error answers (``faults``), a slow answer (``delays``), and a
-method this server lacks or answers with a non-Bot-API body (``broken``); ``instant_get_updates`` makes
-getUpdates answer at once instead of long polling.
+Faults can be injected per method: queued error answers (``faults``), a slow answer (``delays``), an
+answer held until the test lets it go (``gates``), and a method this server lacks or answers with a
+non-Bot-API body (``broken``); ``instant_get_updates`` makes getUpdates answer at once instead of long
+polling.
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ class StubTelegram(MediaUpdates):
     """method → queued error answers, e.g. {"error_code": 429, "description": ..., "parameters": {...}}"""
     delays: dict[str, float] = field(default_factory=dict)
     """method → seconds its answers wait (a slow Bot API); the call is recorded when it arrives"""
+    gates: dict[str, asyncio.Event] = field(default_factory=dict)
+    """method → an event its answers wait for (the call is recorded when it arrives): a request that
+    reached Telegram and is held there until the test lets its answer go"""
     reject_entities: bool = False
     conflicts: int = 0
     """getUpdates calls refused with 409 because another one was still open (as Telegram does)."""
@@ -227,6 +231,12 @@ class StubTelegram(MediaUpdates):
         if method in self.delays:  # cut short when the stub stops
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), self.delays[method])
+        if method in self.gates:
+            gate = asyncio.ensure_future(self.gates[method].wait())
+            stopping = asyncio.ensure_future(self._stopping.wait())
+            await asyncio.wait({gate, stopping}, return_when="FIRST_COMPLETED")
+            gate.cancel()
+            stopping.cancel()
         fault_queue = self.faults.get(method)
         if fault_queue:
             fault = fault_queue.popleft()

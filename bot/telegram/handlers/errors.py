@@ -77,9 +77,13 @@ async def on_error(
     transient_failures: int = 0,
     final_attempt: bool = True,
     fence: Fence | None = None,
+    last_download_attempt: bool = False,
 ) -> bool:
     """In queued mode only the customer's own failures are answered here; everything else goes back
-    to the worker, which retries it (transient), or counts it and finally dead-letters it."""
+    to the worker, which retries it (transient), or counts it and finally dead-letters it. Two
+    transient failures the customer hears of at once, like this, while they are retried: the model
+    unavailable, and their file not downloadable (given up, with a request to resend it, on the
+    attempt the worker marks ``last_download_attempt``: MEDIA_DOWNLOAD_GIVE_UP_SECONDS)."""
     exc = event.exception
     ERRORS.labels(type(exc).__name__).inc()
     if isinstance(exc, LLMConfigurationError):  # the operator must act: ERROR line, metric, /readyz
@@ -90,9 +94,9 @@ async def on_error(
         return True
     if isinstance(exc, LeaseLostError):
         raise exc  # abandoned to the chat's new owner: nothing more is sent from here
-    if isinstance(exc, LLMUnavailableError):
-        if transient_failures == 0:  # once: the question waits, it is not lost
-            await _tell(bot, update, exc, settings, fence, key="llm_retrying")
+    if isinstance(exc, (LLMUnavailableError, DownloadFailedError)):
+        if await _notice(bot, update, exc, settings, fence, first=transient_failures == 0, last=last_download_attempt):
+            return True
         raise exc
     if is_transient(exc):
         raise exc
@@ -102,6 +106,22 @@ async def on_error(
     if final_attempt:  # the worker dead-letters it now: the customer hears something
         await _tell(bot, update, exc, settings, fence)
     raise exc
+
+
+async def _notice(
+    bot: Bot, update: Update, exc: BaseException, settings: BotSettings, fence: Fence | None, *, first: bool, last: bool
+) -> bool:
+    """A transient failure the customer hears of while it is retried, once (on its ``first`` failure):
+    the question waits, it is not lost. True when the update ends here instead: a file that has failed
+    to download for MEDIA_DOWNLOAD_GIVE_UP_SECONDS (``last``) is given up with a request to resend it,
+    so the chat's later messages do not wait for it."""
+    if isinstance(exc, DownloadFailedError) and last:
+        await _tell(bot, update, exc, settings, fence)
+        return True
+    if first:
+        key = "media_download_retrying" if isinstance(exc, DownloadFailedError) else "llm_retrying"
+        await _tell(bot, update, exc, settings, fence, key=key)
+    return False
 
 
 async def _tell(

@@ -102,8 +102,14 @@ NEXT = (
     + """
 if ARGV[3] == '1' then
   if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {BUSY} end
-elseif redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return {LEASE_LOST}
+else
+  local holder = redis.call('GET', KEYS[1])
+  if holder ~= ARGV[1] then
+    -- the lease lapsed: nothing is acknowledged, but the replies sent are recorded unless another
+    -- worker took the chat (scripts.LUA_FENCE: nobody_else_holds)
+    if not holder and #ARGV > 7 then mark_replied(KEYS[4], ARGV[7], tonumber(ARGV[6]), {unpack(ARGV, 8)}) end
+    return {LEASE_LOST}
+  end
 end
 if #ARGV > 7 then mark_replied(KEYS[4], ARGV[7], tonumber(ARGV[6]), {unpack(ARGV, 8)}) end
 if ARGV[4] ~= '' then
@@ -121,13 +127,16 @@ return take_head(KEYS[1], KEYS[2], KEYS[3])
 # e.g. on shutdown: counts as nothing), attempt number, model requests the attempt made, retry not
 # sooner than this many ms (0: at once), replied ttl, replied score, turn ids whose replies went out...
 # An attempt is counted once: the same note sent again (a re-send after a lost reply) or a second note
-# of one attempt (set aside while backing off) only writes the reply marks.
+# of one attempt (set aside while backing off) only writes the reply marks. A lapsed lease that nobody
+# else took still takes the reply marks (they record what was sent), nothing else.
 NOTE = (
     LUA_NOW
     + LUA_MARK_REPLIED
     + """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return LEASE_LOST end
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then return LEASE_LOST end
 if #ARGV > 8 then mark_replied(KEYS[3], ARGV[8], tonumber(ARGV[7]), {unpack(ARGV, 9)}) end
+if not holder then return LEASE_LOST end  -- lapsed, nobody else took the chat: only the reply marks
 if redis.call('HGET', KEYS[2], 'n:' .. ARGV[2]) == ARGV[4] then return NOTHING end
 redis.call('HSET', KEYS[2], 'n:' .. ARGV[2], ARGV[4])
 if tonumber(ARGV[5]) > 0 then redis.call('HINCRBY', KEYS[2], 'r:' .. ARGV[2], ARGV[5]) end
@@ -142,9 +151,11 @@ return DONE
 )
 
 # KEYS: lease, attempts. ARGV: token, item id, stage (ports.queue: DEAD_LETTERED, TOLD, FINISHED). Only
-# raises the stage, only while holding the lease.
+# raises the stage, unless another worker holds the chat: like a reply mark, the stage records what was
+# done (the dead letter kept, the customer told), true even after the caller's lease lapsed.
 GIVEN_UP = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return LEASE_LOST end
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then return LEASE_LOST end
 if tonumber(redis.call('HGET', KEYS[2], 'g:' .. ARGV[2]) or '0') < tonumber(ARGV[3]) then
   redis.call('HSET', KEYS[2], 'g:' .. ARGV[2], ARGV[3])
 end

@@ -108,9 +108,21 @@ LUA_FENCE = """
 local function holds(lease_key, token)
   return token == '' or redis.call('GET', lease_key) == token
 end
+local function nobody_else_holds(lease_key, token)
+  local holder = redis.call('GET', lease_key)
+  return token == '' or not holder or holder == token
+end
 """
-"""Defines ``holds(lease_key, token)``: the fencing check every per-chat write of a worker starts with
-(an empty token means: not written on behalf of a lease, e.g. the single-process mode)."""
+"""Defines the two fencing checks a worker's per-chat writes start with (an empty token means: not
+written on behalf of a lease, e.g. the single-process mode):
+
+- ``holds(lease_key, token)``: the caller holds the chat's lease. Every write that decides something
+  (a turn, a compaction, ``/new``, ``/forget``, taking or acknowledging an item) needs it.
+- ``nobody_else_holds(lease_key, token)``: the caller holds the lease, or nobody does (it expired and
+  no other worker took the chat). Enough for the record of something the caller already did (a reply
+  sent): the record is true whoever holds the chat, and refusing it only because the caller's own
+  time ran out (Redis stalled past the lease) made the next holder send the reply again. A lease that
+  another worker took still refuses it, so no write lands in another holder's work."""
 
 LUA_MARK_REPLIED = """
 local function mark_replied(key, score, ttl, turn_ids)

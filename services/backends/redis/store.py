@@ -85,12 +85,13 @@ return {DONE, version}
 """
 )
 
-# KEYS: replied, lease. ARGV: turn_id, now, ttl, token.
+# KEYS: replied, lease. ARGV: turn_id, now, ttl, token. The record of a reply that went out: refused only
+# when another worker holds the chat (scripts.LUA_FENCE), not because the caller's lease lapsed.
 _MARK_REPLIED = (
     LUA_MARK_REPLIED
     + LUA_FENCE
     + """
-if not holds(KEYS[2], ARGV[4]) then return {FENCE_LOST, 0} end
+if not nobody_else_holds(KEYS[2], ARGV[4]) then return {FENCE_LOST, 0} end
 mark_replied(KEYS[1], ARGV[2], tonumber(ARGV[3]), {ARGV[1]})
 return {DONE, 0}
 """
