@@ -114,6 +114,14 @@ def test_idn_look_alike_hosts_are_shown_in_punycode() -> None:
     assert render(f"Visit {apple} today", declared)[0] == "Visit https://xn--pple-43d.com/account today"
 
 
+@pytest.mark.parametrize("host", ["sho\u00df.example", "SHO\u1e9e.example"], ids=["sharp s", "capital sharp s"])
+def test_a_sharp_s_host_is_not_the_ss_host_a_browser_would_not_open(host: str) -> None:
+    """Browsers resolve hosts by UTS #46 non-transitional IDNA: ß is its own label (xn--sho-7ka),
+    not "ss" as Python's IDNA 2003 codec has it, so shoß.example is not a declared shoss.example."""
+    text, entities = render(f"[Our shop](https://{host}/login)", LinkPolicy(declared="shoss.example"))
+    assert text == "Our shop (https://xn--sho-7ka.example/login)" and not links((text, entities)), text
+
+
 def test_an_idn_host_the_operator_declares_stays_a_link() -> None:
     text, entities = render("[магазин](https://магазин.рф/корзина)", LinkPolicy(declared="магазин.рф"))
     assert links((text, entities)) == ["https://магазин.рф/корзина"], (text, entities)

@@ -5,18 +5,21 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+import idna
+
 from services.ports.knowledge import KnowledgeSnapshot, KnowledgeSource
 
 
 def ascii_host(host: str) -> str:
-    """``host`` as the browser resolves it: IDNA (punycode labels, NFKC-mapped), lower case, no
-    trailing dot. A label IDNA refuses is punycoded raw: never shown in look-alike letters."""
+    """``host`` as a browser resolves it: UTS #46 non-transitional IDNA (as the WHATWG URL standard:
+    ``ß`` stays its own punycode label, never ``ss``), lower case, no trailing dot. A label IDNA
+    refuses is punycoded raw: never shown in look-alike letters, never equal to an ASCII host."""
     host = host.rstrip(".").lower()
     if host.isascii():
         return host
     try:
-        return host.encode("idna").decode("ascii").lower()
-    except UnicodeError:
+        return idna.encode(host, uts46=True, transitional=False).decode("ascii").lower()
+    except idna.IDNAError:
         labels = host.split(".")
         return ".".join(part if part.isascii() else "xn--" + part.encode("punycode").decode() for part in labels)
 
