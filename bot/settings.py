@@ -19,8 +19,8 @@ from services.settings import (
     http_url,
 )
 
-_SECRET_CHARS = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
-_TOKEN = re.compile(r"^[0-9]+:\S+$")
+_SECRET_CHARS = re.compile(r"[A-Za-z0-9_-]{1,256}")  # fullmatch: "$" would accept a trailing newline
+_TOKEN = re.compile(r"[0-9]+:\S+")
 _NEW_SECRET = "set it to 1-256 characters of A-Z a-z 0-9 _ -, e.g. the output of `openssl rand -hex 32`"
 
 
@@ -149,7 +149,7 @@ class BotSettings(BaseSettings):
     @classmethod
     def _token_shape(cls, value: SecretStr) -> SecretStr:
         token = value.get_secret_value()
-        if token and not _TOKEN.match(token):  # aiogram's own check, with a message that holds no value
+        if token and not _TOKEN.fullmatch(token):  # aiogram's own check, with a message that holds no value
             raise ValueError(
                 "is not a Telegram bot token (the bot's number, a colon, then letters and digits, no spaces): "
                 "copy it again from @BotFather"
@@ -164,7 +164,7 @@ class BotSettings(BaseSettings):
     @field_validator("webhook_secret")
     @classmethod
     def _secret_chars(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and not _SECRET_CHARS.match(value.get_secret_value()):
+        if value is not None and not _SECRET_CHARS.fullmatch(value.get_secret_value()):
             raise ValueError(f"may hold only A-Z, a-z, 0-9, _ and - (1-256 characters): {_NEW_SECRET}")
         return value
 

@@ -47,8 +47,8 @@ Method = str  # "match", "fullmatch", "search", "sub" or "scan" (what finditer, 
 
 USES: dict[str, tuple[Method, ...]] = {
     "bot.cli.settings_errors._FIELD": ("search",),
-    "bot.settings._SECRET_CHARS": ("match",),
-    "bot.settings._TOKEN": ("match",),
+    "bot.settings._SECRET_CHARS": ("fullmatch",),
+    "bot.settings._TOKEN": ("fullmatch",),
     "bot.telegram.links._AUTHORITY": ("match",),
     "bot.telegram.linear_markdown.SPOILER_EDGES": ("fullmatch",),
     "services.backends.redis.scripts._STATUS_NAMES": ("scan",),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import secrets
 import socket
 import sys
@@ -24,6 +25,8 @@ WEBHOOK_SECRET = secrets.token_urlsafe(40)
 REDIS_PASSWORD = secrets.token_urlsafe(24)
 GRAFANA_PASSWORD = secrets.token_urlsafe(24)
 SECRETS = (SECRET_PART, API_KEY, WEBHOOK_SECRET, REDIS_PASSWORD, GRAFANA_PASSWORD)
+_PROGRESS = re.compile(r" (?:INFO|DEBUG) ")
+"""A log line of the start-up's progress (the level field of the text log format), not an error."""
 
 
 def closed_port() -> int:
@@ -40,11 +43,15 @@ def assert_no_secret(output: str, extra: Iterable[str] = ()) -> None:
 
 
 def assert_one_line_error(code: int, output: str, *needles: str) -> None:
+    """Exit 2, no traceback, no secret, and each mistake one line: exactly one line that is not an
+    INFO/DEBUG log line names each needle, and there are few such lines beyond them."""
     assert code == 2, output
     assert "Traceback" not in output, output
+    errors = [line for line in output.splitlines() if line.strip() and not _PROGRESS.search(line)]
     for needle in needles:
-        lines = [line for line in output.splitlines() if needle in line]
-        assert lines, f"no line names {needle!r}: {output}"
+        lines = [line for line in errors if needle in line]
+        assert len(lines) == 1, f"not one line names {needle!r}: {output}"
+    assert len(errors) <= len(needles) + 2, f"more than one line a mistake: {output}"
     assert_no_secret(output)
 
 
@@ -128,6 +135,24 @@ def test_a_refused_connection_is_named_as_such(tmp_path: Path) -> None:
     message = str(caught.value)
     assert "OPENAI_BASE_URL" in message and url in message and "refused" in message, message
     assert_no_secret(message)
+
+
+@pytest.mark.parametrize("name", ["BOT_TOKEN", "WEBHOOK_SECRET"])
+def test_a_secret_with_a_trailing_newline_is_one_line_without_its_value(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A secret written to a file (a Docker or Kubernetes secret) often ends in a newline: "$" of a
+    pattern accepted it, and aiogram then stopped the start with a traceback."""
+    from bot.cli.settings_errors import SettingsError, load_settings
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BOT_TOKEN", BOT_TOKEN)
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    monkeypatch.setenv(name, (BOT_TOKEN if name == "BOT_TOKEN" else WEBHOOK_SECRET) + "\n")
+    with pytest.raises(SettingsError) as caught:
+        load_settings()
+    assert [line.split()[0] for line in caught.value.lines] == [name], caught.value.lines
+    assert_no_secret("\n".join(caught.value.lines))
 
 
 def test_every_group_is_checked_and_no_value_is_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
