@@ -152,6 +152,15 @@ def test_a_citation_url_is_literal_and_a_link_to_the_document() -> None:
     assert text.endswith(f"— {url}") and not entities, (text, entities)
 
 
+def test_a_citation_url_with_strikethrough_or_spoiler_marks_stays_one_address() -> None:
+    url = "https://help.example.com/a~~b~~c||d||"
+    passage = Passage("p", "returns.md", "Returns", ("Refunds",), "Refunds take 14 days.", 8, url=url)
+    cited = render_citations("Refunds take 14 days [K1].", {"K1": passage})
+    text, entities = render(cited.text, LinkPolicy(declared="help.example.com"))
+    same = "https://help.example.com/a%7E%7Eb%7E%7Ec%7C%7Cd%7C%7C"  # what a browser requests for ``url``
+    assert text.endswith(f"— {same}") and entities == [("text_link", same)], (text, entities)
+
+
 def test_the_documents_own_links_are_declared_hosts(tmp_path: Path, counter: TokenCounter) -> None:
     (tmp_path / "returns.md").write_text("---\nurl: https://help.example.com/returns\n---\n# Refunds\n\nIn 14 days.\n")
     (tmp_path / "faq.html").write_text(

@@ -53,5 +53,12 @@ def render_citations(reply: str, refs: Mapping[str, Passage]) -> CitedReply:
     for number, ref in enumerate(order, start=1):
         passage = refs[ref]
         url = web_url(passage.url)
-        lines.append(f"[{number}] {_plain(passage.source)}" + (f" — <{url}>" if url else ""))
+        lines.append(f"[{number}] {_plain(passage.source)}" + (f" — <{_literal(url)}>" if url else ""))
     return CitedReply(text.rstrip() + "\n\n" + "\n".join(lines), tuple(refs[ref].id for ref in order))
+
+
+def _literal(url: str) -> str:
+    """``url`` with ``~`` and ``|`` percent-encoded (the same address: ``~`` is unreserved, a browser
+    encodes ``|``): the Markdown converter reads ``~~`` and ``||`` as strikethrough and spoiler even
+    inside an autolink, which would show, and open, another address."""
+    return url.replace("~", "%7E").replace("|", "%7C")
