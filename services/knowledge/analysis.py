@@ -79,3 +79,14 @@ def content_terms(found: list[str]) -> list[str]:
     """``found`` without the function words the ranking keeps ("how", "do", "you"): what a question
     is about, for the relevance floor and for telling a follow-up from a question."""
     return [term for term in found if term not in _FUNCTION]
+
+
+PREFIX_CHARS = 5
+"""A stem's first characters: what inflections the stemmer leaves apart ("кодировок"/"кодировка",
+"строчек"/"строка"), typos past the fifth letter ("recursivly") and compounds' heads share."""
+
+
+def prefixes(found: list[str]) -> list[str]:
+    """The PREFIX_CHARS-character heads of the longer terms of ``found`` (identifiers with digits
+    excluded: an order number matches whole or not at all)."""
+    return [t[:PREFIX_CHARS] for t in found if len(t) > PREFIX_CHARS and not any(ch.isdigit() for ch in t)]

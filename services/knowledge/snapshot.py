@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from services.knowledge.analysis import content_terms, terms
+from services.knowledge.analysis import PREFIX_CHARS, content_terms, prefixes, terms
 from services.knowledge.embedder import QUERY_PAUSE_SECONDS, Embedder, EmbeddingPaused, EmbeddingUnavailable
 from services.knowledge.fulltext import FullTextIndex
 from services.ports.knowledge import KnowledgeQuery, Passage, Retrieval, ScoredPassage, SkippedFile
@@ -29,6 +29,20 @@ CONTEXT_WEIGHT = 0.5
 CONTEXT_WHEN_TERMS = 3
 """The context joins the query when the new message has this many content terms or fewer and points
 back (a follow-up such as "and how do I undo that?"); a full question stands on its own."""
+FUNCTION_WEIGHT = 0.5
+"""Weight of the question's function words ("how", "which", "can") in the ranking: an FAQ heading
+shares them with the question, a reference page's text matches them anywhere."""
+PREFIX_WEIGHT = 0.3
+"""Weight of the terms' first PREFIX_CHARS characters: inflections the stemmer leaves apart
+("кодировок"/"кодировка") and typos past the fifth letter still rank, below a whole match."""
+HEADING_WEIGHT = 0.3
+"""Weight of the title and headings again on their own: a question whose words are a section's
+heading ranks that section above a passage that mentions them in passing."""
+UNKNOWN_WEIGHT = 3.0
+"""A question's word the documents never use weighs this many times the rarest word they use in the
+relevance: it says the question is about something else ("gift cards" where only "card" is known)."""
+PREFIX_CREDIT = 0.5
+"""Share of a term's weight in the relevance when only its head is in the passage."""
 _POINTING = re.compile(
     r"\b(that|this|it|its|them|they|those|these|there|same|one|это|этого|этому|эту|этот|эти|то|того|тому|"
     r"его|ее|её|их|им|там|туда|так|такой|такое|тот|та|те|он|она|оно|они|него|неё|нее|ней|ним|нему|нём|нем|"
@@ -69,6 +83,8 @@ class IndexSnapshot:
     documents: int = 0
     min_similarity: float = 0.45
     _index: FullTextIndex = field(repr=False, default_factory=lambda: FullTextIndex([]))
+    _prefix: FullTextIndex = field(repr=False, default_factory=lambda: FullTextIndex([]))
+    _heads: FullTextIndex = field(repr=False, default_factory=lambda: FullTextIndex([]))
     _embedder: Embedder | None = field(repr=False, default=None)
     _matrix: np.ndarray | None = field(repr=False, default=None)
     _rows: np.ndarray | None = field(repr=False, default=None)
@@ -86,7 +102,10 @@ class IndexSnapshot:
         embedder: Embedder | None = None,
         min_similarity: float = 0.45,
     ) -> IndexSnapshot:
-        index = FullTextIndex([terms(f"{' '.join(p.headings)}\n{p.text}") for p in passages])
+        documents = [terms(f"{' '.join(p.headings)}\n{p.text}") for p in passages]
+        index = FullTextIndex(documents)
+        prefix = FullTextIndex([prefixes(d) for d in documents])
+        heads = FullTextIndex([terms(" ".join((p.title, *p.headings))) for p in passages])
         matrix = rows = None
         if embedder is not None and vectors:
             with_vector = [(i, vectors[p.id]) for i, p in enumerate(passages) if p.id in vectors]
@@ -105,6 +124,8 @@ class IndexSnapshot:
             documents=documents,
             min_similarity=min_similarity,
             _index=index,
+            _prefix=prefix,
+            _heads=heads,
             _embedder=embedder,
             _matrix=matrix,
             _rows=rows,
@@ -128,23 +149,47 @@ class IndexSnapshot:
         return self._scores(query)[1]
 
     def _scores(self, query: KnowledgeQuery) -> tuple[np.ndarray, np.ndarray]:
-        """BM25 over every term (the ranking) and the relevance over the content terms (the floor);
-        a follow-up's earlier messages and topic weigh in both at CONTEXT_WEIGHT."""
+        """The ranking (BM25 over the content terms, the function words, the terms' heads and the
+        headings, weighed: see the constants) and the relevance (the floor: how much of the question's
+        content the passage holds); a follow-up's earlier messages and topic weigh in both at
+        CONTEXT_WEIGHT."""
         own = terms(query.message)
         content = content_terms(own)
         context: list[str] = []
         if _follow_up(query.message, content):
             for text in (*query.recent, query.topic or ""):
                 context.extend(terms(text))
-        ranking = self._index.scores(own)
-        covered = self._index.scores(content) if len(content) < len(own) else ranking
-        bound = self._index.bound(content)
+        ranking = self._ranking(content, [t for t in own if t not in set(content)])
+        covered, bound = self._coverage(content)
         if context:
-            extra = CONTEXT_WEIGHT * self._index.scores(context)
-            ranking, covered = ranking + extra, covered + extra
-            bound += CONTEXT_WEIGHT * self._index.bound(context)
+            ranking = ranking + CONTEXT_WEIGHT * self._ranking(content_terms(context), [])
+            extra, extra_bound = self._coverage(content_terms(context))
+            covered, bound = covered + CONTEXT_WEIGHT * extra, bound + CONTEXT_WEIGHT * extra_bound
         relevance = np.minimum(covered / bound, 1.0) if bound > 0 else np.zeros(len(self.passages), dtype=np.float32)
         return ranking, relevance
+
+    def _ranking(self, content: list[str], function: list[str]) -> np.ndarray:
+        ranking = self._index.scores(content)
+        if function:
+            ranking = ranking + FUNCTION_WEIGHT * self._index.scores(function)
+        ranking = ranking + PREFIX_WEIGHT * self._prefix.scores(prefixes(content))
+        return ranking + HEADING_WEIGHT * self._heads.scores(content)
+
+    def _coverage(self, content: list[str]) -> tuple[np.ndarray, float]:
+        """Per passage, the idf of the question's distinct content terms it holds (a term only its
+        head matches counts PREFIX_CREDIT of it), and the idf of them all: the share is what the floor
+        compares, whatever the corpus's passage lengths or the language."""
+        covered = np.zeros(len(self.passages), dtype=np.float32)
+        bound = 0.0
+        for term in dict.fromkeys(content):
+            idf = self._index.idf(term) * (1 if self._index.knows(term) else UNKNOWN_WEIGHT)
+            bound += idf
+            holding = self._index.holding(term)
+            covered[holding] += idf
+            if len(term) > PREFIX_CHARS and not any(ch.isdigit() for ch in term):
+                near = np.setdiff1d(self._prefix.holding(term[:PREFIX_CHARS]), holding, assume_unique=True)
+                covered[near] += PREFIX_CREDIT * idf
+        return covered, bound
 
     def rank(self, query: KnowledgeQuery, *, limit: int, query_vector: np.ndarray | None = None) -> list[ScoredPassage]:
         """Passages above the floor, best first, at most ``limit``: by full-text relevance, or with a
