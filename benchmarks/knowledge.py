@@ -60,7 +60,7 @@ DEFAULTS = KnowledgeSettings(_env_file=None)  # type: ignore[call-arg]
 EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 KS = (1, 3, 5)
 DEPTH = 10
-FLOORS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
+FLOORS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,8 @@ def baseline_ranker(passages: Sequence[Passage]) -> Ranker:
     for lang, language in STEMMERS.items():
         stemmer = Stemmer.Stemmer(language)
         retriever = bm25s.BM25()
-        retriever.index(bm25s.tokenize(texts, stopwords=lang, stemmer=stemmer, show_progress=False), show_progress=False)
+        tokens = bm25s.tokenize(texts, stopwords=lang, stemmer=stemmer, show_progress=False)
+        retriever.index(tokens, show_progress=False)
         retrievers[lang] = (retriever, stemmer)
 
     async def rank(question: Question) -> list[Passage]:
@@ -226,7 +227,8 @@ async def report_floors(
     print(f"\n## No-passage rates, {corpus} (top KNOWLEDGE_TOP_K above the floor)")
     for floor in FLOORS:
         line = await no_passage(replace(snapshot, min_score=floor), questions)
-        print(f"full text, floor {floor:4.2f}  {line}{'   <- default' if floor == DEFAULTS.knowledge_min_score else ''}")
+        mark = "   <- default" if floor == DEFAULTS.knowledge_min_score else ""
+        print(f"full text, floor {floor:4.2f}  {line}{mark}")
     if hybrid is not None:
         print(f"hybrid, defaults          {await no_passage(hybrid, questions)}")
 
