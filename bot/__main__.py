@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--certificate", type=Path, help="set-webhook: PEM certificate to upload (self-signed TLS in front)"
     )
+    from bot.cli.knowledge import add_explain
+
+    add_explain(parser)
     args = parser.parse_args(argv)
     try:
         settings = Settings()
@@ -107,6 +110,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> None:
 async def _knowledge(args: argparse.Namespace, settings: Settings) -> int:
     from bot.cli import knowledge
     from bot.factory import build_backend, build_knowledge, open_redis_backend
+    from services.engine.tokens import TokenCounter
 
     if args.action not in ("list", "search", "gaps"):
         log.error("knowledge: unknown action %r (one of list, search, gaps)", args.action)
@@ -131,6 +135,14 @@ async def _knowledge(args: argparse.Namespace, settings: Settings) -> int:
             return 2
         if library.needs_vectors:  # the vectors the bot's workers cached (embedding what is missing)
             await library.refresh()
+        if args.action == "search" and args.explain:
+            return await knowledge.explain(
+                library,
+                args.target,
+                limit=settings.knowledge.knowledge_top_k,
+                budget=settings.knowledge.knowledge_token_budget,
+                counter=TokenCounter.for_encoding(settings.memory.tokenizer_encoding),
+            )
         if args.action == "search":
             return await knowledge.search(library, args.target, limit=settings.knowledge.knowledge_top_k)
         return knowledge.show(library)

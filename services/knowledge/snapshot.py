@@ -9,7 +9,7 @@ import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -71,6 +71,24 @@ def top_indices(values: np.ndarray, depth: int) -> np.ndarray:
 
 def _follow_up(message: str, own: Sequence[str]) -> bool:
     return len(set(own)) <= CONTEXT_WHEN_TERMS and (not own or bool(_POINTING.search(message)))
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A passage a ranking put forward, with its scores, for the search and for ``--explain``."""
+
+    index: int
+    fulltext: float
+    """The weighed BM25 score (the full-text ranking's order)."""
+    relevance: float
+    """The floor's measure: the share of the question's content the passage holds (0..1)."""
+    similarity: float | None
+    fused: float | None
+    """The reciprocal rank fusion's score, with a query vector."""
+    fulltext_rank: int | None
+    vector_rank: int | None
+    cut: str | None
+    """Why it is not sent: "floor" (below both floors), "limit" (past the top k), None: sent."""
 
 
 @dataclass(frozen=True)
@@ -191,9 +209,12 @@ class IndexSnapshot:
                 covered[near] += PREFIX_CREDIT * idf
         return covered, bound
 
-    def rank(self, query: KnowledgeQuery, *, limit: int, query_vector: np.ndarray | None = None) -> list[ScoredPassage]:
-        """Passages above the floor, best first, at most ``limit``: by full-text relevance, or with a
-        query vector by the fusion of both rankings (a passage clears the floor by either)."""
+    def candidates(
+        self, query: KnowledgeQuery, *, limit: int, query_vector: np.ndarray | None = None
+    ) -> list[Candidate]:
+        """Every passage either ranking put forward, with its scores: first the ones sent, best first
+        (by full-text order, or with a query vector by the fusion of both rankings), then the ones cut
+        by ``limit``, then the ones below the floor (a passage clears it by either ranking)."""
         if not self.passages or limit <= 0:
             return []
         ranking, relevance = self._scores(query)
@@ -207,42 +228,81 @@ class IndexSnapshot:
             for rank, row in enumerate(top_indices(sims, depth), start=1):
                 vector_rank[int(self._rows[row])] = rank
                 similarity[int(self._rows[row])] = float(sims[row])
-        fused: list[tuple[float, int]] = []
+        found: list[Candidate] = []
         for i in set(text_rank) | set(vector_rank):
-            if relevance[i] < self.min_score and similarity.get(i, -1.0) < self.min_similarity:
-                continue
-            score = sum(1 / (RRF_K + ranks[i]) for ranks in (text_rank, vector_rank) if i in ranks)
-            fused.append((score if vector_rank else float(relevance[i]), i))
+            fused = sum(1 / (RRF_K + ranks[i]) for ranks in (text_rank, vector_rank) if i in ranks)
+            below = relevance[i] < self.min_score and similarity.get(i, -1.0) < self.min_similarity
+            found.append(
+                Candidate(
+                    i,
+                    float(ranking[i]),
+                    float(relevance[i]),
+                    similarity.get(i),
+                    fused if vector_rank else None,
+                    text_rank.get(i),
+                    vector_rank.get(i),
+                    "floor" if below else None,
+                )
+            )
         if vector_rank:
-            fused.sort(key=lambda item: (-item[0], item[1]))
-        else:  # full text alone: BM25's order over every term; the score shown is the relevance
-            fused.sort(key=lambda item: text_rank[item[1]])
+            found.sort(key=lambda c: (c.cut is not None, -(c.fused or 0.0), c.index))
+        else:  # full text alone: BM25's order over every term
+            found.sort(key=lambda c: (c.cut is not None, c.fulltext_rank or 0))
+        kept = sum(c.cut is None for c in found)
+        return [replace(c, cut="limit") if n >= limit and n < kept else c for n, c in enumerate(found)]
+
+    def rank(self, query: KnowledgeQuery, *, limit: int, query_vector: np.ndarray | None = None) -> list[ScoredPassage]:
+        """Passages above the floor, best first, at most ``limit``; the score shown is the fusion's
+        with a query vector, else the full-text relevance."""
         return [
             ScoredPassage(
-                self.passages[i], round(score, 4), fulltext_rank=text_rank.get(i), vector_rank=vector_rank.get(i)
+                self.passages[c.index],
+                round(c.fused if c.fused is not None else c.relevance, 4),
+                fulltext_rank=c.fulltext_rank,
+                vector_rank=c.vector_rank,
             )
-            for score, i in fused[:limit]
+            for c in self.candidates(query, limit=limit, query_vector=query_vector)
+            if c.cut is None
         ]
+
+    def matched_terms(self, query: KnowledgeQuery, index: int) -> list[str]:
+        """The search terms (after stemming) of the question, and of its conversation for a follow-up,
+        that passage ``index`` holds; a term only its head matches is shown as ``head*``."""
+        own = terms(query.message)
+        asked = list(own)
+        if _follow_up(query.message, content_terms(own)):
+            for text in (*query.recent, query.topic or ""):
+                asked.extend(terms(text))
+        held: list[str] = []
+        for term in dict.fromkeys(asked):
+            if index in self._index.holding(term):
+                held.append(term)
+            elif len(term) > PREFIX_CHARS and index in self._prefix.holding(term[:PREFIX_CHARS]):
+                held.append(f"{term[:PREFIX_CHARS]}*")
+        return list(dict.fromkeys(held))
+
+    async def query_vector(self, query: KnowledgeQuery, *, full_text: bool = False) -> tuple[np.ndarray | None, bool]:
+        """The question's vector for the hybrid ranking (None without embeddings), and whether the
+        embeddings endpoint failed (the turn ranks by full text only)."""
+        if self._embedder is None or self._matrix is None or full_text:
+            return None, False
+        text = query.message
+        if _follow_up(query.message, content_terms(terms(query.message))) and query.recent:
+            text = f"{query.recent[-1]}\n{query.message}"
+        try:
+            return await self._embedder.embed_query(text), False
+        except EmbeddingPaused as exc:
+            log.debug("knowledge: query embedding %s; this turn ranks by full text only", exc)
+        except EmbeddingUnavailable as exc:
+            log.warning(
+                "knowledge: query embedding failed (%s); turns rank by full text only for %.0f s",
+                exc,
+                QUERY_PAUSE_SECONDS,
+            )
+        return None, True
 
     async def search(self, query: KnowledgeQuery, *, limit: int, full_text: bool = False) -> Retrieval:
         started = time.perf_counter()
-        vector: np.ndarray | None = None
-        degraded = False
-        if self._embedder is not None and self._matrix is not None and not full_text:
-            text = query.message
-            if _follow_up(query.message, content_terms(terms(query.message))) and query.recent:
-                text = f"{query.recent[-1]}\n{query.message}"
-            try:
-                vector = await self._embedder.embed_query(text)
-            except EmbeddingPaused as exc:
-                degraded = True
-                log.debug("knowledge: query embedding %s; this turn ranks by full text only", exc)
-            except EmbeddingUnavailable as exc:
-                degraded = True
-                log.warning(
-                    "knowledge: query embedding failed (%s); turns rank by full text only for %.0f s",
-                    exc,
-                    QUERY_PAUSE_SECONDS,
-                )
+        vector, degraded = await self.query_vector(query, full_text=full_text)
         found = self.rank(query, limit=limit, query_vector=vector)
         return Retrieval(tuple(found), self.version, degraded=degraded, seconds=time.perf_counter() - started)
