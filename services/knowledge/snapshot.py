@@ -43,6 +43,15 @@ UNKNOWN_WEIGHT = 3.0
 relevance: it says the question is about something else ("gift cards" where only "card" is known)."""
 PREFIX_CREDIT = 0.5
 """Share of a term's weight in the relevance when only its head is in the passage."""
+VECTOR_Z_NONE = 3.0
+VECTOR_Z_FULL = 5.0
+VECTOR_MAX_WEIGHT = 3.0
+"""The vector ranking's weight in the fusion grows from 0 to VECTOR_MAX_WEIGHT as its best passage
+stands out from the index by VECTOR_Z_NONE to VECTOR_Z_FULL standard deviations (``vector_weight``;
+chosen on the Debian FAQ with all-MiniLM-L6-v2: benchmarks/knowledge.py)."""
+VECTOR_TRUST_PASSAGES = 50
+"""Below this many vectors the statistic means little (the best passage of n stands out by at most
+sqrt(n - 1) deviations): both rankings weigh 1, plain reciprocal rank fusion."""
 _POINTING = re.compile(
     r"\b(that|this|it|its|them|they|those|these|there|same|one|это|этого|этому|эту|этот|эти|то|того|тому|"
     r"его|ее|её|их|им|там|туда|так|такой|такое|тот|та|те|он|она|оно|они|него|неё|нее|ней|ним|нему|нём|нем|"
@@ -67,6 +76,20 @@ def top_indices(values: np.ndarray, depth: int) -> np.ndarray:
     above = above[np.lexsort((above, -values[above]))]
     ties = np.flatnonzero(values == threshold)[: depth - len(above)]
     return np.concatenate([above, ties])
+
+
+def vector_weight(similarities: np.ndarray) -> float:
+    """How far the vector ranking is trusted for this question (0..VECTOR_MAX_WEIGHT): by how many deviations
+    its best passage stands out from the whole index. A model that does not know the question's
+    language (an English model asked in Russian) finds every passage about as similar: weight 0, the
+    fusion is the full-text ranking and similarity clears no floor."""
+    if len(similarities) < VECTOR_TRUST_PASSAGES:
+        return 1.0
+    spread = float(similarities.std())
+    if spread <= 0:
+        return 0.0
+    z = (float(similarities.max()) - float(similarities.mean())) / spread
+    return VECTOR_MAX_WEIGHT * min(max((z - VECTOR_Z_NONE) / (VECTOR_Z_FULL - VECTOR_Z_NONE), 0.0), 1.0)
 
 
 def _follow_up(message: str, own: Sequence[str]) -> bool:
@@ -223,15 +246,19 @@ class IndexSnapshot:
         text_rank = {i: rank for rank, i in enumerate(text_top, start=1)}
         similarity: dict[int, float] = {}
         vector_rank: dict[int, int] = {}
+        weight = 0.0
         if query_vector is not None and self._matrix is not None and self._rows is not None:
             sims = self._matrix @ query_vector.astype(np.float32)
+            weight = vector_weight(sims)
             for rank, row in enumerate(top_indices(sims, depth), start=1):
                 vector_rank[int(self._rows[row])] = rank
                 similarity[int(self._rows[row])] = float(sims[row])
         found: list[Candidate] = []
+        floor_similarity = self.min_similarity if weight > 0 else 2.0  # an untrusted ranking clears nothing
         for i in set(text_rank) | set(vector_rank):
-            fused = sum(1 / (RRF_K + ranks[i]) for ranks in (text_rank, vector_rank) if i in ranks)
-            below = relevance[i] < self.min_score and similarity.get(i, -1.0) < self.min_similarity
+            fused = 1 / (RRF_K + text_rank[i]) if i in text_rank else 0.0
+            fused += weight / (RRF_K + vector_rank[i]) if i in vector_rank else 0.0
+            below = relevance[i] < self.min_score and similarity.get(i, -1.0) < floor_similarity
             found.append(
                 Candidate(
                     i,
