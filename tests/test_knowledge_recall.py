@@ -103,3 +103,29 @@ def test_the_floor_sends_passages_for_a_question_in_a_sections_own_words(name: s
         question = " ".join(section.text.split()[:12])
         found = asyncio.run(snapshot.search(KnowledgeQuery(question), limit=DEFAULTS.knowledge_top_k)).passages
         assert found, f"no passage for {question!r} ({section.source})"
+
+
+@pytest.mark.parametrize(
+    ("before", "follow_up"),
+    [
+        ("how do I show human-readable file sizes in the ls listing?", "and with powers of 1000 instead?"),
+        ("как показать размеры файлов в списке ls в удобном виде?", "а в степенях 1000?"),
+    ],
+)
+def test_a_follow_up_opening_with_and_is_searched_with_the_question_before(before: str, follow_up: str) -> None:
+    """Benchmark follow-ups (man pages): no pronoun points back, the opening "and"/"а" does; searched
+    alone, the page about disk usage, which says "powers of 1000" twice, wins."""
+    pages = [
+        passage("ls", "ls", "--si: list file sizes in powers of 1000 (ls) / --si: размеры в степенях 1000", "ls.html"),
+        passage(
+            "df",
+            "df",
+            "df --si shows disk usage in powers of 1000, powers of 1000 instead of 1024 / степенях 1000 степенях 1000",
+            "df.html",
+        ),
+    ]
+    snapshot = IndexSnapshot.build(passages=pages, min_score=0.0)
+    alone = asyncio.run(snapshot.search(KnowledgeQuery(follow_up), limit=3)).passages
+    assert [s.passage.id for s in alone][:1] == ["df"], "the control: alone, the follow-up finds the wrong page"
+    found = asyncio.run(snapshot.search(KnowledgeQuery(follow_up, recent=(before,)), limit=3)).passages
+    assert [s.passage.id for s in found][:1] == ["ls"]

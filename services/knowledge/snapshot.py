@@ -29,6 +29,10 @@ CONTEXT_WEIGHT = 0.5
 CONTEXT_WHEN_TERMS = 3
 """The context joins the query when the new message has this many content terms or fewer and points
 back (a follow-up such as "and how do I undo that?"); a full question stands on its own."""
+CONTEXT_WHEN_OPENING = 6
+"""A message opening with "and", "but", "also", "а", "и", "но" ("and how do I write the result to a
+file?") continues the conversation with up to this many content terms of its own."""
+_OPENING = re.compile(r"\s*(and|but|also|what about|how about|а|и|но|ещё|еще|также)\b", re.IGNORECASE)
 FUNCTION_WEIGHT = 0.5
 """Weight of the question's function words ("how", "which", "can") in the ranking: an FAQ heading
 shares them with the question, a reference page's text matches them anywhere."""
@@ -93,7 +97,12 @@ def vector_weight(similarities: np.ndarray) -> float:
 
 
 def _follow_up(message: str, own: Sequence[str]) -> bool:
-    return len(set(own)) <= CONTEXT_WHEN_TERMS and (not own or bool(_POINTING.search(message)))
+    """A message that needs the conversation: short and pointing back ("is it free?"), or opening
+    with "and"/"а" ("and with powers of 1000?", "а в степенях 1000?") while still short."""
+    distinct = len(set(own))
+    if _OPENING.match(message):
+        return distinct <= CONTEXT_WHEN_OPENING
+    return distinct <= CONTEXT_WHEN_TERMS and (not own or bool(_POINTING.search(message)))
 
 
 @dataclass(frozen=True, slots=True)
