@@ -32,7 +32,7 @@ back (a follow-up such as "and how do I undo that?"); a full question stands on 
 CONTEXT_WHEN_OPENING = 6
 """A message opening with "and", "but", "also", "а", "и", "но" ("and how do I write the result to a
 file?") continues the conversation with up to this many content terms of its own."""
-_OPENING = re.compile(r"\s*(and|but|also|what about|how about|а|и|но|ещё|еще|также)\b", re.IGNORECASE)
+_OPENING = re.compile(r"\s*(and|but|also|а|и|но|ещё|еще|также)\b", re.IGNORECASE)
 FUNCTION_WEIGHT = 0.5
 """Weight of the question's function words ("how", "which", "can") in the ranking: an FAQ heading
 shares them with the question, a reference page's text matches them anywhere."""
