@@ -160,6 +160,16 @@ def product_ranker(snapshot: IndexSnapshot) -> Ranker:
     return rank
 
 
+def vector_ranker(snapshot: IndexSnapshot) -> Ranker:
+    """The hybrid's vector ranking alone (the question's vector as the product embeds it)."""
+
+    async def rank(question: Question) -> list[Passage]:
+        vector, _ = await snapshot.query_vector(question.query)
+        return [] if vector is None else snapshot.nearest(vector, limit=DEPTH)
+
+    return rank
+
+
 @dataclass
 class Quality:
     hits: dict[int, int]
@@ -551,6 +561,7 @@ async def measure_corpus(bench: BenchCorpus, counter: TokenCounter, url: str | N
         hybrid, _ = await hybrid_snapshot(
             url, counter, DEFAULTS.knowledge_min_score, DEFAULTS.embedding_min_similarity, cache, bench.html
         )
+        rankers[f"vector only ({EMBEDDING_MODEL})"] = vector_ranker(unfloored_hybrid)
         rankers[f"product hybrid ({EMBEDDING_MODEL})"] = product_ranker(unfloored_hybrid)
     await report_quality(bench.name, rankers, questions)
     await report_floors(bench.name, floored, hybrid, questions)

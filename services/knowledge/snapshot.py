@@ -152,9 +152,9 @@ class IndexSnapshot:
         embedder: Embedder | None = None,
         min_similarity: float = 0.45,
     ) -> IndexSnapshot:
-        documents = [terms(f"{' '.join(p.headings)}\n{p.text}") for p in passages]
-        index = FullTextIndex(documents)
-        prefix = FullTextIndex([prefixes(d) for d in documents])
+        analysed = [terms(f"{' '.join(p.headings)}\n{p.text}") for p in passages]
+        index = FullTextIndex(analysed)
+        prefix = FullTextIndex([prefixes(d) for d in analysed])
         heads = FullTextIndex([terms(" ".join((p.title, *p.headings))) for p in passages])
         matrix = rows = None
         if embedder is not None and vectors:
@@ -300,6 +300,14 @@ class IndexSnapshot:
             for c in self.candidates(query, limit=limit, query_vector=query_vector)
             if c.cut is None
         ]
+
+    def nearest(self, query_vector: np.ndarray, *, limit: int) -> list[Passage]:
+        """The passages most similar to ``query_vector``, best first: the vector ranking alone (the
+        benchmark's 'vector only' row)."""
+        if self._matrix is None or self._rows is None:
+            return []
+        sims = self._matrix @ query_vector.astype(np.float32)
+        return [self.passages[int(self._rows[row])] for row in top_indices(sims, min(limit, len(sims)))]
 
     def matched_terms(self, query: KnowledgeQuery, index: int) -> list[str]:
         """The search terms (after stemming) of the question, and of its conversation for a follow-up,
