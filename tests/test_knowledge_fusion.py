@@ -46,7 +46,7 @@ def test_a_ranking_that_finds_everything_alike_leaves_the_full_text_order(tmp_pa
     vectors = unit(base + 0.05 * rng.standard_normal((SIZE, 32)))  # every passage about as similar (~0.96)
     index = snapshot(tmp_path, vectors)
     assert vector_weight(vectors @ base) == 0.0
-    question = KnowledgeQuery("how long do refunds take?")
+    question = KnowledgeQuery("when do refunds reach the card?")
     fused = [s.passage.id for s in index.rank(question, limit=6, query_vector=base)]
     assert fused == [s.passage.id for s in index.rank(question, limit=6)] == ["refunds"]
 

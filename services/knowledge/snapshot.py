@@ -45,6 +45,10 @@ heading ranks that section above a passage that mentions them in passing."""
 UNKNOWN_WEIGHT = 3.0
 """A question's word the documents never use weighs this many times the rarest word they use in the
 relevance: it says the question is about something else ("gift cards" where only "card" is known)."""
+LONE_WORD_TERMS = 3
+"""A passage that shares a single content word (or less) with a question of this many distinct content
+words or more has relevance 0: "do you sell gift cards?" is not covered by a refund passage that says
+"card"."""
 PREFIX_CREDIT = 0.5
 """Share of a term's weight in the relevance when only its head is in the passage."""
 VECTOR_Z_NONE = 3.0
@@ -210,10 +214,12 @@ class IndexSnapshot:
             for text in (*query.recent, query.topic or ""):
                 context.extend(terms(text))
         ranking = self._ranking(content, [t for t in own if t not in set(content)])
-        covered, bound = self._coverage(content)
+        covered, bound, held = self._coverage(content)
+        if len(set(content)) >= LONE_WORD_TERMS:
+            covered = np.where(held > 1, covered, 0.0)  # one shared word of three or more: a coincidence
         if context:
             ranking = ranking + CONTEXT_WEIGHT * self._ranking(content_terms(context), [])
-            extra, extra_bound = self._coverage(content_terms(context))
+            extra, extra_bound, _ = self._coverage(content_terms(context))
             covered, bound = covered + CONTEXT_WEIGHT * extra, bound + CONTEXT_WEIGHT * extra_bound
         relevance = np.minimum(covered / bound, 1.0) if bound > 0 else np.zeros(len(self.passages), dtype=np.float32)
         return ranking, relevance
@@ -225,21 +231,24 @@ class IndexSnapshot:
         ranking = ranking + PREFIX_WEIGHT * self._prefix.scores(prefixes(content))
         return ranking + HEADING_WEIGHT * self._heads.scores(content)
 
-    def _coverage(self, content: list[str]) -> tuple[np.ndarray, float]:
+    def _coverage(self, content: list[str]) -> tuple[np.ndarray, float, np.ndarray]:
         """Per passage, the idf of the question's distinct content terms it holds (a term only its
         head matches counts PREFIX_CREDIT of it), and the idf of them all: the share is what the floor
         compares, whatever the corpus's passage lengths or the language."""
         covered = np.zeros(len(self.passages), dtype=np.float32)
+        held = np.zeros(len(self.passages), dtype=np.float32)
         bound = 0.0
         for term in dict.fromkeys(content):
             idf = self._index.idf(term) * (1 if self._index.knows(term) else UNKNOWN_WEIGHT)
             bound += idf
             holding = self._index.holding(term)
             covered[holding] += idf
+            held[holding] += 1
             if len(term) > PREFIX_CHARS and not any(ch.isdigit() for ch in term):
                 near = np.setdiff1d(self._prefix.holding(term[:PREFIX_CHARS]), holding, assume_unique=True)
                 covered[near] += PREFIX_CREDIT * idf
-        return covered, bound
+                held[near] += PREFIX_CREDIT
+        return covered, bound, held
 
     def candidates(
         self, query: KnowledgeQuery, *, limit: int, query_vector: np.ndarray | None = None
