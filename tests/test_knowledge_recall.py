@@ -55,6 +55,17 @@ def test_a_russian_plural_the_stemmer_leaves_apart_finds_its_singular() -> None:
     assert ranked(pages, "вывести список кодировок")[:1] == ["list"], "and it clears the floor"
 
 
+def test_the_russian_relative_pronoun_is_a_stop_word() -> None:
+    """Benchmark question: 'список всех кодировок, которые знает iconv': «которые» is no stop word in
+    bm25s's (NLTK's) Russian list, and a page that says «который» often outranked the iconv page."""
+    assert terms("которые который которых") == []
+    pages = [
+        passage("iconv", "iconv", "iconv --list выводит список кодировок."),
+        passage("dots", "ls", "Файлы, которые начинаются с точки, которые скрыты, которые не видны: список."),
+    ]
+    assert ranked(pages, "список кодировок, которые знает iconv", min_score=0.0)[:1] == ["iconv"]
+
+
 def test_function_words_do_not_outrank_the_subject_of_the_question() -> None:
     """Benchmark question: 'how to switch off the colours in the ls output': a page that shares "how"
     and "can" with the question must not outrank the one about colours."""
