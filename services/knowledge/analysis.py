@@ -19,7 +19,11 @@ _INVISIBLE = re.compile("[\u00ad\u200b\u200c\u200d\u2060\ufeff]")  # soft hyphen
 # make a question look uncovered.
 _STOP_EN = frozenset(STOPWORDS_EN)
 # bm25s's Russian list (NLTK's) misses a few words customers use in nearly every question
-_STOP_RU_MORE = ("это", "этот", "эта", "эти", "этого", "этой", "мой", "моя", "мое", "мои", "свой", "еще", "пожалуйста", "который", "которая", "которое", "которые", "которого", "которой", "котором", "которому", "которую", "которых", "которым", "которыми")
+_STOP_RU_MORE = (
+    *("это", "этот", "эта", "эти", "этого", "этой", "мой", "моя", "мое", "мои", "свой", "еще", "пожалуйста"),
+    *("который", "которая", "которое", "которые", "которого", "которой", "котором", "которому", "которую"),
+    *("которых", "которым", "которыми"),
+)
 _STOP_RU = frozenset(word.replace("ё", "е") for word in (*STOPWORDS_RUSSIAN, *_STOP_RU_MORE))
 _RU = Stemmer.Stemmer("russian")
 _EN = Stemmer.Stemmer("english")
