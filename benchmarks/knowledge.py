@@ -34,6 +34,7 @@ from pathlib import Path
 
 import bm25s
 import numpy as np
+import Stemmer
 from openai import AsyncOpenAI
 
 from benchmarks.prompt_cost import RATIOS, CacheMeter
@@ -51,14 +52,15 @@ from services.settings import KnowledgeSettings, MemorySettings
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.prompt_cache import PromptTokens
 
-CORPUS = Path(__file__).resolve().parent / "corpus" / "debian-faq"
+ROOT = Path(__file__).resolve().parent / "corpus"
+CORPUS = ROOT / "debian-faq"
 HTML = CORPUS / "html"
 PDF = CORPUS / "debian-faq.en.pdf.gz"
 DEFAULTS = KnowledgeSettings(_env_file=None)  # type: ignore[call-arg]
 EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 KS = (1, 3, 5)
 DEPTH = 10
-FLOORS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)
+FLOORS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,8 @@ class Question:
     before: str | None
     docs: tuple[str, ...]
     sections: tuple[str, ...]
+    texts: tuple[str, ...] = ()
+    """Strings of which one is in an answering passage (a corpus labelled by text, not section number)."""
 
     @property
     def answerable(self) -> bool:
@@ -78,35 +82,67 @@ class Question:
         return KnowledgeQuery(self.text, recent=(self.before,) if self.before else ())
 
     def answered_by(self, passage: Passage) -> bool:
-        """The passage is in one of the documents and sections that answer it."""
+        """The passage is in one of the documents and sections (or holds one of the texts) that answer it."""
+        name = passage.document.split("/")[-1]
+        if self.texts:
+            body = " ".join(passage.text.split()).casefold()
+            return name.rsplit(".", 2)[0] in self.docs and any(t.casefold() in body for t in self.texts)
         # either language's file: some sections of the Russian FAQ are still in English
-        if not any(passage.document.split("/")[-1].split(".")[0] == doc for doc in self.docs):
+        if not any(name.split(".")[0] == doc for doc in self.docs):
             return False
         return any(heading.split(" ", 1)[0].rstrip(".") in self.sections for heading in passage.headings)
 
 
+@dataclass(frozen=True)
+class BenchCorpus:
+    name: str
+    html: Path
+
+    def questions(self) -> list[Question]:
+        rows = json.loads((self.html.parent / "questions.json").read_text(encoding="utf-8"))["questions"]
+        return [
+            Question(
+                row["lang"],
+                row["q"],
+                row.get("before"),
+                tuple(row["doc"] or ()),
+                tuple(row.get("section", ())),
+                tuple(row.get("text", ())),
+            )
+            for row in rows
+        ]
+
+
+CORPORA = (BenchCorpus("debian-faq", HTML), BenchCorpus("manpages", ROOT / "manpages" / "html"))
+"""The Debian FAQ (the corpus the product was first tuned on) and Linux man pages (never tuned on)."""
+
+
 def load_questions() -> list[Question]:
-    rows = json.loads((CORPUS / "questions.json").read_text(encoding="utf-8"))["questions"]
-    return [
-        Question(row["lang"], row["q"], row.get("before"), tuple(row["doc"] or ()), tuple(row.get("section", ())))
-        for row in rows
-    ]
+    return CORPORA[0].questions()
 
 
 Ranker = Callable[[Question], Awaitable[list[Passage]]]
 
 
+STEMMERS = {"en": "english", "ru": "russian"}
+
+
 def baseline_ranker(passages: Sequence[Passage]) -> Ranker:
-    """Plain BM25 as a newcomer would set it up: bm25s's defaults (its tokenizer, no stemmer, no stop
-    words, BM25()) over the same passage text the product indexes; the new message alone."""
-    retriever = bm25s.BM25()
-    retriever.index(
-        bm25s.tokenize([f"{' '.join(p.headings)}\n{p.text}" for p in passages], show_progress=False),
-        show_progress=False,
-    )
+    """Plain BM25 as bm25s's README sets it up: its tokenizer with the question's language's stop words
+    and PyStemmer stemmer, BM25() defaults, over the same passage text the product indexes; the new
+    message alone."""
+    texts = [f"{' '.join(p.headings)}\n{p.text}" for p in passages]
+    retrievers: dict[str, tuple[bm25s.BM25, Stemmer.Stemmer]] = {}
+    for lang, language in STEMMERS.items():
+        stemmer = Stemmer.Stemmer(language)
+        retriever = bm25s.BM25()
+        tokens = bm25s.tokenize(texts, stopwords=lang, stemmer=stemmer, show_progress=False)
+        retriever.index(tokens, show_progress=False)
+        retrievers[lang] = (retriever, stemmer)
 
     async def rank(question: Question) -> list[Passage]:
-        tokens = bm25s.tokenize([question.text], show_progress=False)
+        retriever, stemmer = retrievers[question.lang]
+        tokens = bm25s.tokenize([question.text], stopwords=question.lang, stemmer=stemmer, show_progress=False)
         if not tokens.vocab:
             return []
         found, scores = retriever.retrieve(tokens, k=min(DEPTH, len(passages)), show_progress=False)
@@ -120,6 +156,16 @@ def product_ranker(snapshot: IndexSnapshot) -> Ranker:
 
     async def rank(question: Question) -> list[Passage]:
         return [s.passage for s in (await snapshot.search(question.query, limit=DEPTH)).passages]
+
+    return rank
+
+
+def vector_ranker(snapshot: IndexSnapshot) -> Ranker:
+    """The hybrid's vector ranking alone (the question's vector as the product embeds it)."""
+
+    async def rank(question: Question) -> list[Passage]:
+        vector, _ = await snapshot.query_vector(question.query)
+        return [] if vector is None else snapshot.nearest(vector, limit=DEPTH)
 
     return rank
 
@@ -156,41 +202,45 @@ def groups(questions: Sequence[Question]) -> dict[str, list[Question]]:
     }
 
 
-async def report_quality(rankers: dict[str, Ranker], questions: Sequence[Question]) -> None:
-    print("\n## Quality (answerable questions; recall@1 @3 @5, MRR@10)")
+async def report_quality(corpus: str, rankers: dict[str, Ranker], questions: Sequence[Question]) -> None:
+    print(f"\n## Quality, {corpus} (answerable questions; recall@1 @3 @5, MRR@10)")
     for group, members in groups(questions).items():
         print(f"{group} ({len(members)} questions)")
         for name, ranker in rankers.items():
-            print(f"  {name:<26} {(await quality(ranker, members)).line()}")
+            print(f"  {name:<34} {(await quality(ranker, members)).line()}")
 
 
-async def report_floors(snapshot: IndexSnapshot, hybrid: IndexSnapshot | None, questions: Sequence[Question]) -> None:
-    """Per floor: answerable questions that get a passage (and a right one among those sent), and
-    unanswerable ones that get none (the don't-know path); precision of 'no passage'."""
-    print("\n## No-match path (passages sent: top KNOWLEDGE_TOP_K above the floor)")
-    print("floor  answerable: sent, right one sent  unanswerable: none sent  precision of none-sent")
-    answerable = [q for q in questions if q.answerable]
-    unanswerable = [q for q in questions if not q.answerable]
+async def no_passage(snapshot: IndexSnapshot, questions: Sequence[Question]) -> str:
+    """Per language: answerable questions (follow-ups with their conversation) that get no passage,
+    and unanswerable ones that get none (the don't-know path), at KNOWLEDGE_TOP_K."""
+    parts = []
+    for lang in STEMMERS:
+        asked = [q for q in questions if q.lang == lang]
+        missed = none = 0
+        for question in asked:
+            retrieval = await snapshot.search(question.query, limit=DEFAULTS.knowledge_top_k)
+            missed += question.answerable and not retrieval.passages
+            none += not question.answerable and not retrieval.passages
+        answerable = sum(q.answerable for q in asked)
+        unanswerable = len(asked) - answerable
+        parts.append(
+            f"{lang}: answerable with none {missed}/{answerable} = {missed / max(answerable, 1):5.1%}, "
+            f"unanswerable with none {none}/{unanswerable} = {none / max(unanswerable, 1):5.1%}"
+        )
+    return "   ".join(parts)
+
+
+async def report_floors(
+    corpus: str, snapshot: IndexSnapshot, hybrid: IndexSnapshot | None, questions: Sequence[Question]
+) -> None:
+    """The no-passage rates per floor value (the default marked), and the hybrid's at its defaults."""
+    print(f"\n## No-passage rates, {corpus} (top KNOWLEDGE_TOP_K above the floor)")
     for floor in FLOORS:
-        line = await _floor_line(replace(snapshot, min_score=floor), answerable, unanswerable)
-        print(f"{floor:5.2f}  {line}{'   <- default' if floor == DEFAULTS.knowledge_min_score else ''}")
+        line = await no_passage(replace(snapshot, min_score=floor), questions)
+        mark = "   <- default" if floor == DEFAULTS.knowledge_min_score else ""
+        print(f"full text, floor {floor:4.2f}  {line}{mark}")
     if hybrid is not None:
-        line = await _floor_line(hybrid, answerable, unanswerable)
-        print(f"hybrid (min score {hybrid.min_score}, min similarity {hybrid.min_similarity})  {line}")
-
-
-async def _floor_line(snapshot: IndexSnapshot, answerable: list[Question], unanswerable: list[Question]) -> str:
-    sent = right = none = refused_wrongly = 0
-    for question in answerable:
-        passages = [s.passage for s in (await snapshot.search(question.query, limit=DEFAULTS.knowledge_top_k)).passages]
-        sent += bool(passages)
-        refused_wrongly += not passages
-        right += any(question.answered_by(p) for p in passages)
-    for question in unanswerable:
-        none += not (await snapshot.search(question.query, limit=DEFAULTS.knowledge_top_k)).passages
-    precision = none / (none + refused_wrongly) if none + refused_wrongly else 1.0
-    n, u = len(answerable), len(unanswerable)
-    return f"{sent / n:6.3f} {right / n:6.3f}               {none}/{u} = {none / u:5.3f}        {precision:5.3f}"
+        print(f"hybrid, defaults          {await no_passage(hybrid, questions)}")
 
 
 def scaled(passages: Sequence[Passage], size: int) -> list[Passage]:
@@ -461,7 +511,7 @@ def embeddings_server(python: str | None, url: str | None) -> Iterator[str | Non
 
 
 async def hybrid_snapshot(
-    url: str, counter: TokenCounter, min_score: float, min_similarity: float, cache: Path
+    url: str, counter: TokenCounter, min_score: float, min_similarity: float, cache: Path, root: Path = HTML
 ) -> tuple[IndexSnapshot, Embedder]:
     embedder = Embedder(
         client=AsyncOpenAI(api_key="unused", base_url=url, max_retries=0),
@@ -470,7 +520,7 @@ async def hybrid_snapshot(
         timeout_seconds=30,
     )
     library = KnowledgeLibrary(
-        root=HTML,
+        root=root,
         counter=counter,
         passage_tokens=DEFAULTS.knowledge_passage_tokens,
         max_file_bytes=DEFAULTS.knowledge_max_file_bytes,
@@ -484,36 +534,50 @@ async def hybrid_snapshot(
     return library.current(), embedder
 
 
-async def run(args: argparse.Namespace) -> None:
-    counter = TokenCounter.for_encoding()
-    questions = load_questions()
+async def measure_corpus(bench: BenchCorpus, counter: TokenCounter, url: str | None, cache: Path) -> None:
+    """Quality and no-passage rates of one corpus: baseline, product full text, hybrid."""
+    questions = bench.questions()
     corpus = read_corpus(
-        HTML,
+        bench.html,
         counter=counter,
         passage_tokens=DEFAULTS.knowledge_passage_tokens,
         max_file_bytes=DEFAULTS.knowledge_max_file_bytes,
     )
     answerable = sum(q.answerable for q in questions)
     print(
-        f"corpus: Debian FAQ, {len(corpus.documents)} HTML files (en, ru), {len(corpus.passages)} passages, "
+        f"\n# corpus {bench.name}: {len(corpus.documents)} HTML files (en, ru), {len(corpus.passages)} passages, "
         f"{sum(p.tokens for p in corpus.passages)} tokens; {len(questions)} questions ({answerable} answerable, "
-        f"{len(questions) - answerable} not answered by the FAQ)"
+        f"{len(questions) - answerable} not answered by it)"
     )
     unfloored = IndexSnapshot.build(passages=corpus.passages, min_score=0.0)
     floored = replace(unfloored, min_score=DEFAULTS.knowledge_min_score)
     rankers: dict[str, Ranker] = {
-        "bm25s defaults (baseline)": baseline_ranker(corpus.passages),
+        "bm25s + PyStemmer (baseline)": baseline_ranker(corpus.passages),
         "product full text": product_ranker(unfloored),
     }
     hybrid: IndexSnapshot | None = None
+    if url:
+        unfloored_hybrid, _ = await hybrid_snapshot(url, counter, 0.0, -1.0, cache, bench.html)
+        hybrid, _ = await hybrid_snapshot(
+            url, counter, DEFAULTS.knowledge_min_score, DEFAULTS.embedding_min_similarity, cache, bench.html
+        )
+        rankers[f"vector only ({EMBEDDING_MODEL})"] = vector_ranker(unfloored_hybrid)
+        rankers[f"product hybrid ({EMBEDDING_MODEL})"] = product_ranker(unfloored_hybrid)
+    await report_quality(bench.name, rankers, questions)
+    await report_floors(bench.name, floored, hybrid, questions)
+
+
+async def run(args: argparse.Namespace) -> None:
+    counter = TokenCounter.for_encoding()
+    questions = load_questions()
     with embeddings_server(args.embeddings_python, args.embeddings_url) as url:
         if url:
-            cache = Path(args.cache)
-            unfloored_hybrid, embedder = await hybrid_snapshot(url, counter, 0.0, -1.0, cache)
-            hybrid, _ = await hybrid_snapshot(
-                url, counter, DEFAULTS.knowledge_min_score, DEFAULTS.embedding_min_similarity, cache
+            embedder = Embedder(
+                client=AsyncOpenAI(api_key="unused", base_url=url, max_retries=0),
+                model=EMBEDDING_MODEL,
+                cache=DiskEmbeddingCache(directory=Path(args.cache)),
+                timeout_seconds=30,
             )
-            rankers[f"product hybrid ({EMBEDDING_MODEL})"] = product_ranker(unfloored_hybrid)
             query_ms = []
             for question in questions:
                 started = time.perf_counter()
@@ -525,8 +589,16 @@ async def run(args: argparse.Namespace) -> None:
             )
         else:
             print("hybrid: not measured (no --embeddings-python or --embeddings-url)")
-        await report_quality(rankers, questions)
-        await report_floors(floored, hybrid, questions)
+        for bench in CORPORA:
+            await measure_corpus(bench, counter, url, Path(args.cache))
+    if args.quality_only:
+        return
+    corpus = read_corpus(
+        HTML,
+        counter=counter,
+        passage_tokens=DEFAULTS.knowledge_passage_tokens,
+        max_file_bytes=DEFAULTS.knowledge_max_file_bytes,
+    )
     await report_speed(corpus.passages, questions, args.sizes, args.repeat, args.dimensions)
     report_build(counter)
     await report_cost(counter, questions, args.turns)
@@ -542,6 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dimensions", type=int, default=384, help="vector size for the hybrid latency")
     parser.add_argument("--turns", type=int, default=40, help="turns of the prompt-cost conversation")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
+    parser.add_argument("--quality-only", action="store_true", help="recall and no-passage rates only")
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.repeat, args.turns = [1_000], 1, 6

@@ -90,6 +90,7 @@ async def _knowledge(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     from bot.cli import knowledge  # seconds of imports: only once the settings allow the command
     from bot.factory import build_backend, build_knowledge, open_redis_backend
+    from services.engine.tokens import TokenCounter
 
     if args.action == "gaps":
         backend = await open_redis_backend(settings)
@@ -103,6 +104,14 @@ async def _knowledge(args: argparse.Namespace, settings: Settings) -> int:
         assert library is not None  # KNOWLEDGE_DIR checked above
         if library.needs_vectors:  # the vectors the bot's workers cached (embedding what is missing)
             await library.refresh()
+        if args.action == "search" and args.explain:
+            return await knowledge.explain(
+                library,
+                args.target,
+                limit=settings.knowledge.knowledge_top_k,
+                budget=settings.knowledge.knowledge_token_budget,
+                counter=TokenCounter.for_encoding(settings.memory.tokenizer_encoding),
+            )
         if args.action == "search":
             return await knowledge.search(library, args.target, limit=settings.knowledge.knowledge_top_k)
         return knowledge.show(library)

@@ -94,6 +94,7 @@ USES: dict[str, tuple[Method, ...]] = {
     "services.knowledge.passages._SENTENCE_END": ("scan",),
     "services.knowledge.pdf_doc._HYPHENATED": ("scan",),
     "services.knowledge.pdf_doc._LINE_STARTS_BLOCK": ("scan",),
+    "services.knowledge.snapshot._OPENING": ("match",),
     "services.knowledge.snapshot._POINTING": ("search",),
     "services.media.notes._LINE": ("match",),
     "services.media.vocabulary._TERM": ("scan",),

@@ -68,11 +68,12 @@ def _add(sub: Subcommands, name: str) -> CommandLine:
     return sub.add_parser(name, help=DESCRIPTIONS[name], description=DESCRIPTIONS[name])
 
 
-def _with_actions(sub: Subcommands, name: str, target_help: str) -> None:
+def _with_actions(sub: Subcommands, name: str, target_help: str) -> CommandLine:
     actions = ACTIONS[name]
     parser = _add(sub, name)
     parser.add_argument("action", nargs="?", default=actions[0], choices=actions, help=f"default: {actions[0]}")
     parser.add_argument("target", nargs="?", metavar="TARGET", help=target_help)
+    return parser
 
 
 def _wide(prog: str) -> argparse.HelpFormatter:
@@ -96,7 +97,10 @@ def build_parser() -> CommandLine:
     console = _add(sub, "console")
     console.add_argument("--chat-id", type=int, default=1, help="which session to use (default: 1)")
     _with_actions(sub, "chat", "show: the chat id (as the log's turn chat=… prints it)")
-    _with_actions(sub, "knowledge", 'search: the query, e.g. "how do I return it?"')
+    knowledge = _with_actions(sub, "knowledge", 'search: the query, e.g. "how do I return it?"')
+    knowledge.add_argument(
+        "--explain", action="store_true", help="search: matched terms, score parts and why passages were cut"
+    )
     _with_actions(sub, "dead-letters", "show, replay, drop: the dead letter's ID (from list)")
     _with_actions(sub, "quarantine", "show, drop: the chat id (from list)")
     _add(sub, "help").add_argument(

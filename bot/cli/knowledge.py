@@ -2,6 +2,8 @@
 
 python -m bot knowledge                 documents, passages, skipped files and why, index version
 python -m bot knowledge search "query"  ranked passages with their relevance, as a turn would get them
+python -m bot knowledge search "query" --explain   and per passage the matched terms, the score parts and
+                                        why passages were cut (floor, top k, token budget)
 python -m bot knowledge gaps            the most asked questions no document answered (needs REDIS_URL)
 """
 
@@ -10,7 +12,10 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from services.engine.grounding import knowledge_block
+from services.engine.tokens import TokenCounter
 from services.knowledge.library import KnowledgeLibrary
+from services.knowledge.snapshot import Candidate
 from services.ports.knowledge import KnowledgeGaps, KnowledgeQuery, ScoredPassage
 
 
@@ -57,6 +62,61 @@ async def search(library: KnowledgeLibrary, query: str, *, limit: int, out: Text
         out.write(f"   {text[:300]}\n")
     out.write(f"{len(retrieval.passages)} passage(s) in {retrieval.seconds * 1000:.1f} ms\n")
     return 0
+
+
+async def explain(
+    library: KnowledgeLibrary, query: str, *, limit: int, budget: int, counter: TokenCounter, out: TextIO = sys.stdout
+) -> int:
+    """Every passage either ranking put forward for ``query``: matched terms after stemming, the
+    score parts, and whether it is sent or why not (the floor, the top k, the token budget; the
+    budget as a turn applies it, whole passages in rank order)."""
+    snapshot = library.current()
+    asked = KnowledgeQuery(query)
+    vector, degraded = await snapshot.query_vector(asked)
+    found = snapshot.candidates(asked, limit=limit, query_vector=vector)
+    out.write(
+        f"floor: relevance >= {snapshot.min_score} (KNOWLEDGE_MIN_SCORE)"
+        + (f" or similarity >= {snapshot.min_similarity}" if vector is not None else "")
+        + f"; top {limit}; budget {budget} tokens"
+        + ("; the embeddings call failed: full text only" if degraded else "")
+        + "\n"
+    )
+    blocks: list[str] = []
+    sent = 0
+    for rank, candidate in enumerate(found, start=1):
+        passage = snapshot.passages[candidate.index]
+        cut = candidate.cut
+        if cut is None:
+            block = knowledge_block(passage, f"K{len(blocks) + 1}")
+            if counter.count_text("\n".join((*blocks, block))) > budget:
+                cut = "budget"
+            else:
+                blocks.append(block)
+                sent += 1
+        out.write(f"{rank}. {_verdict(cut)}  {passage.source}  [{passage.id}]\n")
+        out.write(f"   {_parts(candidate)}\n")
+        out.write(f"   matched: {', '.join(snapshot.matched_terms(asked, candidate.index)) or '(none)'}\n")
+    out.write(f"{sent} of {len(found)} passage(s) sent\n")
+    return 0 if sent else 1
+
+
+def _verdict(cut: str | None) -> str:
+    return {
+        None: "SENT",
+        "floor": "cut: below the floor",
+        "limit": "cut: past KNOWLEDGE_TOP_K",
+        "budget": "cut: over KNOWLEDGE_TOKEN_BUDGET",
+    }.get(cut, f"cut: {cut}")
+
+
+def _parts(candidate: Candidate) -> str:
+    parts = [f"full text {candidate.fulltext:.3f} (#{candidate.fulltext_rank or '-'})"]
+    parts.append(f"relevance {candidate.relevance:.3f}")
+    if candidate.similarity is not None or candidate.vector_rank is not None:
+        parts.append(f"vector {candidate.similarity or 0.0:.3f} (#{candidate.vector_rank or '-'})")
+    if candidate.fused is not None:
+        parts.append(f"fusion {candidate.fused:.4f}")
+    return ", ".join(parts)
 
 
 async def gaps(store: KnowledgeGaps, *, limit: int = 50, out: TextIO = sys.stdout) -> int:

@@ -20,7 +20,11 @@ _INVISIBLE = re.compile("[\u00ad\u200b\u200c\u200d\u2060\ufeff]")  # soft hyphen
 # make a question look uncovered.
 _STOP_EN = frozenset(STOPWORDS_EN)
 # bm25s's Russian list (NLTK's) misses a few words customers use in nearly every question
-_STOP_RU_MORE = ("это", "этот", "эта", "эти", "этого", "этой", "мой", "моя", "мое", "мои", "свой", "еще", "пожалуйста")
+_STOP_RU_MORE = (
+    *("это", "этот", "эта", "эти", "этого", "этой", "мой", "моя", "мое", "мои", "свой", "еще", "пожалуйста"),
+    *("который", "которая", "которое", "которые", "которого", "которой", "котором", "которому", "которую"),
+    *("которых", "которым", "которыми"),
+)
 _STOP_RU = frozenset(word.replace("ё", "е") for word in (*STOPWORDS_RUSSIAN, *_STOP_RU_MORE))
 _RU = Stemmer.Stemmer("russian")
 _EN = Stemmer.Stemmer("english")
@@ -80,3 +84,14 @@ def content_terms(found: list[str]) -> list[str]:
     """``found`` without the function words the ranking keeps ("how", "do", "you"): what a question
     is about, for the relevance floor and for telling a follow-up from a question."""
     return [term for term in found if term not in _FUNCTION]
+
+
+PREFIX_CHARS = 5
+"""A stem's first characters: what inflections the stemmer leaves apart ("кодировок"/"кодировка",
+"строчек"/"строка"), typos past the fifth letter ("recursivly") and compounds' heads share."""
+
+
+def prefixes(found: list[str]) -> list[str]:
+    """The PREFIX_CHARS-character heads of the longer terms of ``found`` (identifiers with digits
+    excluded: an order number matches whole or not at all)."""
+    return [t[:PREFIX_CHARS] for t in found if len(t) > PREFIX_CHARS and not any(ch.isdigit() for ch in t)]

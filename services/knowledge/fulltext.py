@@ -1,10 +1,5 @@
-"""Full-text ranking with bm25s (Lucene BM25) over our own terms, and a relevance in 0..1.
-
-The relevance of a passage is its BM25 score divided by what a passage holding every query term
-once, at average length, would score: the sum of the terms' idf (a term the index has never seen
-counts as the rarest seen term). So 1.0 means the passage covers the whole question, and a question
-about something the documents never mention scores near 0: that is the floor KNOWLEDGE_MIN_SCORE
-compares with."""
+"""Full-text ranking with bm25s (Lucene BM25) over our own terms, Lucene's idf, and which passages
+hold a term (the relevance floor of snapshot.py counts the question's words a passage holds)."""
 
 from __future__ import annotations
 
@@ -24,8 +19,12 @@ class FullTextIndex:
         """``documents``: the terms of each passage, in passage order."""
         self.size = len(documents)
         self._df: Counter[str] = Counter()
-        for document in documents:
-            self._df.update(set(document))
+        postings: dict[str, list[int]] = {}
+        for number, document in enumerate(documents):
+            for term in set(document):
+                postings.setdefault(term, []).append(number)
+        self._postings = {term: np.asarray(found, dtype=np.int64) for term, found in postings.items()}
+        self._df.update({term: len(found) for term, found in postings.items()})
         self._bm25: bm25s.BM25 | None = None
         if self.size:
             self._bm25 = bm25s.BM25(method="lucene")
@@ -37,9 +36,12 @@ class FullTextIndex:
         df = max(self._df.get(term, 0), 1)
         return math.log(1 + (self.size - df + 0.5) / (df + 0.5))
 
-    def bound(self, query: Sequence[str]) -> float:
-        """What a passage with every query term once at average length scores."""
-        return sum(self.idf(term) for term in query)
+    def knows(self, term: str) -> bool:
+        return term in self._df
+
+    def holding(self, term: str) -> np.ndarray:
+        """The passages that hold ``term``, in passage order."""
+        return self._postings.get(term, np.zeros(0, dtype=np.int64))
 
     def scores(self, query: Sequence[str]) -> np.ndarray:
         """BM25 score of every passage for ``query`` (zeros when nothing matches)."""

@@ -174,7 +174,8 @@ def test_the_chaos_script_explains_a_duplicate_only_by_a_re_send() -> None:
 def test_knowledge_benchmark_smoke() -> None:
     out = run_script("benchmarks.knowledge", "--quick")
     assert "34 HTML files" in out and "87 answerable" in out, out
-    for line in ("bm25s defaults (baseline)", "product full text", "<- default", "s per 1 000 pages"):
+    assert "# corpus manpages: 32 HTML files" in out and "68 answerable" in out, out
+    for line in ("bm25s + PyStemmer (baseline)", "product full text", "<- default", "s per 1 000 pages"):
         assert line in out, out
     assert re.search(r"prompts over the budget: 0 of \d+", out), out
     assert re.search(r"passages after the history \(product\)\s+\d+", out), out
