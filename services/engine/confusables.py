@@ -96,8 +96,9 @@ _TARGETS = _targets()
 def readings(ch: str) -> tuple[str, ...] | None:
     """What ``ch`` may be read as in a tag name: None when a model reads past it (separators and
     their look-alikes, spaces, invisible and combining characters); else the letters or digits it
-    may stand for (its NFKC form case-folded, and the letters confusables.txt maps it to: a Cyrillic
-    "о" is an "o", a capital "I" an "l", a "0" an "o"); () when it ends a name. Cached: a text
+    may stand for (its NFKC form case-folded, that without its accents: a precomposed "ö" is an "o",
+    as "o" with a combining mark is, and the letters confusables.txt maps it to: a Cyrillic "о" is an
+    "o", a capital "I" an "l", a "0" an "o"); () when it ends a name. Cached: a text
     repeats its characters, and a line of 100 kB of openers must stay cheap."""
     if ch in _SEPARATORS or unicodedata.category(ch) in _SKIPPED_CATEGORIES:
         return None
@@ -105,5 +106,6 @@ def readings(ch: str) -> tuple[str, ...] | None:
     if normal and all(c in _SEPARATORS or c.isspace() for c in normal):
         return None
     folded = normal.casefold()
-    ways = (folded, *_TARGETS.get(normal, ""), *_TARGETS.get(folded, ""))
+    bare = "".join(c for c in unicodedata.normalize("NFKD", folded) if not unicodedata.combining(c))
+    ways = (folded, bare, *_TARGETS.get(normal, ""), *_TARGETS.get(folded, ""), *_TARGETS.get(bare, ""))
     return tuple(way for way in dict.fromkeys(ways) if way.isalnum())

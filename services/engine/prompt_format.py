@@ -25,6 +25,7 @@ _FENCE_KEYS = tuple(tag.replace("_", "") for tag in FENCE_TAGS)
 
 _SAFE_OPENER = "‹"  # U+2039: reads like "<" to a person, is not a tag to the model's fences
 _LOOKAHEAD = 80
+_LT_ENTITIES = ("&lt;", "&#60;", "&#060;", "&#x3c;", "&#x03c;")
 _PREFIXES = frozenset(key[:n] for key in _FENCE_KEYS for n in range(1, len(key) + 1))
 
 
@@ -50,6 +51,7 @@ def neutralize(text: str) -> str:
     NFKC forms (fullwidth, small and mathematical characters), confusables.txt look-alikes of "<",
     "/", "-" and of the names' letters (a Cyrillic "о", a capital "I" for an "l"), zero-width, bidi,
     combining or space characters inside the name, odd case. Only the opener changes."""
+    text = _defuse_entities(text)
     if OPENERS.isdisjoint(text):
         return text
     chars = list(text)
@@ -57,6 +59,23 @@ def neutralize(text: str) -> str:
         if ch in OPENERS and _looks_like_fence(text, index):
             chars[index] = _SAFE_OPENER
     return "".join(chars)
+
+
+def _defuse_entities(text: str) -> str:
+    """An HTML entity of "<" (``&lt;``, ``&#60;``, ``&#x3c;``) before a fence name reads as a tag to a
+    model that has seen HTML: it becomes the safe opener too. One pass over the "&"s (linear)."""
+    if "&" not in text:
+        return text
+    lowered = text.lower()
+    pieces: list[str] = []
+    done = at = 0
+    while (at := lowered.find("&", at)) != -1:
+        entity = next((e for e in _LT_ENTITIES if lowered.startswith(e, at)), None)
+        if entity is not None and _looks_like_fence(text, at + len(entity) - 1):
+            pieces += [text[done:at], _SAFE_OPENER]
+            done = at + len(entity)
+        at += 1
+    return "".join(pieces) + text[done:] if pieces else text
 
 
 def clean_text(text: str) -> str:
