@@ -86,12 +86,13 @@ class Sandbox:
         self._kill()
         root = str(Path(__file__).resolve().parents[2])
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "services.knowledge.sandbox", str(self._memory_bytes)],
+            # -P: the working directory is not on the import path
+            [sys.executable, "-P", "-m", "services.knowledge.sandbox", str(self._memory_bytes)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env={"PYTHONPATH": root},  # nothing of the parent's environment: its secrets stay out
-            cwd=root,
+            cwd="/",  # not the project folder, where .env usually is
             close_fds=True,
         )
         self.started += 1
