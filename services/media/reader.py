@@ -7,7 +7,6 @@ the bot token in it can reach the model, a log line or the store from here."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -19,6 +18,7 @@ from services.media import reasons
 from services.media.documents import DocumentText, document_type, read_customer_document
 from services.media.image_tokens import image_cost
 from services.media.images import prepare_image
+from services.media.pool import in_media_pool
 from services.media.transcriber import Transcriber
 from services.media.turn import TurnImage, TurnMedia
 from services.ports.media import MediaMemos
@@ -137,7 +137,7 @@ class MediaReader:
     async def _image(self, item: Incoming, download: Download) -> TurnImage:
         data = await download(item.file_id, self._settings.media_max_bytes)
         settings = self._settings
-        prepared = await asyncio.to_thread(
+        prepared = await in_media_pool(
             prepare_image, data, model=self._model, detail=settings.image_detail, rule=settings.image_tokens_rule
         )
         low_tokens = image_cost(
@@ -167,7 +167,7 @@ class MediaReader:
 
     async def _document(self, item: Incoming, download: Download) -> DocumentText:
         data = await download(item.file_id, self._settings.media_max_bytes)
-        return await asyncio.to_thread(
+        return await in_media_pool(
             read_customer_document,
             data,
             file_name=item.file_name or "document",
