@@ -142,6 +142,11 @@ def test_refusals_of_other_servers(status: int, error: dict[str, Any], body: dic
         (401, "invalid api key; unsupported role developer", sent("developer")),
         (400, "context length exceeded; unknown role developer", sent("system")),  # not the role in use
         (500, "response_format is broken", sent()),  # no response_format was sent
+        (  # a 500 that echoes the request: it names response_format without refusing it
+            500,
+            "Internal error handling {'response_format': {'type': 'json_schema'}, 'messages': []}",
+            sent(response_format={"type": "json_schema"}),
+        ),
     ],
 )
 def test_what_is_not_a_refusal(status: int, message: str, body: dict[str, Any]) -> None:

@@ -57,6 +57,7 @@ USES: dict[str, tuple[Method, ...]] = {
     "services.engine.identifiers._EMAIL_GLUED": ("match",),
     "services.engine.llm_dialect._PARAM_NAMED['max_completion_tokens']": ("search",),
     "services.engine.llm_dialect._PARAM_NAMED['max_tokens']": ("search",),
+    "services.engine.llm_dialect._FORMAT_REFUSED": ("search",),
     "services.engine.llm_dialect._PARAM_REFUSED": ("search",),
     "services.engine.llm_dialect._ROLE_REFUSED['developer'][0]": ("search",),
     "services.engine.llm_dialect._ROLE_REFUSED['developer'][1]": ("search",),

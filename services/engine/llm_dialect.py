@@ -34,6 +34,12 @@ _NEVER_A_REFUSAL = frozenset({401, 402, 403, 404, 408, 429})
 """A key, billing, model, timeout or rate-limit answer is never the refusal of a feature."""
 _BODY_CHARS = 32_000
 """Of an error body, the part read (a server may echo the whole request in it)."""
+_FORMAT_REFUSED = re.compile(
+    r"input should be|not supported|unsupported|does not support|invalid|not allowed|not permitted|unknown"
+    r"|unrecogni[sz]ed|extra_forbidden"
+)
+"""Beside "response_format", what makes an error body its refusal: a 500 that merely echoes the request
+(it holds "response_format" too) is an outage, not a refusal."""
 _PARAM_REFUSED = re.compile(
     r"unsupported|not supported|unrecogni[sz]ed|unknown|not permitted|not allowed|extra_forbidden|instead"
 )
@@ -69,7 +75,7 @@ def refusal_of(exc: openai.APIStatusError, sent: Mapping[str, Any]) -> Refusal |
     if param is not None and _PARAM_NAMED[param].search(text) and _PARAM_REFUSED.search(text):
         return Refusal("token_limit_param", param, status)
     response_format = sent.get("response_format")
-    if isinstance(response_format, Mapping) and "response_format" in text:
+    if isinstance(response_format, Mapping) and "response_format" in text and _FORMAT_REFUSED.search(text):
         return Refusal("response_format", str(response_format.get("type")), status)
     return None
 
