@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
 from bot.cli import knowledge as knowledge_cli
 from services.engine.grounding import NO_KNOWLEDGE
@@ -64,6 +65,7 @@ async def test_answers_from_the_documents_and_follows_the_folder(
     telegram: StubTelegram,
     stub_llm: StubOpenAI,
     redis_server: RedisServer,
+    real_redis: Redis,  # flushed first: the gap records it checks are this test's alone
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
