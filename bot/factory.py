@@ -24,6 +24,7 @@ from bot.settings import BotSettings
 from bot.settings import Settings as Settings  # re-exported: importers of bot.factory.Settings keep working
 from bot.telegram.albums import AlbumDispatcher
 from bot.telegram.desk import HandoffDesk
+from bot.telegram.download_notice import DownloadNoticeMiddleware
 from bot.telegram.handlers import all_routers
 from bot.telegram.link_hosts import LinkPolicy
 from bot.telegram.middlewares.access import AccessMiddleware
@@ -293,6 +294,7 @@ def build_dispatcher(
         albums=backend.albums,
         links=LinkPolicy(settings.safe_link_hosts, knowledge),
     )
+    dispatcher.update.outer_middleware(DownloadNoticeMiddleware())
     dispatcher.message.outer_middleware(LanguageMiddleware(settings))
     dispatcher.message.outer_middleware(AccessMiddleware())
     dispatcher.include_routers(*all_routers())

@@ -253,8 +253,8 @@ class WorkerSettings(BaseSettings):
         default=60.0,
         gt=0,
         description="how long a customer's file that Telegram's file server fails to serve is retried "
-        "(the customer is told at the first failure); then the customer is asked to send it again and the "
-        "chat's later messages are answered",
+        "(the customer is told at the first failure, or after 5 s of waiting); then the customer is asked "
+        "to send it again and the chat's later messages are answered",
     )
     llm_max_requests_per_question: int = Field(
         default=10,

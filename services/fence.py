@@ -28,6 +28,9 @@ class Fence:
     acknowledgement (or its failed attempt's record): one script per turn instead of two."""
     deferred_replies: list[str] = field(default_factory=list)
     """Turn ids answered under this fence whose reply marks the worker still has to write."""
+    in_flight: int = 0
+    """Requests to the customer (Bot API) under way: a lease lost meanwhile lets them finish, because one
+    already written may have been delivered, and only a finished one can be recorded (heartbeat)."""
 
     def take_deferred_replies(self) -> tuple[str, ...]:
         """The reply marks left to the worker, handed over once."""

@@ -342,3 +342,26 @@ async def test_a_queue_worker_gets_reply_marks_to_write_with_the_acknowledgement
     assert deferred and compacted
     unfenced = await service.handle(6, "hello", deliver=noop, turn_id="u1")
     assert not unfenced.duplicate and (await store.turn_status(6, "u1")).replied, "no fence: written at once"
+
+
+async def test_a_reply_delivered_as_the_lease_is_lost_leaves_its_mark_and_skips_compaction(
+    stub_llm: StubOpenAI, llm: LLMClient, counter: TokenCounter
+) -> None:
+    """Issue 36: the lease is lost while the reply is under way (the heartbeat lets the send finish). The
+    mark is then the turn's last write, left to the worker (which keeps it unless another worker took
+    the chat), even where a compaction was due: a compaction would be refused by the lapsed lease and
+    take the mark down with it, and the reply would be sent again."""
+    redis = fakeredis.FakeAsyncRedis()
+    store = RedisSessionStore(redis=redis, keys=KeySpace("t", "123456"))
+    await redis.set(KeySpace("t", "123456").chat(5).lease, "w1")
+    service = make_service(store=store, llm=llm, counter=counter, budget=1200, summary_max_tokens=300)
+    for n in range(12):
+        fence = Fence("w1", valid_until=time.monotonic() + 30, defer_reply_marks=True)
+
+        async def lease_lost_while_sending(result: TurnResult, fence: Fence = fence) -> None:
+            fence.valid_until = 0.0  # lose_lease closes the fence; the send itself finishes
+
+        result = await service.handle(
+            5, customer_line(n), deliver=lease_lost_while_sending, turn_id=f"u{n}", fence=fence
+        )
+        assert result.proactive_compaction is None and fence.deferred_replies == [f"u{n}"], n

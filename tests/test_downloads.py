@@ -92,3 +92,30 @@ async def test_a_hanging_file_server_fails_the_download_in_seconds(
     telegram.files.download_faults.append("hang")
     with pytest.raises(DownloadFailedError):
         await asyncio.wait_for(downloader(bot, "image")("AgAC-photo", 20 * 2**20), 30)
+
+
+async def test_a_crawling_download_is_told_of_while_it_goes_on(telegram: StubTelegram, bot: Bot) -> None:
+    """Issue 36: a file server that sends a byte every half second never trips the stall limit, so the
+    notice cannot wait for the download to fail: ``on_slow`` runs once the download is slow, and the
+    download still completes afterwards."""
+    data = b"\xff\xd8" + b"x" * 50
+    telegram.add_file("AgAC-photo", data, folder="photos", extension="jpg")
+    telegram.files.download_faults.append("trickle")
+    told = asyncio.Event()
+
+    async def on_slow() -> None:
+        told.set()
+        telegram.files.trickle_ends.set()  # the server speeds up only once the customer was told
+
+    download = downloader(bot, "image", on_slow=on_slow, slow_after=0.2)
+    assert await asyncio.wait_for(download("AgAC-photo", 20 * 2**20), 30) == data
+    assert told.is_set()
+
+
+async def test_a_quick_download_tells_nothing(telegram: StubTelegram, bot: Bot) -> None:
+    telegram.add_file("AgAC-photo", b"\xff\xd8" + b"x" * 50, folder="photos", extension="jpg")
+
+    async def on_slow() -> None:
+        raise AssertionError("told of a download that was not slow")
+
+    assert await downloader(bot, "image", on_slow=on_slow, slow_after=30)("AgAC-photo", 20 * 2**20)

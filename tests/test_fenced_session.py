@@ -105,3 +105,22 @@ async def test_a_late_typing_indicator_is_not_refused(one_connection_bot: Bot, t
 def test_a_proxy_is_refused_rather_than_left_unfenced() -> None:
     with pytest.raises(TypeError, match="proxy"):
         FencedSession(proxy="socks5://127.0.0.1:1080")
+
+
+async def test_a_reply_under_way_is_counted_in_flight_and_a_draft_or_typing_is_not(
+    one_connection_bot: Bot, telegram: StubTelegram
+) -> None:
+    """The heartbeat lets a request to the customer that is under way finish when the lease is lost
+    (``Fence.in_flight``): the count covers the request until Telegram's answer is in."""
+    bot = one_connection_bot
+    bot.session.limit = 2  # type: ignore[attr-defined]  # the typing request must not wait for the reply's
+    fence = Fence("w:1", valid_until=time.monotonic() + 30)
+    held = telegram.gates["sendMessage"] = asyncio.Event()
+    reply = asyncio.create_task(bot.send_message(7, "the answer"), context=in_chat_context(fence))
+    await telegram.wait_for(lambda: len(telegram.of("sendMessage")) == 1)
+    assert fence.in_flight == 1
+    await asyncio.create_task(bot.send_chat_action(7, "typing"), context=in_chat_context(fence))
+    assert fence.in_flight == 1
+    held.set()
+    await reply
+    assert fence.in_flight == 0

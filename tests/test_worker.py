@@ -411,6 +411,39 @@ async def test_a_reply_sent_before_the_lease_lapsed_is_recorded_when_the_turn_is
     assert replied_when_served_again == [True], "the reply that went out was not recorded"
 
 
+async def test_a_reply_under_way_when_the_lease_is_lost_finishes_and_is_recorded(bot: Bot) -> None:
+    """Issue 36: the lease is lost (every renewal hangs; nobody else takes the chat) while the reply's
+    request is under way (``Fence.in_flight``). The handler is not cancelled: its reply ends, its mark is
+    kept, and the update served again finds the turn answered (the old heartbeat cancelled the request,
+    nothing was recorded and the reply went out twice)."""
+    redis = fakeredis.FakeAsyncRedis()
+    queue = FlakyQueue(redis=redis, keys=KEYS, lease_ms=600)
+    queue.slow_renew = 5.0  # every renewal hangs: the lease lapses
+    store = RedisSessionStore(redis=redis, keys=KEYS)
+    served_again = asyncio.Event()
+    replied_when_served_again: list[bool] = []
+
+    async def on_message(message: Message, fence: Fence) -> None:
+        if fence.token.endswith(":0"):
+            fence.in_flight += 1  # the reply is at Telegram, its answer on the way
+            # the answer comes after the heartbeat gave the lease up and the lease ran out in Redis
+            for _ in range(500):
+                if fence.remaining() <= 0 and not await redis.exists(KEYS.chat(9).lease):
+                    break
+                await asyncio.sleep(0.02)
+            fence.in_flight -= 1
+            fence.deferred_replies.append(f"u{message.message_id}")
+            return
+        replied_when_served_again.append((await store.turn_status(9, "u1")).replied)
+        served_again.set()
+
+    dispatcher = Dispatcher()
+    dispatcher.message.register(on_message)
+    await queue.enqueue(9, "u1", update_json(1, 9, "answered while the lease was lost"), order=1)
+    await run_until(make_worker(queue, dispatcher, bot, concurrency=1), served_again, within=10)
+    assert replied_when_served_again == [True], "the reply under way was cancelled or not recorded"
+
+
 async def test_after_claiming_the_last_due_chat_the_worker_waits_for_a_wake_up(bot: Bot) -> None:
     """No empty claim after the last due chat: the worker goes straight to waiting for a wake-up, and
     work marked due meanwhile wakes it."""

@@ -1,6 +1,12 @@
 """Keeping a chat's lease while the worker serves it: the heartbeat renews the lease every third of it,
 each renewal landing inside what is left of the lease, and the moment the lease cannot be kept it
-cancels the chat's handler and moves the fence's deadline to the past, so nothing more is written."""
+cancels the chat's handler and moves the fence's deadline to the past, so nothing more is written.
+
+A request to the customer already under way (``Fence.in_flight``) is not cancelled with it: written, it
+may have been delivered, and a cancelled one is never recorded, so the chat's next holder would send the
+reply again. The handler goes on with its fence closed (every later request and write is refused) and
+is cancelled only if it is still running ``IN_FLIGHT_GRACE`` seconds later; a reply it finishes is
+recorded unless another worker took the chat meanwhile (the queue's ``nobody_else_holds`` rule)."""
 
 from __future__ import annotations
 
@@ -16,6 +22,10 @@ from services.fence import Fence
 from services.ports.queue import Claim, QueueItem, WorkQueue
 
 log = logging.getLogger(__name__)
+
+IN_FLIGHT_GRACE = 15.0
+"""Seconds a handler whose lease was lost may go on while a request to the customer is under way
+(Telegram answers in well under a second; one still unanswered by then is cancelled)."""
 
 
 @dataclass
@@ -77,10 +87,21 @@ def _heartbeat_ended(task: asyncio.Task[None], serving: Serving) -> None:
     lose_lease(serving, "its heartbeat crashed")  # nothing renews the lease any more
 
 
-def lose_lease(serving: Serving, why: str) -> None:
-    """The chat is no longer ours: cancel its handler and close the fence."""
-    log.warning("chat %s: lease lost (%s); cancelling its update", serving.claim.chat_id, why)
+def lose_lease(serving: Serving, why: str, grace: float = IN_FLIGHT_GRACE) -> None:
+    """The chat is no longer ours: close the fence and cancel its handler, at once unless a request to
+    the customer is under way (then within ``grace`` seconds, if it has not ended by then)."""
     serving.lost.set()
     serving.fence.valid_until = 0.0
-    if serving.work is not None:
-        serving.work.cancel()
+    work = serving.work
+    if work is None or not serving.fence.in_flight:
+        log.warning("chat %s: lease lost (%s); cancelling its update", serving.claim.chat_id, why)
+        if work is not None:
+            work.cancel()
+        return
+    log.warning(
+        "chat %s: lease lost (%s); its request to Telegram under way may finish (up to %.0fs), nothing more is sent",
+        serving.claim.chat_id,
+        why,
+        grace,
+    )
+    asyncio.get_running_loop().call_later(grace, work.cancel)

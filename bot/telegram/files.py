@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import io
 import logging
+from collections.abc import Awaitable, Callable
 
 from aiogram import Bot
 from aiogram.exceptions import TelegramBadRequest, TelegramNetworkError, TelegramServerError
 from aiogram.types import File, Message
 from aiohttp import ClientError, ClientResponseError, ClientTimeout
 
+from bot.telegram.download_notice import DOWNLOAD_NOTICE_SECONDS, told_if_slow
 from services.errors import MediaError, TransientError
 from services.media import reasons
 from services.media.reader import Download, Incoming, IncomingKind
@@ -26,7 +28,8 @@ DOWNLOAD_TIMEOUT_SECONDS = 60
 """The most one download may take (20 MB at a third of a MB/s)."""
 DOWNLOAD_STALL_SECONDS = 10.0
 """The most a download may wait for a connection, or for its next bytes (the headers included): a file
-server that hangs fails the attempt in seconds, so the customer hears of it in seconds too."""
+server that hangs fails the attempt in seconds (the customer hears of a slow file sooner still:
+``download_notice``)."""
 
 
 class DownloadFailedError(TransientError):
@@ -49,31 +52,46 @@ class _Capped(io.BytesIO):
         return super().write(data)
 
 
-def downloader(bot: Bot, kind: reasons.MediaKind) -> Download:
+def downloader(
+    bot: Bot,
+    kind: reasons.MediaKind,
+    on_slow: Callable[[], Awaitable[None]] | None = None,
+    slow_after: float = DOWNLOAD_NOTICE_SECONDS,
+) -> Download:
+    """Downloads of ``kind``; ``on_slow`` runs when one (getFile included) is not done after ``slow_after``
+    seconds, the download going on meanwhile (the customer's notice: ``download_notice``)."""
+
     async def download(file_id: str, max_bytes: int) -> bytes:
-        file = await _file_of(bot, file_id, kind, max_bytes)
-        if file.file_size is not None and file.file_size > max_bytes:
-            raise MediaError(f"{file.file_size} bytes", kind=kind, reason=reasons.TOO_BIG, limit=max_bytes)
-        if not file.file_path:
-            raise MediaError("getFile gave no file path", kind=kind, reason=reasons.UNREADABLE)
-        buffer = _Capped(max_bytes, kind)
-        failure: Exception | None = None
-        # aiogram types ``timeout`` as seconds but hands it to aiohttp's ``session.get``, which takes a
-        # ClientTimeout: the total alone would let a hanging server hold the attempt for a minute
-        timeout = ClientTimeout(
-            total=DOWNLOAD_TIMEOUT_SECONDS, sock_connect=DOWNLOAD_STALL_SECONDS, sock_read=DOWNLOAD_STALL_SECONDS
-        )
-        try:
-            await bot.download_file(file.file_path, destination=buffer, timeout=timeout)  # type: ignore[arg-type]
-        except ClientResponseError as exc:
-            failure = _refused(exc.status, kind)
-        except (ClientError, TimeoutError, OSError) as exc:
-            failure = DownloadFailedError(f"download failed: {type(exc).__name__}")
-        if failure is not None:  # raised outside the except: aiohttp's error (the URL, the token) is no context
-            raise failure
-        return buffer.getvalue()
+        if on_slow is None:
+            return await _download(bot, kind, file_id, max_bytes)
+        return await told_if_slow(_download(bot, kind, file_id, max_bytes), on_slow, slow_after)
 
     return download
+
+
+async def _download(bot: Bot, kind: reasons.MediaKind, file_id: str, max_bytes: int) -> bytes:
+    """One download: getFile, its size against the cap, then the bytes (never past the cap)."""
+    file = await _file_of(bot, file_id, kind, max_bytes)
+    if file.file_size is not None and file.file_size > max_bytes:
+        raise MediaError(f"{file.file_size} bytes", kind=kind, reason=reasons.TOO_BIG, limit=max_bytes)
+    if not file.file_path:
+        raise MediaError("getFile gave no file path", kind=kind, reason=reasons.UNREADABLE)
+    buffer = _Capped(max_bytes, kind)
+    failure: Exception | None = None
+    # aiogram types ``timeout`` as seconds but hands it to aiohttp's ``session.get``, which takes a
+    # ClientTimeout: the total alone would let a hanging server hold the attempt for a minute
+    timeout = ClientTimeout(
+        total=DOWNLOAD_TIMEOUT_SECONDS, sock_connect=DOWNLOAD_STALL_SECONDS, sock_read=DOWNLOAD_STALL_SECONDS
+    )
+    try:
+        await bot.download_file(file.file_path, destination=buffer, timeout=timeout)  # type: ignore[arg-type]
+    except ClientResponseError as exc:
+        failure = _refused(exc.status, kind)
+    except (ClientError, TimeoutError, OSError) as exc:
+        failure = DownloadFailedError(f"download failed: {type(exc).__name__}")
+    if failure is not None:  # raised outside the except: aiohttp's error (the URL, the token) is no context
+        raise failure
+    return buffer.getvalue()
 
 
 async def _file_of(bot: Bot, file_id: str, kind: reasons.MediaKind, max_bytes: int) -> File:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import aiogram
 import certifi
 from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.methods import TelegramMethod
 from aiohttp import ClientRequest, ClientSession, ClientTimeout, TCPConnector
 from aiohttp.hdrs import USER_AGENT
 from aiohttp.http import SERVER_SOFTWARE
@@ -22,6 +23,8 @@ from services.errors import LeaseLostError
 from services.fence import CURRENT_FENCE
 
 if TYPE_CHECKING:
+    from aiogram import Bot
+    from aiogram.methods.base import TelegramType
     from aiohttp.abc import AbstractStreamWriter
     from aiohttp.connector import Connection
     from aiohttp.tracing import Trace
@@ -30,6 +33,9 @@ if TYPE_CHECKING:
 _UNFENCED = ("/sendChatAction",)
 """Methods a late call of costs nothing: "typing…" shown late duplicates no message (and refusing it
 would end aiogram's typing task with an exception nobody awaits)."""
+_NOT_DELIVERIES = ("sendChatAction", "sendMessageDraft")
+"""Methods whose request is not counted in ``Fence.in_flight``: nothing the customer keeps (a draft is
+replaced by the reply), so a lease lost meanwhile cancels the turn at once."""
 
 
 def _lease_gone(req: ClientRequest) -> LeaseLostError | None:
@@ -97,6 +103,23 @@ class FencedSession(AiohttpSession):
                 headers={USER_AGENT: f"{SERVER_SOFTWARE} aiogram/{aiogram.__version__}"},
             )
         return self._fenced
+
+    async def make_request(
+        self,
+        bot: Bot,
+        method: TelegramMethod[TelegramType],
+        timeout: int | None = None,  # noqa: ASYNC109 (aiogram's signature)
+    ) -> TelegramType:
+        """aiogram's request, counted in the chat's ``Fence.in_flight`` while it is under way (a request to
+        the customer: see ``_NOT_DELIVERIES``)."""
+        fence = CURRENT_FENCE.get()
+        if fence is None or method.__api_method__ in _NOT_DELIVERIES:
+            return await super().make_request(bot, method, timeout)
+        fence.in_flight += 1
+        try:
+            return await super().make_request(bot, method, timeout)
+        finally:
+            fence.in_flight -= 1
 
     async def close(self) -> None:
         if self._fenced is not None and not self._fenced.closed:

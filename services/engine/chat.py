@@ -193,7 +193,11 @@ class ChatService:
         if turn.after == "redelivered" and turn.turn_id is not None:
             await self._mark_replied(turn.chat_id, turn.turn_id, fence, last_write=True)
         elif turn.after == "answered":
-            compaction_due = self.compactor.due(result.history_tokens, result.stored_messages)
+            # not with a lease that may be gone: the reply's mark is then the only write left (the queue
+            # worker keeps it unless another worker took the chat); the next turn compacts
+            compaction_due = self.compactor.due(result.history_tokens, result.stored_messages) and (
+                fence is None or fence.remaining() > 0
+            )
             if turn.turn_id is not None:
                 await self._mark_replied(turn.chat_id, turn.turn_id, fence, last_write=not compaction_due)
             if compaction_due:

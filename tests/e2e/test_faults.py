@@ -193,6 +193,37 @@ async def test_redis_stalled_between_a_reply_and_its_record_sends_it_once(
         assert telegram.texts_to(chat) == [f"Support answer to: c{chat} m{n}" for n in range(2)], chat
 
 
+async def test_a_reply_in_flight_when_the_lease_is_lost_is_kept_and_sent_once(
+    telegram: StubTelegram,
+    stub_llm: StubOpenAI,
+    redis_server: RedisServer,
+    real_redis: Redis,
+    tmp_path: Path,
+    processes: list[BotProcess],
+) -> None:
+    """Issue 36: the lease is lost while Telegram's answer to the reply's sendMessage is still on the way.
+    The send is not cancelled: it finishes, and its record is kept because nobody else took the chat, so
+    the chat's next turn does not send the reply again (the old worker cancelled the send, recorded
+    nothing, and the next holder sent it a second time). One slot: this worker takes the chat again only
+    after the first turn was settled, so no other holder exists meanwhile."""
+    env = worker_env(telegram, stub_llm, redis_server.url, DRAFTS_ENABLED="false", WORKER_CONCURRENCY="1")
+    url = await start_webhook_worker(env, tmp_path, processes)
+    worker = processes[-1]
+    chat = 811
+    held = telegram.gates["sendMessage"] = asyncio.Event()
+    assert await post(url, telegram.message_update(chat, "m0")) == 200
+    await telegram.wait_for(lambda: len(telegram.of("sendMessage")) == 1, within=30)
+    # the reply is at Telegram, its answer held; Redis stops answering, so the lease cannot be renewed
+    await real_redis.execute_command("CLIENT", "PAUSE", int(LEASE * 3 * 1000), "ALL")
+    await worker.wait_log("lease lost", within=3 * LEASE + 10)
+    await redis_answers_again(redis_server.url)
+    held.set()  # only now does the worker learn that its reply went out
+    assert await post(url, telegram.message_update(chat, "m1")) == 200
+    await telegram.wait_messages(chat, 2, within=60)
+    assert telegram.texts_to(chat) == [f"Support answer to: m{n}" for n in range(2)]
+    assert "reply possibly unsent" not in worker.log.decode(errors="replace")
+
+
 async def test_an_undecodable_update_is_answered_and_intake_goes_on_webhook(
     telegram: StubTelegram,
     stub_llm: StubOpenAI,

@@ -4,13 +4,16 @@ A test registers bytes (``add_file``, or the media builders that do it for it); 
 ``File`` (file_id, file_unique_id, file_size, file_path) or Telegram's errors ("Bad Request: invalid
 file_id", "Bad Request: file is too big" over the 20 MB a bot may download); the download route serves
 the bytes and records every download (path, token, status). Download faults: an HTTP status, ``cut``
-(half the body, then the connection drops) or ``hang`` (until the stub stops). ``MediaUpdates`` builds
-photo (PhotoSize list, as Telegram sizes it), album, voice, audio, video note and document updates.
+(half the body, then the connection drops), ``hang`` (until the stub stops) or ``trickle`` (a byte every
+half second, never silent long enough for a stall timeout, until ``trickle_ends`` is set; then the
+rest). ``MediaUpdates`` builds photo (PhotoSize list, as Telegram sizes it), album, voice, audio, video
+note and document updates.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections import deque
@@ -24,7 +27,7 @@ DOWNLOAD_LIMIT = 20 * 1024 * 1024
 PHOTO_SIDES = (90, 320, 800, 1280, 2560)
 """The longest sides of the sizes Telegram makes of a photo (s, m, x, y, w)."""
 
-DownloadFault = int | Literal["cut", "hang"]
+DownloadFault = int | Literal["cut", "hang", "trickle"]
 
 
 @dataclass
@@ -60,9 +63,12 @@ class StubFiles:
     downloads: list[Download] = field(default_factory=list)
     """Every request to the file route, in order (served or not)."""
     download_faults: deque[DownloadFault] = field(default_factory=deque)
-    """How the next downloads go wrong, one per download: a status (404, 500...), ``cut`` or ``hang``."""
+    """How the next downloads go wrong, one per download: a status (404, 500...), ``cut``, ``hang`` or
+    ``trickle``."""
     down: int | None = None
     """While set, every download is answered with this status (a file server that stays down)."""
+    trickle_ends: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set: a ``trickle`` download sends the rest of its file."""
     _counter: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -119,6 +125,9 @@ class StubFiles:
             headers={"Content-Type": "application/octet-stream", "Content-Length": str(len(stored.data))}
         )
         await response.prepare(request)
+        if fault == "trickle":
+            await self._trickle(response, stored.data)
+            return response
         if fault == "cut":
             await response.write(stored.data[: len(stored.data) // 2])
             if request.transport is not None:
@@ -127,6 +136,20 @@ class StubFiles:
         await response.write(stored.data)
         await response.write_eof()
         return response
+
+    async def _trickle(self, response: web.StreamResponse, data: bytes) -> None:
+        with contextlib.suppress(ConnectionError):  # the client gave up (or the worker was stopped)
+            await self._trickle_into(response, data)
+
+    async def _trickle_into(self, response: web.StreamResponse, data: bytes) -> None:
+        sent = 0
+        while not (self.trickle_ends.is_set() or self._stopping.is_set()) and sent < len(data) - 1:
+            await response.write(data[sent : sent + 1])
+            sent += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.trickle_ends.wait(), 0.5)
+        await response.write(data[sent:])
+        await response.write_eof()
 
     def stop(self) -> None:
         self._stopping.set()

@@ -12,6 +12,7 @@ from bot.metrics import ERRORS
 from bot.provider_health import PROVIDER
 from bot.serving.failures import is_transient
 from bot.settings import BotSettings
+from bot.telegram.download_notice import DownloadNotice
 from bot.telegram.files import DownloadFailedError
 from bot.telegram.texts import TEXTS, Texts, text
 from services.errors import (
@@ -78,6 +79,7 @@ async def on_error(
     final_attempt: bool = True,
     fence: Fence | None = None,
     last_download_attempt: bool = False,
+    download_notice: DownloadNotice | None = None,
 ) -> bool:
     """In queued mode only the customer's own failures are answered here; everything else goes back
     to the worker, which retries it (transient), or counts it and finally dead-letters it. Two
@@ -95,7 +97,10 @@ async def on_error(
     if isinstance(exc, LeaseLostError):
         raise exc  # abandoned to the chat's new owner: nothing more is sent from here
     if isinstance(exc, (LLMUnavailableError, DownloadFailedError)):
-        if await _notice(bot, update, exc, settings, fence, first=transient_failures == 0, last=last_download_attempt):
+        # the file's notice may have gone already, while the download was slow (``download_notice``)
+        told = isinstance(exc, DownloadFailedError) and download_notice is not None and download_notice.sent
+        first = transient_failures == 0 and not told
+        if await _notice(bot, update, exc, settings, fence, first=first, last=last_download_attempt):
             return True
         raise exc
     if is_transient(exc):

@@ -11,6 +11,7 @@ from aiogram.types import Message, Update
 from bot.settings import BotSettings
 from bot.telegram.albums import wait_until_complete
 from bot.telegram.desk import HandoffDesk
+from bot.telegram.download_notice import DownloadNotice
 from bot.telegram.files import downloader, incoming_of
 from bot.telegram.handlers.chat import serve_turn
 from bot.telegram.link_hosts import LinkPolicy
@@ -41,8 +42,11 @@ async def on_media(
     fence: Fence | None = None,
     customer_text: str | None = None,
     links: LinkPolicy | None = None,
+    download_notice: DownloadNotice | None = None,
+    transient_failures: int = 0,
 ) -> None:
-    """``customer_text``: the caption as AccessMiddleware read it (without the bot's mention)."""
+    """``customer_text``: the caption as AccessMiddleware read it (without the bot's mention). A file
+    slow to come is told of once (``download_notice``), on the update's first attempt only."""
     chat_id = message.chat.id
     items = incoming_of(message)
     family = items[0].family
@@ -66,9 +70,16 @@ async def on_media(
         caption = "\n".join(text for text in dict.fromkeys(t.caption for t in taken) if text)
         media_reader.check(items)
     read: list[TurnMedia] = []
+    notice = download_notice or DownloadNotice()
+
+    async def slow() -> None:
+        if notice.sent or transient_failures:  # told already, on this attempt or an earlier one's failure
+            return
+        notice.sent = True
+        await bot.send_message(chat_id, say("media_download_retrying"))
 
     async def media() -> TurnMedia:
-        read.append(await media_reader.read(chat_id, items, download=downloader(bot, family)))
+        read.append(await media_reader.read(chat_id, items, download=downloader(bot, family, on_slow=slow)))
         return read[-1]
 
     result = await serve_turn(
