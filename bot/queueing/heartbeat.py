@@ -1,12 +1,11 @@
 """Keeping a chat's lease while the worker serves it: the heartbeat renews the lease every third of it,
-each renewal landing inside what is left of the lease, and the moment the lease cannot be kept it
-cancels the chat's handler and moves the fence's deadline to the past, so nothing more is written.
+inside what is left of it; the moment it cannot be kept, the fence's deadline moves to the past (nothing
+more is written) and the chat's handler is cancelled.
 
-A request to the customer already under way (``Fence.in_flight``) is not cancelled with it: written, it
-may have been delivered, and a cancelled one is never recorded, so the chat's next holder would send the
-reply again. The handler goes on with its fence closed (every later request and write is refused) and
-is cancelled only if it is still running ``IN_FLIGHT_GRACE`` seconds later; a reply it finishes is
-recorded unless another worker took the chat meanwhile (the queue's ``nobody_else_holds`` rule)."""
+A request to the customer already under way (``Fence.in_flight``) is not cut off: it may be delivered,
+and a cancelled one is never recorded, so the next holder would send the reply again. The handler is
+cancelled only if still running ``IN_FLIGHT_GRACE`` seconds later; a reply it finishes is recorded
+unless another worker took the chat (the queue's ``nobody_else_holds`` rule)."""
 
 from __future__ import annotations
 
