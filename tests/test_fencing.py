@@ -123,7 +123,9 @@ async def test_media_records_are_refused_without_the_lease(client: Redis) -> Non
 
 
 async def lease_lapses(client: Redis, key: str) -> None:
-    """Wait (on the condition, not a clock) until ``key`` expired in Redis."""
+    """Let the lease ``key`` run out now (it is set without an expiry, so a busy machine cannot let it
+    lapse before the write that needs it) and wait, on the condition, until Redis expired it."""
+    await client.pexpire(key, 1)
     for _ in range(500):
         if not await client.exists(key):
             return
@@ -137,7 +139,7 @@ async def test_a_sent_reply_is_recorded_after_the_lease_lapsed_while_nobody_took
     reply a second time); a write that decides something still needs the lease."""
     store = RedisSessionStore(redis=client, keys=KEYS)
     lease = KEYS.chat(1).lease
-    await client.set(lease, "worker-a", px=100)
+    await client.set(lease, "worker-a")  # lapses when the test says
     a = fence("worker-a")
     await store.commit_turn(1, expected_version=0, messages=turn(0), turn_id="u1", fence=a)
     await lease_lapses(client, lease)
@@ -151,7 +153,7 @@ async def test_a_sent_reply_is_not_recorded_once_another_worker_took_the_chat(cl
     """The other half of the rule: a lease that another worker took refuses the record too."""
     store = RedisSessionStore(redis=client, keys=KEYS)
     lease = KEYS.chat(1).lease
-    await client.set(lease, "worker-a", px=100)
+    await client.set(lease, "worker-a")  # lapses when the test says
     await store.commit_turn(1, expected_version=0, messages=turn(0), turn_id="u1", fence=fence("worker-a"))
     await lease_lapses(client, lease)
     await client.set(lease, "worker-b")
