@@ -2,46 +2,36 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from prompts.support_chat import HANDOFF_MARK, HANDOFF_TOOL_SPEC
 from services.engine.compactor import Compactor
-from services.engine.grounding import Grounded, Grounding
-from services.engine.handoff_call import handoff_reason
-from services.engine.models import (
-    Compaction,
-    Completion,
-    NewMessage,
-    OnDelta,
-    OnRestart,
-    PromptPart,
-    Session,
-)
+from services.engine.grounding import Grounding
+from services.engine.models import OnDelta, OnRestart, PromptPart, Session
 from services.engine.policy import CompactionPolicy
 from services.engine.prompt_format import clean_text
 from services.engine.summarizer import Summarizer
 from services.engine.tokens import TokenCounter
+from services.engine.turn_steps import (
+    Answer,
+    Commit,
+    FitWindow,
+    Reply,
+    TurnDraft,
+    TurnRequest,
+    quarantine,
+    run_turn,
+    turn_steps,
+)
 from services.engine.turn_window import TurnWindow
 from services.engine.turns import CompactionReport, NoObserver, PendingTurn, TurnResult
 from services.engine.window import fixed_cost
-from services.errors import (
-    ConcurrentUpdateError,
-    ConfigurationError,
-    CorruptHistoryError,
-    CorruptSessionError,
-    LLMBadReplyError,
-    LLMRequestRejectedError,
-    MediaError,
-    MessageTooLongError,
-    StoreError,
-)
+from services.errors import ConfigurationError, CorruptSessionError, MessageTooLongError, StoreError
 from services.fence import Fence
-from services.media import reasons
-from services.media.notes import NOTE_WAIT_SECONDS, ImageNotes, cancel_quietly, notes_within
-from services.media.turn import TurnMedia, stored_part, turn_part
+from services.media.notes import NOTE_WAIT_SECONDS, ImageNotes
+from services.media.turn import TurnMedia, turn_part
 from services.ports.chat_model import ChatModel
 from services.ports.observer import TurnObserver
 from services.ports.sessions import SessionStore, TurnStatus
@@ -53,8 +43,9 @@ Deliver = Callable[[TurnResult], Awaitable[None]]
 
 
 class ChatService:
-    """Produces turns: builds the budgeted prompt, calls the model, commits the turn atomically (with
-    redelivery bookkeeping for queued updates); its ``compactor`` folds memory."""
+    """Produces turns: the facade over the turn's steps (``steps``, services.engine.turn_steps: the
+    budgeted prompt, the knowledge, the model's reply, the atomic commit), with redelivery bookkeeping
+    for queued updates; its ``compactor`` folds memory."""
 
     def __init__(
         self,
@@ -76,12 +67,8 @@ class ChatService:
         notes: ImageNotes | None = None,
         note_wait: float = NOTE_WAIT_SECONDS,
     ) -> None:
-        self._note_wait = note_wait
         self._store = store
-        self._notes = notes
-        self._grounding = grounding
         self.summarizer = summarizer
-        self._tools: tuple[dict[str, object], ...] = (HANDOFF_TOOL_SPEC,) if handoff_tool else ()
         self._llm = llm
         self._counter = counter
         self._instruction = PromptPart(
@@ -103,6 +90,12 @@ class ChatService:
                 + (f" and KNOWLEDGE_TOKEN_BUDGET={knowledge_room}" if grounding is not None else "")
             )
         self.compactor = Compactor(store=store, summarizer=summarizer, policy=policy, history_room=history_room)
+        fit = FitWindow(store=store, windows=self._windows, compactor=self.compactor, summary_part=self._summary_part)
+        tools = (HANDOFF_TOOL_SPEC,) if handoff_tool else ()
+        answer = Answer(llm=llm, counter=counter, tools=tools, notes=notes, note_wait=note_wait)
+        reply = Reply(counter)
+        self.steps = turn_steps(fit=fit, answer=answer, reply=reply, commit=Commit(store), grounding=grounding)
+        """The turn's steps, in order."""
 
     async def handle(
         self,
@@ -235,26 +228,8 @@ class ChatService:
         try:
             return await self._store.turn_status(chat_id, turn_id)
         except CorruptSessionError as exc:
-            await self._quarantine(chat_id, exc, fence)
+            await quarantine(self._store, chat_id, exc, fence)
             return None
-
-    async def _quarantine(self, chat_id: int, exc: Exception, fence: Fence | None) -> None:
-        log.error(
-            "chat %s: stored session unreadable (%s); moved aside for an operator (python -m bot quarantine "
-            "show %s), the chat starts over",
-            chat_id,
-            exc,
-            chat_id,
-        )
-        await self._store.quarantine(chat_id, reason=f"{type(exc).__name__}: {exc}", fence=fence)
-
-    async def _load(self, chat_id: int, fence: Fence | None) -> tuple[Session, bool]:
-        """The session, or a fresh one after quarantining an unreadable one (True)."""
-        try:
-            return await self._store.load(chat_id), False
-        except CorruptSessionError as exc:
-            await self._quarantine(chat_id, exc, fence)
-        return await self._store.load(chat_id), True
 
     async def respond(
         self,
@@ -268,138 +243,22 @@ class ChatService:
         loaded: Session | None = None,
         media: TurnMedia | None = None,
     ) -> TurnResult:
-        """Produce and store one turn. Nothing is written unless the model replied. ``loaded``: the
-        session as just loaded (the first attempt uses it instead of loading again). When another
-        writer changed the chat meanwhile the turn is produced again, after ``on_restart``.
-        ``media``: what the customer sent besides ``text`` (the caption); images go to the model this
-        turn only (at low detail when the prompt has no room for them), the history keeps notes."""
+        """Produce and store one turn: ``self.steps`` in order (services.engine.turn_steps). Nothing is
+        written unless the model replied. ``loaded``: the session as just loaded (the first attempt uses
+        it instead of loading again). When another writer changed the chat meanwhile the turn is
+        produced again, after ``on_restart``. ``media``: what the customer sent besides ``text`` (the
+        caption); images go to the model this turn only (at low detail when the prompt has no room for
+        them), the history keeps notes."""
         self._check_length(text)
         text = clean_text(text)
+        request = TurnRequest(chat_id, text, media, on_delta, turn_id, fence)
         new_part = turn_part(self._counter, text, media)
-        quarantined = False
-        for attempt in range(1, self._commit_attempts + 1):
-            if attempt == 1 and loaded is not None:
-                session, fresh = loaded, False
-            else:
-                session, fresh = await self._load(chat_id, fence)
-            try:
-                window, new_part = self._windows.fitting(
-                    self._summary_part(session), session.messages, new_part, text, media
-                )
-            except CorruptHistoryError as exc:
-                await self._quarantine(chat_id, exc, fence)
-                session, fresh = await self._store.load(chat_id), True
-                window = self._windows.build(None, session.messages, new_part)
-            quarantined = quarantined or fresh
-            forced: CompactionReport | None = None
-            compaction: Compaction | None = None
-            if window.removed_history_messages:
-                compaction, window, forced = await self.compactor.before_reply(
-                    session, new_part, window, self._windows.with_new(new_part)
-                )
-            grounded: Grounded | None = None
-            if self._grounding is not None:
-                grounded = await self._grounding.ground(session, text)
-                first, *middle, last = window.messages  # the instruction, ..., the new message
-                static, part = grounded.static, grounded.part
-                placed = (first, part, *middle, last) if static else (first, *middle, part, last)
-                window = replace(
-                    window,
-                    messages=placed,
-                    estimated_tokens=window.estimated_tokens + grounded.part.tokens,
-                )
-            noting = (
-                asyncio.ensure_future(self._notes.describe(chat_id, media.images, new_part.images, text))
-                if self._notes is not None and media is not None and media.images
-                else None
-            )
-            try:
-                completion = await self._reply(window.messages, on_delta, chat_id, images=bool(new_part.images))
-            except BaseException:
-                if noting is not None:
-                    await cancel_quietly(noting)
-                raise
-            notes = await notes_within(noting, chat_id, self._note_wait) if noting is not None else ()
-            stored = stored_part(self._counter, text, media, notes)
-            refs = media.refs if media is not None else ()
-            handoff = (
-                handoff_reason(completion.tool_call.name, completion.tool_call.arguments)
-                if (completion.tool_call is not None)
-                else None
-            )
-            reply_text = HANDOFF_MARK + handoff if handoff is not None else completion.text
-            if handoff is None and not completion.text.strip():
-                raise LLMBadReplyError(f"the model called an unknown tool {completion.tool_call!r}")
-            cited: tuple[str, ...] = ()
-            if grounded is not None and handoff is None:
-                rendered = grounded.cite(reply_text)
-                reply_text, cited = rendered.text, rendered.cited
-            reply = NewMessage(
-                "assistant",
-                reply_text,
-                self._counter.count_message("assistant", reply_text),
-                knowledge=grounded.ids if grounded is not None else (),
-            )
-            try:
-                commit = await self._store.commit_turn(
-                    chat_id,
-                    expected_version=session.version,
-                    messages=[NewMessage("user", stored.content, stored.tokens, media=refs), reply],
-                    compaction=compaction,
-                    turn_id=turn_id,
-                    fence=fence,
-                )
-            except ConcurrentUpdateError:
-                if attempt == self._commit_attempts:
-                    raise
-                log.info("chat %s changed during the turn; retrying (%d)", chat_id, attempt)
-                if on_restart is not None:
-                    on_restart()
-                continue
-            folded = compaction.fold_count if compaction else 0
-            if grounded is not None and grounded.gap and not commit.duplicate and self._grounding:
-                await self._grounding.record_gap(chat_id, text)
-            return TurnResult(
-                reply=reply_text,
-                handoff_reason=handoff,
-                duplicate=commit.duplicate,
-                version=commit.version,
-                estimated_tokens=window.estimated_tokens,
-                context_history_messages=window.context_history_messages,
-                removed_history_messages=window.removed_history_messages,
-                stored_messages=0 if commit.duplicate else len(session.messages) - folded + 2,
-                history_tokens=sum(m.tokens for m in session.messages[folded:]) + stored.tokens + reply.tokens,
-                summary_present=compaction is not None or session.summary is not None,
-                usage=completion.usage,
-                llm_seconds=completion.seconds,
-                forced_compaction=forced,
-                attempts=attempt,
-                quarantined=quarantined,
-                knowledge=grounded.sent if grounded is not None else (),
-                knowledge_matched=grounded.matched if grounded is not None else None,
-                knowledge_seconds=grounded.seconds if grounded is not None else 0.0,
-                knowledge_degraded=grounded.degraded if grounded is not None else False,
-                cited=cited,
-            )
-        raise AssertionError("unreachable")  # pragma: no cover
+        draft = TurnDraft(request, 1, self._commit_attempts, new_part, loaded=loaded)
+        return await run_turn(self.steps, draft, on_restart)
 
     def _check_length(self, text: str) -> None:
         if len(text) > self._max_message_chars:  # checked before tokenizing megabytes of text
             raise MessageTooLongError(tokens=len(text), limit=self._max_message_chars, unit="characters")
-
-    async def _reply(
-        self, messages: tuple[PromptPart, ...], on_delta: OnDelta | None, chat_id: int, *, images: bool
-    ) -> Completion:
-        try:
-            if self._tools:
-                return await self._llm.chat(messages, on_delta=on_delta, tools=self._tools, chat_id=chat_id)
-            return await self._llm.chat(messages, on_delta=on_delta, chat_id=chat_id)
-        except LLMRequestRejectedError as exc:
-            if not images:
-                raise
-            # the endpoint refused the request that carried images: a model without vision
-            what = f"the model refused image input: {exc}"
-            raise MediaError(what, kind="image", reason=reasons.NOT_UNDERSTOOD) from exc
 
     def _summary_part(self, session: Session) -> PromptPart | None:
         if session.summary is None:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import html
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from services.engine.citations import CitedReply, render_citations
 from services.engine.models import PromptPart, Session
 from services.engine.prompt_format import KNOWLEDGE_STATUS_TAG, KNOWLEDGE_TAG, neutralize
 from services.engine.tokens import TokenCounter
+from services.engine.window import Window
 from services.ports.knowledge import (
     KnowledgeGaps,
     KnowledgeQuery,
@@ -72,6 +73,13 @@ class Grounded:
 
     def cite(self, reply: str) -> CitedReply:
         return render_citations(reply, self.refs)
+
+    def place(self, window: Window) -> Window:
+        """``window`` with the part in the room held back for it: all the documents right after the
+        instruction (static), else the passages after the history, before the new message."""
+        first, *middle, last = window.messages  # the instruction, ..., the new message
+        placed = (first, self.part, *middle, last) if self.static else (first, *middle, self.part, last)
+        return replace(window, messages=placed, estimated_tokens=window.estimated_tokens + self.part.tokens)
 
 
 class Grounding:

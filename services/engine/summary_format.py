@@ -53,33 +53,46 @@ class FormatChoice:
             log.info("summary calls use response format %s (detected)", self.current)
 
 
+def _string_goes_on(char: str, escaped: bool) -> tuple[bool, bool]:
+    """Inside a JSON string, after ``char``: (still inside it, the next character escaped)."""
+    if escaped:
+        return True, False
+    if char == "\\":
+        return True, True
+    return char != '"', False
+
+
+def _balanced_end(text: str, start: int) -> int | None:
+    """The index of the ``}`` closing the ``{`` at ``start`` (strings and escapes respected), or None."""
+    depth, in_string, escaped = 0, False, False
+    for index in range(start, len(text)):
+        char = text[index]
+        if in_string:
+            in_string, escaped = _string_goes_on(char, escaped)
+        elif char == '"':
+            in_string = True
+        elif char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return index
+    return None
+
+
 def first_json_object(text: str) -> str | None:
-    """The first balanced ``{...}`` of ``text`` (strings and escapes respected), or None."""
+    """The first balanced ``{...}`` of ``text`` that parses (strings and escapes respected), or None."""
     start = text.find("{")
     while start != -1:
-        depth, in_string, escaped = 0, False, False
-        for index in range(start, len(text)):
-            char = text[index]
-            if in_string:
-                if escaped:
-                    escaped = False
-                elif char == "\\":
-                    escaped = True
-                elif char == '"':
-                    in_string = False
-            elif char == '"':
-                in_string = True
-            elif char == "{":
-                depth += 1
-            elif char == "}":
-                depth -= 1
-                if depth == 0:
-                    candidate = text[start : index + 1]
-                    try:
-                        json.loads(candidate)
-                    except ValueError:
-                        break
-                    return candidate
+        end = _balanced_end(text, start)
+        if end is not None:
+            candidate = text[start : end + 1]
+            try:
+                json.loads(candidate)
+            except ValueError:
+                pass
+            else:
+                return candidate
         start = text.find("{", start + 1)
     return None
 
