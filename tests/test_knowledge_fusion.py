@@ -58,3 +58,36 @@ def test_a_ranking_whose_best_passage_stands_out_is_fused(tmp_path: Path) -> Non
     assert vector_weight(vectors @ vectors[5]) > 1.0
     fused = [s.passage.id for s in index.rank(KnowledgeQuery("parcel"), limit=6, query_vector=vectors[5])]
     assert fused[:1] == ["p4"], "the passage the vector finds is sent though no word matches"
+
+
+def test_a_ranking_trusted_less_than_the_full_text_does_not_displace_its_best_passage(tmp_path: Path) -> None:
+    """Benchmark question (man pages, Russian): «сколько серверов имён можно прописать в resolv.conf»
+    was first by full text and seventh in the hybrid: all-MiniLM-L6-v2 knows only the word
+    "resolv.conf", which made one passage stand out enough for a weight of 0.57, and at reciprocal
+    rank fusion's flat scale that lifted a passage the full text ranked lower above its best one."""
+    rng = np.random.default_rng(5)
+    query = unit(rng.standard_normal(32))
+    noise = unit(rng.standard_normal((SIZE, 32)))
+    noise = unit(noise - np.outer(noise @ query, query))  # orthogonal to the query
+    similarity = 0.2 + 0.05 * rng.standard_normal(SIZE)
+    similarity[0] = similarity[1:].min()  # the refunds passage: the vector ranking's last
+    similarity[5] = 0.2 + 4.2 * 0.05  # "card": stands out a little from the rest (weight ~0.6)
+    vectors = similarity[:, None] * query + np.sqrt(1 - similarity**2)[:, None] * noise
+    weight = vector_weight(vectors @ query)
+    assert 0.0 < weight < 1.0
+    passages = [Passage("refunds", "faq.md", "FAQ", ("Refunds",), "Refunds reach the card in 14 days.", 9)]
+    passages += [
+        Passage(f"p{i}", "faq.md", "FAQ", (f"Note {i}",), f"Delivery note number {i}.", 5) for i in range(SIZE - 1)
+    ]
+    passages[5] = Passage("card", "faq.md", "FAQ", ("Cards",), "We take a card.", 4)
+    index = IndexSnapshot.build(
+        passages=passages,
+        min_score=0.0,  # floors off: the order is what is measured
+        vectors={p.id: vectors[i].astype(np.float32).tobytes() for i, p in enumerate(passages)},
+        embedder=snapshot(tmp_path, vectors)._embedder,
+        min_similarity=0.45,
+    )
+    question = KnowledgeQuery("when do refunds reach the card?")
+    assert [s.passage.id for s in index.rank(question, limit=6)][:2] == ["refunds", "card"]
+    fused = [s.passage.id for s in index.rank(question, limit=6, query_vector=query)]
+    assert fused[:2] == ["refunds", "card"], "the vector may reorder below, not displace the full text's best"

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from services.engine.tokens import TokenCounter
-from services.knowledge.analysis import prefixes, terms
+from services.knowledge.analysis import content_terms, prefixes, terms
 from services.knowledge.corpus import read_corpus
-from services.knowledge.snapshot import IndexSnapshot
+from services.knowledge.snapshot import CONTEXT_WEIGHT, IndexSnapshot, follow_up_context
 from services.ports.knowledge import KnowledgeQuery, Passage
 from services.settings import KnowledgeSettings
 
@@ -153,3 +153,18 @@ def test_a_follow_up_opening_with_and_is_searched_with_the_question_before(befor
     assert [s.passage.id for s in alone][:1] == ["df"], "the control: alone, the follow-up finds the wrong page"
     found = asyncio.run(snapshot.search(KnowledgeQuery(follow_up, recent=(before,)), limit=3)).passages
     assert [s.passage.id for s in found][:1] == ["ls"]
+
+
+def test_a_follow_up_is_searched_with_the_message_before_at_its_own_weight() -> None:
+    """Benchmark follow-up (man pages, Russian): «а в степенях 1000?» after «как показать размеры
+    файлов в удобочитаемом виде, типа 2G» ranked ls's --si second while the message before weighed
+    half the follow-up's own words: «степенях 1000» alone points to another page. The message just
+    before is the question asked again: it weighs as much; older messages and the topic weigh less."""
+    query = KnowledgeQuery("а в степенях 1000?", recent=("first", "как показать размеры файлов"), topic="ls")
+    context = follow_up_context(query, content_terms(terms(query.message)))
+    assert context == [(terms("как показать размеры файлов"), 1.0), (terms("first ls"), CONTEXT_WEIGHT)]
+    assert follow_up_context(KnowledgeQuery("как удалить пакет?", recent=("first",)), terms("удалить пакет")) == []
+    snapshot = IndexSnapshot.build(passages=corpus_passages("manpages"), min_score=0.0)
+    asked = KnowledgeQuery("а в степенях 1000?", recent=("как показать размеры файлов в удобочитаемом виде, типа 2G",))
+    first = asyncio.run(snapshot.search(asked, limit=3)).passages[0].passage
+    assert first.document.split("/")[-1].startswith("ls.") and "--si" in first.text, first.source

@@ -25,7 +25,9 @@ RRF_K = 60
 CANDIDATES = 4
 """Each ranking contributes this many times ``limit`` candidates to the fusion."""
 CONTEXT_WEIGHT = 0.5
-"""Weight of the earlier messages and the topic against the new message's own terms."""
+"""Weight of the older messages and the topic against the new message's own terms; the message just
+before a follow-up weighs as much as the follow-up itself: "and what is the maximum number of days?"
+is that message's question asked again (``follow_up_context``)."""
 CONTEXT_WHEN_TERMS = 3
 """The context joins the query when the new message has this many content terms or fewer and points
 back (a follow-up such as "and how do I undo that?"); a full question stands on its own."""
@@ -107,6 +109,18 @@ def _follow_up(message: str, own: Sequence[str]) -> bool:
     if _OPENING.match(message):
         return distinct <= CONTEXT_WHEN_OPENING
     return distinct <= CONTEXT_WHEN_TERMS and (not own or bool(_POINTING.search(message)))
+
+
+def follow_up_context(query: KnowledgeQuery, content: Sequence[str]) -> list[tuple[list[str], float]]:
+    """What a follow-up is searched with besides its own terms, with the weight of each: the customer's
+    message just before it at 1 (the two are one question), the older ones and the summary's topic at
+    CONTEXT_WEIGHT; nothing for a message that stands on its own."""
+    if not _follow_up(query.message, content):
+        return []
+    *older, last = query.recent or ("",)
+    context = [(terms(last), 1.0)] if last else []
+    far = [term for text in (*older, query.topic or "") for term in terms(text)]
+    return [*context, (far, CONTEXT_WEIGHT)] if far else context
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,22 +219,17 @@ class IndexSnapshot:
     def _scores(self, query: KnowledgeQuery) -> tuple[np.ndarray, np.ndarray]:
         """The ranking (BM25 over the content terms, the function words, the terms' heads and the
         headings, weighed: see the constants) and the relevance (the floor: how much of the question's
-        content the passage holds); a follow-up's earlier messages and topic weigh in both at
-        CONTEXT_WEIGHT."""
+        content the passage holds); a follow-up's conversation weighs in both (``follow_up_context``)."""
         own = terms(query.message)
         content = content_terms(own)
-        context: list[str] = []
-        if _follow_up(query.message, content):
-            for text in (*query.recent, query.topic or ""):
-                context.extend(terms(text))
         ranking = self._ranking(content, [t for t in own if t not in set(content)])
         covered, bound, held = self._coverage(content)
         if len(set(content)) >= LONE_WORD_TERMS:
             covered = np.where(held > 1, covered, 0.0)  # one shared word of three or more: a coincidence
-        if context:
-            ranking = ranking + CONTEXT_WEIGHT * self._ranking(content_terms(context), [])
+        for context, weight in follow_up_context(query, content):
+            ranking = ranking + weight * self._ranking(content_terms(context), [])
             extra, extra_bound, _ = self._coverage(content_terms(context))
-            covered, bound = covered + CONTEXT_WEIGHT * extra, bound + CONTEXT_WEIGHT * extra_bound
+            covered, bound = covered + weight * extra, bound + weight * extra_bound
         relevance = np.minimum(covered / bound, 1.0) if bound > 0 else np.zeros(len(self.passages), dtype=np.float32)
         return ranking, relevance
 
@@ -254,8 +263,9 @@ class IndexSnapshot:
         self, query: KnowledgeQuery, *, limit: int, query_vector: np.ndarray | None = None
     ) -> list[Candidate]:
         """Every passage either ranking put forward, with its scores: first the ones sent, best first
-        (by full-text order, or with a query vector by the fusion of both rankings), then the ones cut
-        by ``limit``, then the ones below the floor (a passage clears it by either ranking)."""
+        (by full-text order, or with a query vector by the fusion of both rankings, the full text's
+        best first while the vector's weight is below 1), then the ones cut by ``limit``, then the
+        ones below the floor (a passage clears it by either ranking)."""
         if not self.passages or limit <= 0:
             return []
         ranking, relevance = self._scores(query)
@@ -290,7 +300,12 @@ class IndexSnapshot:
                 )
             )
         if vector_rank:
-            found.sort(key=lambda c: (c.cut is not None, -(c.fused or 0.0), c.index))
+            # a ranking trusted less than the full text's (weight < 1) adds and reorders passages, but
+            # does not displace the full text's best one (its fused score may then be below the next)
+            pinned = weight < 1.0
+            found.sort(
+                key=lambda c: (c.cut is not None, not (pinned and c.fulltext_rank == 1), -(c.fused or 0.0), c.index)
+            )
         else:  # full text alone: BM25's order over every term
             found.sort(key=lambda c: (c.cut is not None, c.fulltext_rank or 0))
         kept = sum(c.cut is None for c in found)
@@ -323,9 +338,8 @@ class IndexSnapshot:
         that passage ``index`` holds; a term only its head matches is shown as ``head*``."""
         own = terms(query.message)
         asked = list(own)
-        if _follow_up(query.message, content_terms(own)):
-            for text in (*query.recent, query.topic or ""):
-                asked.extend(terms(text))
+        for context, _ in follow_up_context(query, content_terms(own)):
+            asked.extend(context)
         held: list[str] = []
         for term in dict.fromkeys(asked):
             if index in self._index.holding(term):
