@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.errors import MediaError
+from services.media.prompt_parts import TurnMedia
 from services.media.reader import Incoming, IncomingKind, MediaReader
-from services.media.turn import TurnMedia
 
 COMMANDS = ("/photo", "/file")
 USAGE = "/photo PATH [caption] sends a photo, /file PATH [caption] a file (document, image or audio)"

@@ -31,7 +31,7 @@ from services.engine.window import fixed_cost
 from services.errors import ConfigurationError, CorruptSessionError, MessageTooLongError, StoreError
 from services.fence import Fence
 from services.media.notes import NOTE_WAIT_SECONDS, ImageNotes
-from services.media.turn import TurnMedia, turn_part
+from services.media.prompt_parts import TurnMedia, turn_part
 from services.ports.chat_model import ChatModel
 from services.ports.observer import TurnObserver
 from services.ports.sessions import SessionStore, TurnStatus

@@ -24,7 +24,7 @@ from services.engine.chat import ChatService
 from services.engine.turns import TurnResult
 from services.errors import LeaseLostError
 from services.fence import Fence
-from services.media.turn import TurnMedia
+from services.media.prompt_parts import TurnMedia
 from services.ports.queue import item_id_of
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ from bot.telegram.middlewares.ratelimit import RateLimitMiddleware
 from bot.telegram.texts import Texts
 from services.engine.chat import ChatService
 from services.fence import Fence
+from services.media.prompt_parts import TurnMedia
 from services.media.reader import Incoming, MediaReader
-from services.media.turn import TurnMedia
 from services.ports.media import AlbumItem, Albums
 from services.ports.queue import item_id_of
 
