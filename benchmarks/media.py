@@ -32,7 +32,7 @@ from services.engine.window import Window, build_window
 from services.errors import MessageTooLongError
 from services.media.image_tokens import image_cost
 from services.media.notes import ImageNotes
-from services.media.turn import TurnImage, TurnMedia, stored_part, turn_part
+from services.media.prompt_parts import TurnImage, TurnMedia, stored_part, turn_part
 from tests.stubs.prompt_cache import Content, Message, PromptTokens
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -31,7 +31,8 @@ from bot.telegram.middlewares.access import AccessMiddleware
 from bot.telegram.middlewares.flood import RetryAfterMiddleware
 from bot.telegram.middlewares.language import LanguageMiddleware
 from bot.telegram.middlewares.response_types import KeepResponseTypes
-from bot.telegram.optional import BestEffort, OptionalCallFailed, PaceEmptyPolls
+from bot.telegram.optional import BestEffort, OptionalCallFailed
+from bot.telegram.poll_pacing import PaceEmptyPolls
 from bot.telegram.session import FencedSession
 from bot.telegram.texts import bot_commands
 from services.backends.memory import InMemoryBackend

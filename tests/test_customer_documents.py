@@ -15,7 +15,7 @@ from services.engine.tokens import TokenCounter
 from services.errors import MediaError
 from services.knowledge.documents import UnreadableDocument, decode_text
 from services.media import reasons
-from services.media.documents import DocumentText, cut_to_tokens, read_customer_document, safe_name
+from services.media.customer_documents import DocumentText, cut_to_tokens, read_customer_document, safe_name
 from tests.test_knowledge_documents import HTML_EXPORT, MARKDOWN, write_pdf
 
 

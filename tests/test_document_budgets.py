@@ -24,7 +24,7 @@ from services.errors import MediaError
 from services.knowledge.corpus import read_corpus
 from services.knowledge.documents import UnreadableDocument
 from services.knowledge.reading import read_document
-from services.media.documents import cut_to_tokens, read_customer_document
+from services.media.customer_documents import cut_to_tokens, read_customer_document
 from tests.hostile_pdfs import form_fan_out_pdf, many_pages_pdf
 
 T = TypeVar("T")

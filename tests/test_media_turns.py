@@ -17,7 +17,7 @@ from services.errors import MediaError
 from services.media import reasons
 from services.media.image_tokens import image_cost
 from services.media.notes import ImageNotes
-from services.media.turn import TurnImage, TurnMedia
+from services.media.prompt_parts import TurnImage, TurnMedia
 from tests.helpers import customer_line, make_notes, make_service
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.vision import images_in

@@ -43,7 +43,7 @@ from services.errors import LLMRequestRejectedError, SupportBotError
 from services.knowledge.snapshot import IndexSnapshot
 from services.media.image_tokens import image_cost
 from services.media.notes import ImageNotes
-from services.media.turn import TurnImage, TurnMedia
+from services.media.prompt_parts import TurnImage, TurnMedia
 from services.ports.knowledge import Passage
 from tests.helpers import customer_line
 

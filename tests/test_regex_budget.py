@@ -467,7 +467,7 @@ ATTACK = "# Refunds" + " " * 2_600 + "policy\n\nText under it.\n"
 
 def test_the_markdown_heading_attack_as_a_customer_document_is_read_promptly() -> None:
     from services.engine.tokens import TokenCounter
-    from services.media.documents import read_customer_document
+    from services.media.customer_documents import read_customer_document
 
     counter = TokenCounter.for_encoding()
     for attack in (ATTACK, ATTACK.replace(" " * 2_600, " " * 5_000), ATTACK.replace(" " * 2_600, " #" * 2_500)):

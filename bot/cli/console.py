@@ -14,8 +14,8 @@ from bot.telegram.handlers.errors import media_text
 from services.engine.chat import ChatService
 from services.engine.turns import TurnResult
 from services.errors import MediaError, SupportBotError
+from services.media.prompt_parts import TurnMedia
 from services.media.reader import MediaReader
-from services.media.turn import TurnMedia
 
 HELP = f"Type a message. {console_media.USAGE}; /new resets the chat, /quit leaves."
 

@@ -1,6 +1,7 @@
-"""Media in the console: ``/photo PATH [caption]`` and ``/file PATH [caption]`` send a local file
-through the same reader a customer's file goes through (the size cap checked before reading, the
-image shrunk, the document read within DOCUMENT_MAX_TOKENS, a voice note transcribed)."""
+"""Media in the console: ``/photo PATH [caption]`` and ``/file PATH [caption]`` send a local file,
+as a ``MediaSource``, through the same reader a customer's file goes through (the size cap checked
+before reading, the image shrunk, the document read within DOCUMENT_MAX_TOKENS, a voice note
+transcribed)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.errors import MediaError
+from services.media.prompt_parts import TurnMedia
 from services.media.reader import Incoming, IncomingKind, MediaReader
-from services.media.turn import TurnMedia
+from services.media.source import MediaSource
 
 COMMANDS = ("/photo", "/file")
 USAGE = "/photo PATH [caption] sends a photo, /file PATH [caption] a file (document, image or audio)"
@@ -66,4 +68,4 @@ async def read(reader: MediaReader, chat_id: int, line: MediaLine) -> TurnMedia:
             raise MediaError(f"over {max_bytes} bytes", kind=item.family, reason="too_big", limit=max_bytes)
         return data
 
-    return await reader.read(chat_id, [item], download=download)
+    return await MediaSource(reader, [item], download).read(chat_id)

@@ -1,7 +1,8 @@
-"""Telegram albums as one turn. An album is several updates (one photo each, one media group id);
-each is recorded as it arrives (by the intake in queued mode, before the per-chat queue; by the
-dispatcher's ``feed_update`` in-process, before the per-chat lock), so the first photo's turn can
-wait until the album stops growing and take every photo; the others find theirs taken."""
+"""Telegram albums as one turn, assembled here and nowhere else. An album is several updates (one
+photo each, one media group id); each is recorded as it arrives (by the intake in queued mode, before
+the per-chat queue; by the dispatcher's ``feed_update`` in-process, before the per-chat lock), so the
+first photo's turn can wait until the album stops growing and take every photo (``take_album``); the
+others find theirs taken."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import time
 from typing import Any, Literal
 
 from aiogram import Bot, Dispatcher
-from aiogram.types import Update
+from aiogram.types import Message, Update
 
+from services.media.reader import Incoming
 from services.ports.media import AlbumItem, Albums
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,24 @@ async def wait_until_complete(
         latest = await albums.count(chat_id, group)
         if latest != count:
             count, last_change = latest, time.monotonic()
+
+
+async def take_album(
+    albums: Albums, message: Message, first: Incoming, caption: str, turn_id: str
+) -> tuple[list[Incoming], str] | None:
+    """The album of ``message`` (its file ``first``, its ``caption``) once it stopped growing: every
+    file and the captions joined, for the turn that takes it (``turn_id``); None for the others,
+    answered with the album's first photo."""
+    chat_id, group = message.chat.id, str(message.media_group_id)
+    kind: Literal["photo", "image_file"] = "image_file" if first.kind == "image_file" else "photo"
+    item = AlbumItem(message.message_id, first.file_id, first.file_unique_id, caption, first.file_size, kind=kind)
+    await albums.add(chat_id, group, item)
+    await wait_until_complete(albums, chat_id, group)
+    taken = await albums.take(chat_id, group, turn_id)
+    if not taken:
+        return None
+    items = [Incoming(t.kind, t.file_id, t.file_unique_id, t.file_size) for t in taken]
+    return items, "\n".join(text for text in dict.fromkeys(t.caption for t in taken) if text)
 
 
 class AlbumDispatcher(Dispatcher):

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from aiogram import BaseMiddleware
+from aiogram import BaseMiddleware, Bot
 from aiogram.types import TelegramObject
 
 T = TypeVar("T")
@@ -38,6 +38,21 @@ class DownloadNoticeMiddleware(BaseMiddleware):
     ) -> Any:
         data["download_notice"] = DownloadNotice()
         return await handler(event, data)
+
+
+def tell_once(
+    notice: DownloadNotice, bot: Bot, chat_id: int, text: str, *, told_before: bool = False
+) -> Callable[[], Awaitable[None]]:
+    """The ``on_slow`` of an update's downloads: ``text`` sent to the customer once (not at all if
+    ``told_before``: an earlier attempt's failure told them already)."""
+
+    async def slow() -> None:
+        if notice.sent or told_before:
+            return
+        notice.sent = True
+        await bot.send_message(chat_id, text)
+
+    return slow
 
 
 async def told_if_slow(work: Awaitable[T], on_slow: Callable[[], Awaitable[None]], after: float) -> T:

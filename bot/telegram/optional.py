@@ -4,21 +4,19 @@ A Bot API server may lack them (a 404 from a self-hosted server, a proxy, an old
 with something that is not a Bot API answer (an HTML error page: ClientDecodeError), be unreachable or
 slow. ``BestEffort``, a request middleware on the Bot session, bounds these calls by
 OPTIONAL_CALL_TIMEOUT_SECONDS and turns any failure into OptionalCallFailed, logged once per method and
-kind of failure; the callers go on without the call. ``PaceEmptyPolls`` keeps a getUpdates that
-answers at once with nothing (no long polling) from being repeated in a tight loop."""
+kind of failure; the callers go on without the call (empty polls are paced in ``poll_pacing``)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 from aiogram.client.session.middlewares.base import BaseRequestMiddleware, NextRequestMiddlewareType
 from aiogram.exceptions import TelegramAPIError
-from aiogram.methods import GetUpdates, SendChatAction, SendMessageDraft, SetMyCommands, TelegramMethod
+from aiogram.methods import SendChatAction, SendMessageDraft, SetMyCommands, TelegramMethod
 from aiogram.methods.base import Response, TelegramType
 
 from bot.metrics import OPTIONAL_CALL_FAILURES
@@ -85,40 +83,6 @@ class BestEffort(BaseRequestMiddleware):
         else:
             log.debug("optional Bot API call %s failed again (%s)", name, kind)
         return OptionalCallFailed(method, kind, detail)
-
-
-class PaceEmptyPolls(BaseRequestMiddleware):
-    """An empty getUpdates answer that came sooner than ``min_interval`` seconds after the request is
-    held back for the rest of it: a server that does not long-poll is asked at most once per interval.
-    A long-polling server answers empty only after its timeout, so this never delays it."""
-
-    def __init__(self, *, min_interval: float) -> None:
-        self._min_interval = min_interval
-        self.paced = 0
-
-    async def __call__(
-        self,
-        make_request: NextRequestMiddlewareType[TelegramType],
-        bot: Bot,
-        method: TelegramMethod[TelegramType],
-    ) -> Response[TelegramType]:
-        polls = isinstance(method, GetUpdates)  # a flag: narrowing would lose TelegramType
-        if not polls or self._min_interval <= 0:
-            return await make_request(bot, method)
-        started = time.monotonic()
-        response = await make_request(bot, method)
-        updates: Any = response  # the session hands the result itself up the chain (aiogram types it Response)
-        left = self._min_interval - (time.monotonic() - started)
-        if not updates and left > 0:
-            if not self.paced:
-                log.warning(
-                    "getUpdates answered at once with nothing (the Bot API server does not long-poll): "
-                    "empty polls are paced to one per POLLING_MIN_INTERVAL_SECONDS=%s",
-                    self._min_interval,
-                )
-            self.paced += 1
-            await asyncio.sleep(left)
-        return response
 
 
 @asynccontextmanager

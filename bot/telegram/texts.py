@@ -27,7 +27,8 @@ TEXTS: dict[str, dict[str, str]] = {
             "You can also send photos, voice messages and documents (PDF, text, Markdown)."
         ),
         "new_done": "Done: I have forgotten our previous conversation. How can I help?",
-        "text_only": "Sorry, I can only read text messages. Please describe it in words.",
+        "text_only": "Sorry, I cannot read this kind of message. Please write your question as text or "
+        "describe it in words.",
         "too_long": "Your message is too long: {tokens} tokens, the limit is {limit}. Please shorten it or split it.",
         "too_long_chars": "Your message is too long: {tokens} characters, the limit is {limit}. Please shorten it.",
         "media_too_big": "This file is too big for me (the limit is {limit_mb} MB). Please send a smaller one "
@@ -129,7 +130,8 @@ TEXTS: dict[str, dict[str, str]] = {
             "Можно присылать и фото, голосовые сообщения и документы (PDF, текст, Markdown)."
         ),
         "new_done": "Готово: предыдущий разговор забыт. Чем могу помочь?",
-        "text_only": "Извините, я понимаю только текстовые сообщения. Опишите, пожалуйста, словами.",
+        "text_only": "Извините, такие сообщения я прочитать не могу. Напишите, пожалуйста, вопрос текстом "
+        "или опишите словами.",
         "too_long": "Сообщение слишком длинное: {tokens} токенов при лимите {limit}. Сократите его или разделите.",
         "too_long_chars": "Сообщение слишком длинное: {tokens} символов при лимите {limit}. Сократите его.",
         "media_too_big": "Файл слишком большой (предел {limit_mb} МБ). Пришлите файл поменьше или опишите словами.",

@@ -31,7 +31,8 @@ from services.engine.window import fixed_cost
 from services.errors import ConfigurationError, CorruptSessionError, MessageTooLongError, StoreError
 from services.fence import Fence
 from services.media.notes import NOTE_WAIT_SECONDS, ImageNotes
-from services.media.turn import TurnMedia, turn_part
+from services.media.prompt_parts import TurnMedia, turn_part
+from services.media.source import MediaSource
 from services.ports.chat_model import ChatModel
 from services.ports.observer import TurnObserver
 from services.ports.sessions import SessionStore, TurnStatus
@@ -128,7 +129,7 @@ class ChatService:
         turn_id: str | None = None,
         fence: Fence | None = None,
         media: TurnMedia | None = None,
-        read_media: Callable[[], Awaitable[TurnMedia | None]] | None = None,
+        media_source: MediaSource | None = None,
     ) -> PendingTurn:
         """Produce the turn and commit it; the caller sends ``result`` if ``deliver``, then calls
         ``finish``, which records the reply as sent and compacts memory if it passed the high-water
@@ -137,8 +138,8 @@ class ChatService:
         With a ``turn_id`` (the update id) a redelivered message is recognised: a turn already
         answered is skipped; a turn committed but maybe not answered gets its stored reply again.
         With a ``fence`` (queued mode) every write is fenced by the chat's lease and nothing is
-        to be delivered once the lease may have expired (LeaseLostError). ``read_media`` (instead of
-        ``media``): called once the turn is new and ``text`` within its limit, so a redelivered turn
+        to be delivered once the lease may have expired (LeaseLostError). ``media_source`` (instead of
+        ``media``): read once the turn is new and ``text`` within its limit, so a redelivered turn
         downloads nothing and a caption too long is refused before any download."""
         quarantined = False
         session: Session | None = None
@@ -155,9 +156,9 @@ class ChatService:
                 return PendingTurn(chat_id, turn_id, TurnResult(reply="", duplicate=True))
             if status.committed:
                 return await self._redeliver(chat_id, turn_id, status, fence)
-        if read_media is not None:
+        if media_source is not None:
             self._check_length(text)
-            media = await read_media()
+            media = await media_source.read(chat_id)
         result = await self.respond(
             chat_id,
             text,

@@ -33,7 +33,7 @@ from services.errors import (
 from services.fence import Fence
 from services.media import reasons
 from services.media.notes import ImageNotes, cancel_quietly, notes_within
-from services.media.turn import TurnMedia, stored_part
+from services.media.prompt_parts import TurnMedia, stored_part
 from services.ports.chat_model import ChatModel
 from services.ports.sessions import CommitResult, SessionStore
 

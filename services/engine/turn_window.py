@@ -12,7 +12,7 @@ from services.engine.tokens import TokenCounter
 from services.engine.window import Window, build_window
 from services.errors import MediaError, MessageTooLongError
 from services.media import reasons
-from services.media.turn import TurnMedia, turn_part
+from services.media.prompt_parts import TurnMedia, turn_part
 
 
 def render_stored(message: StoredMessage) -> PromptPart:

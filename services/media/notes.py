@@ -14,7 +14,7 @@ from services.engine.models import ImagePart, PromptPart
 from services.engine.prompt_format import clean_text, customer_block
 from services.engine.tokens import TokenCounter
 from services.errors import LLMError
-from services.media.turn import TurnImage
+from services.media.prompt_parts import TurnImage
 from services.ports.chat_model import ChatModel
 from services.ports.media import MediaMemos
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
-from services.media.documents import MAX_EXTRACTIONS
+from services.media.customer_documents import MAX_EXTRACTIONS
 from services.media.images import MAX_CONCURRENT_DECODES
 
 P = ParamSpec("P")

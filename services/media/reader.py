@@ -15,12 +15,12 @@ from services.engine.models import ImagePart, MediaRef
 from services.engine.tokens import TokenCounter
 from services.errors import MediaError
 from services.media import reasons
-from services.media.documents import DocumentText, document_type, read_customer_document
+from services.media.customer_documents import DocumentText, document_type, read_customer_document
 from services.media.image_tokens import image_cost
 from services.media.images import prepare_image
 from services.media.pool import in_media_pool
+from services.media.prompt_parts import TurnImage, TurnMedia
 from services.media.transcriber import Transcriber
-from services.media.turn import TurnImage, TurnMedia
 from services.ports.media import MediaMemos
 from services.settings import MediaSettings
 

@@ -195,7 +195,7 @@ async def test_kinds_turned_off_keep_the_text_only_reply(
     telegram.push(telegram.photo_message(CHAT, jpeg()))
     telegram.push(telegram.voice_message(CHAT, b"OggS"))
     replies = await telegram.wait_messages(CHAT, 2)
-    assert all("only read text" in reply for reply in replies)
+    assert all("cannot read this kind of message" in reply for reply in replies)
     assert telegram.files.downloads == [] and stub_llm.transcriptions.calls == []
 
 
@@ -403,7 +403,7 @@ async def test_a_dispatcher_built_without_a_media_reader_keeps_the_text_only_rep
     try:
         telegram.push(telegram.photo_message(CHAT, jpeg()))
         [reply] = await telegram.wait_messages(CHAT, 1)
-        assert "only read text" in reply
+        assert "cannot read this kind of message" in reply
     finally:
         await bot.stop()
 

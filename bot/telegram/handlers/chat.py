@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
 from aiogram import Bot, Router
@@ -24,7 +23,7 @@ from services.engine.chat import ChatService
 from services.engine.turns import TurnResult
 from services.errors import LeaseLostError
 from services.fence import Fence
-from services.media.turn import TurnMedia
+from services.media.source import MediaSource
 from services.ports.queue import item_id_of
 
 log = logging.getLogger(__name__)
@@ -57,7 +56,7 @@ async def serve_turn(
     customer_text: str,
     *,
     fence: Fence | None = None,
-    media: Callable[[], Awaitable[TurnMedia | None]] | None = None,
+    media: MediaSource | None = None,
     links: LinkPolicy | None = None,
 ) -> TurnResult:
     """One turn in Telegram: "typing…" (and drafts in private chats) while ``media`` is read (the
@@ -66,11 +65,7 @@ async def serve_turn(
     started = time.perf_counter()
     chat_id = message.chat.id
     turn_id = item_id_of(event_update.update_id)
-    drafts = None
-    if message.chat.type == "private" and settings.drafts_enabled:
-        drafts = DraftStreamer(
-            bot=bot, chat_id=chat_id, draft_id=message.message_id, interval=settings.draft_interval_seconds
-        )
+    drafts = _drafts(bot, message, settings)
     async with AsyncExitStack() as typing:
         await typing.enter_async_context(show_typing(bot, chat_id))
         try:
@@ -81,7 +76,7 @@ async def serve_turn(
                 on_restart=drafts.restart if drafts else None,
                 turn_id=turn_id,
                 fence=fence,
-                read_media=media,
+                media_source=media,
             )
             if turn.deliver:
                 if drafts is not None:
@@ -98,12 +93,26 @@ async def serve_turn(
         finally:
             if drafts is not None:  # a failed turn's error text comes after the draft in flight
                 await drafts.settle(within=settings.draft_settle_seconds)
+    _log_turn(chat_id, event_update.update_id, result, time.perf_counter() - started, drafts.sent if drafts else 0)
+    return result
+
+
+def _drafts(bot: Bot, message: Message, settings: BotSettings) -> DraftStreamer | None:
+    """The reply streamed as drafts: in private chats, where drafts are turned on."""
+    if message.chat.type != "private" or not settings.drafts_enabled:
+        return None
+    return DraftStreamer(
+        bot=bot, chat_id=message.chat.id, draft_id=message.message_id, interval=settings.draft_interval_seconds
+    )
+
+
+def _log_turn(chat_id: int, update_id: int, result: TurnResult, seconds: float, drafts_sent: int) -> None:
     log.info(
         "turn chat=%s update=%s stored=%s sent_history=%s removed=%s est_tokens=%s prompt_tokens=%s "
         "cached_tokens=%s completion_tokens=%s llm_s=%.3f total_s=%.3f summary_updated=%s drafts=%s duplicate=%s "
         "passages=%s",
         chat_id,
-        event_update.update_id,
+        update_id,
         result.stored_messages,
         result.context_history_messages,
         result.removed_history_messages,
@@ -112,13 +121,12 @@ async def serve_turn(
         result.usage.cached_tokens if result.usage else None,
         result.usage.completion_tokens if result.usage else None,
         result.llm_seconds,
-        time.perf_counter() - started,
+        seconds,
         result.summary_updated,
-        drafts.sent if drafts else 0,
+        drafts_sent,
         result.duplicate,
         ",".join(scored.passage.id for scored in result.knowledge) or "-",  # `chat show` resolves them
     )
-    return result
 
 
 async def render_turn(

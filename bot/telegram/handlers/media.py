@@ -1,17 +1,16 @@
-"""Photos, image files, albums, voice notes, audio, video notes and documents: read into the turn
-(services.media.reader), then answered like text. A kind turned off keeps the text-only reply."""
+"""Photos, image files, albums, voice notes, audio, video notes and documents: handed to the turn as
+a media source (services.media.source), read there, then answered like text. A kind turned off gets
+the reply of a message the bot cannot read (``text_only``)."""
 
 from __future__ import annotations
-
-from typing import Literal
 
 from aiogram import Bot, Router
 from aiogram.types import Message, Update
 
 from bot.settings import BotSettings
-from bot.telegram.albums import wait_until_complete
+from bot.telegram.albums import take_album
 from bot.telegram.desk import HandoffDesk
-from bot.telegram.download_notice import DownloadNotice
+from bot.telegram.download_notice import DownloadNotice, tell_once
 from bot.telegram.files import downloader, incoming_of
 from bot.telegram.handlers.chat import serve_turn
 from bot.telegram.link_hosts import LinkPolicy
@@ -19,9 +18,9 @@ from bot.telegram.middlewares.ratelimit import RateLimitMiddleware
 from bot.telegram.texts import Texts
 from services.engine.chat import ChatService
 from services.fence import Fence
-from services.media.reader import Incoming, MediaReader
-from services.media.turn import TurnMedia
-from services.ports.media import AlbumItem, Albums
+from services.media.reader import MediaReader
+from services.media.source import MediaSource
+from services.ports.media import Albums
 from services.ports.queue import item_id_of
 
 
@@ -46,7 +45,8 @@ async def on_media(
     transient_failures: int = 0,
 ) -> None:
     """``customer_text``: the caption as AccessMiddleware read it (without the bot's mention). A file
-    slow to come is told of once (``download_notice``), on the update's first attempt only."""
+    slow to come is told of once (``download_notice``), on the update's first attempt only. The turn
+    gets the files as a ``MediaSource``: the engine reads them only if the turn is to be answered."""
     chat_id = message.chat.id
     items = incoming_of(message)
     family = items[0].family
@@ -54,38 +54,19 @@ async def on_media(
         await message.answer(say("text_only"))
         return
     caption = customer_text or ""
-    if not (message.media_group_id and family == "image"):
-        media_reader.check(items)  # before any download
-    else:  # checked once all are taken: only the turn that takes the album refuses it
-        group, turn_id = message.media_group_id, item_id_of(event_update.update_id)
-        best = items[0]
-        kind: Literal["photo", "image_file"] = "image_file" if best.kind == "image_file" else "photo"
-        item = AlbumItem(message.message_id, best.file_id, best.file_unique_id, caption, best.file_size, kind=kind)
-        await albums.add(chat_id, group, item)
-        await wait_until_complete(albums, chat_id, group)
-        taken = await albums.take(chat_id, group, turn_id)
-        if not taken:
+    if message.media_group_id and family == "image":  # checked once all are taken: only the taker refuses
+        album = await take_album(albums, message, items[0], caption, item_id_of(event_update.update_id))
+        if album is None:
             return  # answered with the album's first photo
-        items = [Incoming(t.kind, t.file_id, t.file_unique_id, t.file_size) for t in taken]
-        caption = "\n".join(text for text in dict.fromkeys(t.caption for t in taken) if text)
-        media_reader.check(items)
-    read: list[TurnMedia] = []
+        items, caption = album
     notice = download_notice or DownloadNotice()
-
-    async def slow() -> None:
-        if notice.sent or transient_failures:  # told already, on this attempt or an earlier one's failure
-            return
-        notice.sent = True
-        await bot.send_message(chat_id, say("media_download_retrying"))
-
-    async def media() -> TurnMedia:
-        read.append(await media_reader.read(chat_id, items, download=downloader(bot, family, on_slow=slow)))
-        return read[-1]
-
+    slow = tell_once(notice, bot, chat_id, say("media_download_retrying"), told_before=bool(transient_failures))
+    source = MediaSource(media_reader, items, downloader(bot, family, on_slow=slow))
+    source.check()  # before any download
     result = await serve_turn(
-        message, bot, chat, settings, say, event_update, desk, caption, fence=fence, media=media, links=links
+        message, bot, chat, settings, say, event_update, desk, caption, fence=fence, media=source, links=links
     )
-    document = read[-1].document if read else None
+    document = source.media.document if source.media is not None else None
     if document is not None and document.truncated and not result.duplicate:
         if fence is not None:
             fence.ensure_valid()

@@ -1,4 +1,6 @@
-"""Anything that is not text (stickers, photos, voice, documents...): a polite answer, no state touched."""
+"""Any message no other handler reads (stickers, videos, locations, contacts, polls...): a polite
+answer (``text_only``, the reply a kind of media turned off gets too), no state touched. Text goes to
+the chat handler; photos, voice notes, audio, video notes and documents to the media handler."""
 
 from __future__ import annotations
 

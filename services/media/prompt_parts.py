@@ -1,4 +1,5 @@
-"""What a customer's media adds to one turn, and the customer message it is remembered as.
+"""The customer's prompt part of every turn (text-only turns too): what the model gets this turn
+(``turn_part``), what the history keeps (``stored_part``), and what media adds to them.
 
 Pixels go to the model on the turn they arrive and never again; the stored message is text: the
 image note, the transcript or the document's text (inside the customer's data fence like any text),
@@ -15,7 +16,7 @@ from services.engine.prompt_format import customer_block
 from services.engine.tokens import TokenCounter
 
 if TYPE_CHECKING:
-    from services.media.documents import DocumentText
+    from services.media.customer_documents import DocumentText
 
 
 @dataclass(frozen=True, slots=True)
