@@ -20,13 +20,14 @@ import signal
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import aiohttp
 from redis.asyncio.cluster import RedisCluster
 
-from benchmarks.cluster import client_for, make_store, shutdown
+from benchmarks.cluster import ChaosCluster, client_for, make_store, shutdown
 from benchmarks.common import machine, percentile
 from benchmarks.provider_faults import (
     FaultProxy,
@@ -42,6 +43,7 @@ from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import AnyRedis
 from services.backends.redis.store import RedisSessionStore
 from services.ports.queue import item_id_of
+from tests.conftest import RedisServer
 from tests.e2e.harness import TOKEN
 from tests.e2e.processes import SECRET, BotProcess, base_env, start_webhook_worker
 from tests.e2e.scenario import (
@@ -59,6 +61,273 @@ from tests.stubs.openai_server import StubOpenAI, echo_reply
 from tests.stubs.telegram_server import StubTelegram
 
 
+def _worker_env(
+    args: argparse.Namespace, telegram: StubTelegram, llm: StubOpenAI, redis_url: str, proxy: FaultProxy, give_up: float
+) -> dict[str, str]:
+    env = base_env(telegram, llm) | {
+        "BOT_MODE": "webhook",
+        "WEBHOOK_HOST": "127.0.0.1",
+        "WEBHOOK_PATH": "/hook",
+        "WEBHOOK_SECRET": SECRET,
+        "REDIS_URL": redis_url,
+        "WORKER_LEASE_SECONDS": str(args.lease),
+        "WORKER_IDLE_WAIT_SECONDS": "0.2",
+        "LOG_LEVEL": "WARNING",
+        "DRAFTS_ENABLED": "false",
+        "WORKER_CONCURRENCY": "128",
+    }
+    if (
+        args.provider_faults
+    ):  # the model behind the fault proxy, the retry settings as shipped; every other worker streams
+        env = {k: v for k, v in env.items() if k != "OPENAI_MAX_RETRIES"}
+        env |= {"OPENAI_BASE_URL": proxy.base_url, "WORKER_GIVE_UP_SECONDS": str(give_up)}
+    return env
+
+
+@dataclass
+class _Findings:
+    """What one run found, for the printout and the invariants."""
+
+    report: Report
+    found: Figures | None
+    stuck: int
+    resurrected: int
+    crash_window: int
+    unexplained: list[LeaseLost]
+    redelivered: int
+    latencies: list[float]
+    elapsed: float
+
+    @property
+    def lease_lost(self) -> int:
+        return sum(extra for *_, extra in self.unexplained)
+
+
+def _latencies(
+    telegram: StubTelegram, sender: WebhookSender, chats: list[int], messages: int, reply: Expected
+) -> list[float]:
+    """Each message's time to the first copy of its reply."""
+    first_reply: dict[str, float] = {}
+    for call in telegram.of("sendMessage"):
+        first_reply.setdefault(str(call.params.get("text")), call.at)
+    return [
+        first_reply[reply(c, n)] - sender.sent_at[(c, n)]
+        for c in chats
+        for n in range(messages)
+        if reply(c, n) in first_reply
+    ]
+
+
+class _Chaos:
+    """One run's workers and the faults done to them and to Redis (counted, and timed for the report)."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        redis: RedisServer | ChaosCluster,
+        telegram: StubTelegram,
+        proxy: FaultProxy,
+        env: dict[str, str],
+        workdir: Path,
+        rng: random.Random,
+    ) -> None:
+        self.args = args
+        self.rng = rng
+        self.redis = redis
+        self.telegram = telegram
+        self.proxy = proxy
+        self.env = env
+        self.workdir = workdir
+        self.faulty = args.provider_faults
+        self.workers: list[BotProcess] = []
+        self.sender = WebhookSender(telegram, [], SECRET)
+        self.kills = self.restarts = self.pauses = self.stalls = 0
+        self.timeline: list[tuple[float, str]] = []  # (wall time, fault): printed beside any lease-lost copy
+        self.admin = client_for(redis)
+        self.faults = [self.kill_one, self.pause_one, self.stall_redis]
+
+    async def start_worker(self) -> None:
+        drafts = {"DRAFTS_ENABLED": str(self.faulty and len(self.workers) % 2 == 1).lower()}
+        self.sender.urls.append(await start_webhook_worker(self.env | drafts, self.workdir, self.workers))
+
+    async def kill_one(self) -> None:
+        alive = [i for i, w in enumerate(self.workers) if i not in self.sender.dead]
+        victim = self.rng.choice(alive)
+        process = self.workers[victim].process
+        assert process is not None
+        process.send_signal(signal.SIGKILL)
+        self.timeline.append((time.time(), f"worker {victim} SIGKILLed"))
+        self.sender.dead.add(victim)
+        self.kills += 1
+        await self.start_worker()
+
+    async def pause_one(self) -> None:
+        alive = [w for i, w in enumerate(self.workers) if i not in self.sender.dead and w.process is not None]
+        process = self.rng.choice(alive).process
+        assert process is not None
+        process.send_signal(signal.SIGSTOP)
+        self.timeline.append((time.time(), f"pid {process.pid} SIGSTOPped"))
+        self.pauses += 1
+        await asyncio.sleep(2 * self.args.lease)  # past its lease: its chats are taken over meanwhile
+        process.send_signal(signal.SIGCONT)
+        self.timeline.append((time.time(), f"pid {process.pid} SIGCONTinued"))
+
+    async def stall_redis(self) -> None:
+        pause = ("CLIENT", "PAUSE", int(1500 * self.args.lease), "ALL")
+        if isinstance(self.admin, RedisCluster):  # every master stalls
+            await self.admin.execute_command(*pause, target_nodes=RedisCluster.PRIMARIES)
+        else:
+            await self.admin.execute_command(*pause)
+        self.timeline.append((time.time(), f"Redis paused for {1.5 * self.args.lease:.1f}s"))
+        self.stalls += 1
+
+    async def restart_redis(self) -> None:
+        self.redis.stop()
+        self.timeline.append((time.time(), "Redis stopped"))
+        await asyncio.sleep(1.0)
+        self.redis.start()
+        if not isinstance(self.admin, RedisCluster):
+            # this script's own client: redis-py's single-server pool has no retry, and its first command
+            # on a connection from before the restart would fail (the workers retry such a failure)
+            await self.admin.connection_pool.disconnect()
+        self.restarts += 1
+
+    async def run(self, reply: Expected, give_up: float) -> tuple[Report, Figures | None]:
+        args = self.args
+        for _ in range(args.workers):
+            await self.start_worker()
+        chats = random_chats(args.chats, seed=args.seed)
+        started = time.monotonic()
+        forgetting = ForgetProbe(self.telegram, self.sender, first_chat=100_000, count=max(1, args.chats // 20))
+        outage = await self.waves(chats, forgetting, reply, give_up)
+        keys = KeySpace("sb", TOKEN.split(":")[0])
+        await self.settle(chats, forgetting, reply, keys)
+        elapsed = time.monotonic() - started
+        if outage is not None:
+            outage.cancel()
+        findings = await self.findings(chats, forgetting, reply, keys, started, elapsed)
+        self.print(findings, forgetting.count, give_up)
+        report = findings.report
+        report.stuck, report.resurrected = findings.stuck, findings.resurrected
+        report.lease_lost_duplicates = findings.lease_lost
+        return report, findings.found
+
+    async def waves(
+        self, chats: list[int], forgetting: ForgetProbe, reply: Expected, give_up: float
+    ) -> asyncio.Task[None] | None:
+        """Waves: message n of every chat, then a chaos step while that wave is being processed."""
+        args = self.args
+        limit = asyncio.Semaphore(args.concurrent_chats)
+
+        async def send(http: aiohttp.ClientSession, chat: int, n: int) -> None:
+            async with limit:
+                await self.sender.send_chat_message(http, chat, n)
+
+        outage: asyncio.Task[None] | None = None
+        step = 0
+        async with aiohttp.ClientSession() as http:
+            for n in range(args.messages):
+                await asyncio.gather(*(send(http, chat, n) for chat in chats), forgetting.wave(http, n, args.messages))
+                if self.faulty and n == 0:
+                    outage = self.storm(chats, reply, give_up)
+                if args.redis_restart and n == args.messages // 2:
+                    await self.restart_redis()
+                elif args.kill_every_waves and n % args.kill_every_waves == 0:
+                    await self.faults[step % len(self.faults)]()
+                    step += 1
+        return outage
+
+    def storm(self, chats: list[int], reply: Expected, give_up: float) -> asyncio.Task[None]:
+        """A 429 storm now, and a model outage once half the messages are answered."""
+        self.proxy.storm(self.args.storm)
+        self.timeline.append((time.time(), f"model 429 storm for {self.args.storm:.1f}s"))
+        return asyncio.create_task(self.outage_midway(chats, reply, self.args.outage or give_up + 3))
+
+    async def outage_midway(self, chats: list[int], reply: Expected, seconds: float) -> None:
+        args = self.args
+        half = len(chats) * args.messages // 2
+        await self.telegram.wait_for(lambda: answered(self.telegram, chats, args.messages, reply) >= half, args.timeout)
+        self.proxy.outage(seconds)
+        self.timeline.append((time.time(), f"model outage for {seconds:.1f}s"))
+
+    async def settle(self, chats: list[int], forgetting: ForgetProbe, reply: Expected, keys: KeySpace) -> None:
+        args = self.args
+        try:
+            if self.faulty:  # some are given up (the outage) or answered cut short (today's defect)
+                await wait_settled(self.telegram, self.admin, keys, chats, args.messages, reply, within=args.timeout)
+            else:
+                await wait_all_answered(self.telegram, chats, args.messages, within=args.timeout)
+            await forgetting.wait_done(within=args.timeout)
+        except AssertionError:
+            await dump_workers(self.workers, self.sender.dead)
+            raise
+
+    async def findings(
+        self,
+        chats: list[int],
+        forgetting: ForgetProbe,
+        reply: Expected,
+        keys: KeySpace,
+        started: float,
+        elapsed: float,
+    ) -> _Findings:
+        args, admin = self.args, self.admin
+        sessions = RedisSessionStore(redis=admin, keys=keys)
+        report = await check(self.telegram, sessions, chats, args.messages, started, reply)
+        stuck = await stuck_chats(admin, keys, settle=2 * args.lease)
+        resurrected = await forgetting.resurrected(admin)
+        redelivered_at = redeliveries(self.workers)
+        crash_window, unexplained = split_duplicates(
+            self.telegram, self.sender, chats, args.messages, redelivered_at, reply
+        )
+        found: Figures | None = None
+        if self.faulty:
+            dead = await RedisDeadLetters(redis=admin, keys=keys).list(limit=DEAD_LETTERS_KEPT)
+            found = await figures(
+                self.proxy, self.telegram, sessions, chats, args.messages, dead, self.sender.update_ids
+            )
+            report.lost = found.lost  # a message given up (and told so) is not lost
+        redelivered = sum(len(times) for times in redelivered_at.values())
+        await admin.aclose()
+        latencies = _latencies(self.telegram, self.sender, chats, args.messages, reply)
+        return _Findings(report, found, stuck, resurrected, crash_window, unexplained, redelivered, latencies, elapsed)
+
+    def print(self, f: _Findings, forget_chats: int, give_up: float) -> None:
+        args, report, latencies = self.args, f.report, f.latencies
+        print(f"machine: {machine()}")
+        print(
+            f"workers={args.workers} llm_latency={args.llm_latency * 1000:.0f}ms lease={args.lease}s "
+            f"kills={self.kills} pauses={self.pauses} redis_stalls={self.stalls} redis_restarts={self.restarts} "
+            f"intake_retries={self.sender.retries} redis={'cluster' if args.cluster else 'single'}"
+        )
+        print(
+            f"messages sent={report.sent} answered={report.answered} stored_turns={report.stored_turns} "
+            f"lost={report.lost} doubled={report.doubled} out_of_order={report.out_of_order} "
+            f"stuck_chats={f.stuck} resurrected_after_forget={f.resurrected} forget_chats={forget_chats}"
+        )
+        print(
+            f"duplicate_replies={report.duplicate_replies} crash_window={f.crash_window} lease_lost={f.lease_lost} "
+            f"(stored replies re-sent by the chat's next worker: {f.redelivered})"
+        )
+        for chat, turn, copies, resends, extra in f.unexplained:
+            print(
+                f"  lease-lost: chat {chat} turn {turn}: {extra} unexplained of {len(copies)} copies sent at "
+                f"{_clock(copies)}; re-send decisions at {_clock(resends)}"
+            )
+        if f.found is not None:
+            print(f"provider faults: {dict(sorted(f.found.faults.items()))} give_up={give_up:.1f}s")
+            print(f.found.line())
+            for line in f.found.early[:5]:
+                print(f"  retry before Retry-After: question {line}")
+        if f.unexplained:
+            print("  faults: " + "; ".join(f"{_clock([at])} {what}" for at, what in self.timeline))
+        print(
+            f"throughput={report.sent / f.elapsed:.1f} msg/s over {f.elapsed:.1f}s; reply latency "
+            f"p50={percentile(latencies, 50) * 1000:.0f}ms p95={percentile(latencies, 95) * 1000:.0f}ms "
+            f"p99={percentile(latencies, 99) * 1000:.0f}ms max={max(latencies, default=0) * 1000:.0f}ms"
+        )
+
+
 async def run(args: argparse.Namespace) -> tuple[Report, Figures | None]:
     rng = random.Random(args.seed)
     redis = make_store(args.cluster, KeySpace("sb", "123456"))
@@ -73,185 +342,12 @@ async def run(args: argparse.Namespace) -> tuple[Report, Figures | None]:
     await proxy.start()
     give_up = args.give_up or 3 * args.lease
     workdir = Path(tempfile.mkdtemp(prefix="sb-chaos-"))
-    env = base_env(telegram, llm) | {
-        "BOT_MODE": "webhook",
-        "WEBHOOK_HOST": "127.0.0.1",
-        "WEBHOOK_PATH": "/hook",
-        "WEBHOOK_SECRET": SECRET,
-        "REDIS_URL": redis.url,
-        "WORKER_LEASE_SECONDS": str(args.lease),
-        "WORKER_IDLE_WAIT_SECONDS": "0.2",
-        "LOG_LEVEL": "WARNING",
-        "DRAFTS_ENABLED": "false",
-        "WORKER_CONCURRENCY": "128",
-    }
-    if faulty:  # the model behind the fault proxy, the retry settings as shipped; every other worker streams
-        env = {k: v for k, v in env.items() if k != "OPENAI_MAX_RETRIES"}
-        env |= {"OPENAI_BASE_URL": proxy.base_url, "WORKER_GIVE_UP_SECONDS": str(give_up)}
-    workers: list[BotProcess] = []
-    sender = WebhookSender(telegram, [], SECRET)
-    kills = restarts = pauses = stalls = 0
-    timeline: list[tuple[float, str]] = []  # (wall time, fault): printed beside any lease-lost copy
-    admin = client_for(redis)
-
-    async def start_worker() -> None:
-        drafts = {"DRAFTS_ENABLED": str(faulty and len(workers) % 2 == 1).lower()}
-        sender.urls.append(await start_webhook_worker(env | drafts, workdir, workers))
-
-    async def kill_one() -> None:
-        nonlocal kills
-        alive = [i for i, w in enumerate(workers) if i not in sender.dead]
-        victim = rng.choice(alive)
-        process = workers[victim].process
-        assert process is not None
-        process.send_signal(signal.SIGKILL)
-        timeline.append((time.time(), f"worker {victim} SIGKILLed"))
-        sender.dead.add(victim)
-        kills += 1
-        await start_worker()
-
-    async def pause_one() -> None:
-        nonlocal pauses
-        alive = [w for i, w in enumerate(workers) if i not in sender.dead and w.process is not None]
-        process = rng.choice(alive).process
-        assert process is not None
-        process.send_signal(signal.SIGSTOP)
-        timeline.append((time.time(), f"pid {process.pid} SIGSTOPped"))
-        pauses += 1
-        await asyncio.sleep(2 * args.lease)  # past its lease: its chats are taken over meanwhile
-        process.send_signal(signal.SIGCONT)
-        timeline.append((time.time(), f"pid {process.pid} SIGCONTinued"))
-
-    async def stall_redis() -> None:
-        nonlocal stalls
-        pause = ("CLIENT", "PAUSE", int(1500 * args.lease), "ALL")
-        if isinstance(admin, RedisCluster):  # every master stalls
-            await admin.execute_command(*pause, target_nodes=RedisCluster.PRIMARIES)
-        else:
-            await admin.execute_command(*pause)
-        timeline.append((time.time(), f"Redis paused for {1.5 * args.lease:.1f}s"))
-        stalls += 1
-
-    faults = [kill_one, pause_one, stall_redis]
-
-    async def restart_redis() -> None:
-        nonlocal restarts
-        redis.stop()
-        timeline.append((time.time(), "Redis stopped"))
-        await asyncio.sleep(1.0)
-        redis.start()
-        if not isinstance(admin, RedisCluster):
-            # this script's own client: redis-py's single-server pool has no retry, and its first command
-            # on a connection from before the restart would fail (the workers retry such a failure)
-            await admin.connection_pool.disconnect()
-        restarts += 1
-
+    env = _worker_env(args, telegram, llm, redis.url, proxy, give_up)
+    chaos = _Chaos(args, redis, telegram, proxy, env, workdir, rng)
     try:
-        for _ in range(args.workers):
-            await start_worker()
-        chats = random_chats(args.chats, seed=args.seed)
-        started = time.monotonic()
-        limit = asyncio.Semaphore(args.concurrent_chats)
-
-        async def send(http: aiohttp.ClientSession, chat: int, n: int) -> None:
-            async with limit:
-                await sender.send_chat_message(http, chat, n)
-
-        async def outage_midway(seconds: float) -> None:
-            half = len(chats) * args.messages // 2
-            await telegram.wait_for(lambda: answered(telegram, chats, args.messages, reply) >= half, args.timeout)
-            proxy.outage(seconds)
-            timeline.append((time.time(), f"model outage for {seconds:.1f}s"))
-
-        outage: asyncio.Task[None] | None = None
-        forgetting = ForgetProbe(telegram, sender, first_chat=100_000, count=max(1, args.chats // 20))
-
-        # Waves: message n of every chat, then a chaos step while that wave is being processed.
-        step = 0
-        async with aiohttp.ClientSession() as http:
-            for n in range(args.messages):
-                await asyncio.gather(*(send(http, chat, n) for chat in chats), forgetting.wave(http, n, args.messages))
-                if faulty and n == 0:
-                    proxy.storm(args.storm)
-                    timeline.append((time.time(), f"model 429 storm for {args.storm:.1f}s"))
-                    outage = asyncio.create_task(outage_midway(args.outage or give_up + 3))
-                if args.redis_restart and n == args.messages // 2:
-                    await restart_redis()
-                elif args.kill_every_waves and n % args.kill_every_waves == 0:
-                    await faults[step % len(faults)]()
-                    step += 1
-        keys = KeySpace("sb", TOKEN.split(":")[0])
-        try:
-            if faulty:  # some are given up (the outage) or answered cut short (today's defect)
-                await wait_settled(telegram, admin, keys, chats, args.messages, reply, within=args.timeout)
-            else:
-                await wait_all_answered(telegram, chats, args.messages, within=args.timeout)
-            await forgetting.wait_done(within=args.timeout)
-        except AssertionError:
-            await dump_workers(workers, sender.dead)
-            raise
-        elapsed = time.monotonic() - started
-        if outage is not None:
-            outage.cancel()
-        sessions = RedisSessionStore(redis=admin, keys=keys)
-        report = await check(telegram, sessions, chats, args.messages, started, reply)
-        stuck = await stuck_chats(admin, keys, settle=2 * args.lease)
-        resurrected = await forgetting.resurrected(admin)
-        redelivered_at = redeliveries(workers)
-        crash_window, unexplained = split_duplicates(telegram, sender, chats, args.messages, redelivered_at, reply)
-        found: Figures | None = None
-        if faulty:
-            dead = await RedisDeadLetters(redis=admin, keys=keys).list(limit=DEAD_LETTERS_KEPT)
-            found = await figures(proxy, telegram, sessions, chats, args.messages, dead, sender.update_ids)
-            report.lost = found.lost  # a message given up (and told so) is not lost
-        lease_lost = sum(extra for *_, extra in unexplained)
-        redelivered = sum(len(times) for times in redelivered_at.values())
-        await admin.aclose()
-        first_reply: dict[str, float] = {}
-        for call in telegram.of("sendMessage"):
-            first_reply.setdefault(str(call.params.get("text")), call.at)
-        latencies = [
-            first_reply[reply(c, n)] - sender.sent_at[(c, n)]
-            for c in chats
-            for n in range(args.messages)
-            if reply(c, n) in first_reply
-        ]
-        print(f"machine: {machine()}")
-        print(
-            f"workers={args.workers} llm_latency={args.llm_latency * 1000:.0f}ms lease={args.lease}s "
-            f"kills={kills} pauses={pauses} redis_stalls={stalls} redis_restarts={restarts} "
-            f"intake_retries={sender.retries} redis={'cluster' if args.cluster else 'single'}"
-        )
-        print(
-            f"messages sent={report.sent} answered={report.answered} stored_turns={report.stored_turns} "
-            f"lost={report.lost} doubled={report.doubled} out_of_order={report.out_of_order} "
-            f"stuck_chats={stuck} resurrected_after_forget={resurrected} forget_chats={forgetting.count}"
-        )
-        print(
-            f"duplicate_replies={report.duplicate_replies} crash_window={crash_window} lease_lost={lease_lost} "
-            f"(stored replies re-sent by the chat's next worker: {redelivered})"
-        )
-        for chat, turn, copies, resends, extra in unexplained:
-            print(
-                f"  lease-lost: chat {chat} turn {turn}: {extra} unexplained of {len(copies)} copies sent at "
-                f"{_clock(copies)}; re-send decisions at {_clock(resends)}"
-            )
-        if found is not None:
-            print(f"provider faults: {dict(sorted(found.faults.items()))} give_up={give_up:.1f}s")
-            print(found.line())
-            for line in found.early[:5]:
-                print(f"  retry before Retry-After: question {line}")
-        if unexplained:
-            print("  faults: " + "; ".join(f"{_clock([at])} {what}" for at, what in timeline))
-        print(
-            f"throughput={report.sent / elapsed:.1f} msg/s over {elapsed:.1f}s; reply latency "
-            f"p50={percentile(latencies, 50) * 1000:.0f}ms p95={percentile(latencies, 95) * 1000:.0f}ms "
-            f"p99={percentile(latencies, 99) * 1000:.0f}ms max={max(latencies, default=0) * 1000:.0f}ms"
-        )
-        report.stuck, report.resurrected, report.lease_lost_duplicates = stuck, resurrected, lease_lost
-        return report, found
+        return await chaos.run(reply, give_up)
     finally:
-        for worker in workers:
+        for worker in chaos.workers:
             if worker.process is not None and worker.process.returncode is None:
                 worker.process.kill()
                 await worker.process.wait()

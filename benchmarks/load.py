@@ -153,42 +153,46 @@ def parse_variant(text: str) -> tuple[str, dict[str, str]]:
     return label, env
 
 
-async def one_run(
-    args: argparse.Namespace, workers_count: int, workdir: Path, extra_env: dict[str, str] | None = None
-) -> RunFigures:
-    all_cores = os.sched_getaffinity(0)
-    worker_cores: list[int] = []
-    if args.pin:
-        worker_cores = sorted(all_cores)[-workers_count:]
-        os.sched_setaffinity(0, all_cores - set(worker_cores))  # redis-server, started next, inherits it
-    redis = RedisServer()
-    redis.start()
-    llm, telegram = StubOpenAI(latency=args.llm_latency), StubTelegram()
-    summary_times: list[tuple[float, list[str]]] = []
-    original = llm.summary_reply
+def _pin(args: argparse.Namespace, workers_count: int, all_cores: set[int]) -> list[int]:
+    """With ``--pin``, the cores the workers get; this process keeps the others."""
+    if not args.pin:
+        return []
+    worker_cores = sorted(all_cores)[-workers_count:]
+    os.sched_setaffinity(0, all_cores - set(worker_cores))  # redis-server, started next, inherits it
+    return worker_cores
 
-    def summary_reply(body: dict[str, Any]) -> str:
-        summary_times.append((time.monotonic(), customer_texts(body)))
-        return original(body)
 
-    llm.summary_reply = summary_reply
-    model_seconds: dict[tuple[int, int], float] = {}
+@dataclass
+class _ModelTap:
+    """What the model stub saw: each summary call (when, and the customer texts it folded) and each
+    turn's time in the stub's chat requests."""
 
-    def handled(body: dict[str, Any], seconds: float) -> None:
+    summary_times: list[tuple[float, list[str]]] = field(default_factory=list)
+    model_seconds: dict[tuple[int, int], float] = field(default_factory=dict)
+
+    def install(self, llm: StubOpenAI) -> None:
+        original = llm.summary_reply
+
+        def summary_reply(body: dict[str, Any]) -> str:
+            self.summary_times.append((time.monotonic(), customer_texts(body)))
+            return original(body)
+
+        llm.summary_reply = summary_reply
+        llm.on_handled = self.handled
+
+    def handled(self, body: dict[str, Any], seconds: float) -> None:
         if "response_format" in body:
             return  # a summary call (the turns that wait for one are left out of the net figure)
         texts = customer_texts(body)
         if texts and (m := _TURN.match(texts[-1])):
             key = (int(m.group(1)), int(m.group(2)))
-            model_seconds[key] = model_seconds.get(key, 0.0) + seconds
+            self.model_seconds[key] = self.model_seconds.get(key, 0.0) + seconds
 
-    llm.on_handled = handled
-    await llm.start()
-    await telegram.start()
-    # the stubs and the load generator share this process: its own full collections would stall
-    # them and show as the bot's latency (the workers freeze their start-up heap the same way)
-    gc.collect()
-    gc.freeze()
+
+def _worker_env(
+    args: argparse.Namespace, telegram: StubTelegram, llm: StubOpenAI, redis_url: str, extra_env: dict[str, str] | None
+) -> tuple[dict[str, str], str]:
+    """The workers' environment and the module they run (``WORKER_MODULE``, else the bot)."""
     env = (
         base_env(telegram, llm)
         | {
@@ -196,7 +200,7 @@ async def one_run(
             "WEBHOOK_HOST": "127.0.0.1",
             "WEBHOOK_PATH": "/hook",
             "WEBHOOK_SECRET": SECRET,
-            "REDIS_URL": redis.url,
+            "REDIS_URL": redis_url,
             "LOG_LEVEL": args.log_level,
             "WORKER_CONCURRENCY": str(args.chats),
             "CHAT_INPUT_TOKEN_BUDGET": str(args.budget),
@@ -211,114 +215,216 @@ async def one_run(
     if module.startswith("benchmarks."):  # not installed in the venv: run from this checkout
         inherited = env.get("PYTHONPATH", os.environ.get("PYTHONPATH"))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).parent.parent), inherited) if p)
-    workers: list[BotProcess] = []
+    return env, module
+
+
+async def _start_workers(
+    args: argparse.Namespace,
+    count: int,
+    env: dict[str, str],
+    module: str,
+    workdir: Path,
+    workers: list[BotProcess],
+    worker_cores: list[int],
+) -> list[str]:
+    """Start ``count`` webhook workers (into ``workers``, for the caller to stop); their URLs."""
     urls: list[str] = []
     prefix: tuple[str, ...] = tuple(callgrind_prefix(workdir)) if args.callgrind else ()
-    try:
-        for index in range(workers_count):
-            if worker_cores:  # the whole process, every thread it starts included
-                prefix = ("taskset", "--cpu-list", str(worker_cores[index]))
-            urls.append(await start_webhook_worker(env, workdir, workers, prefix=prefix, module=module))
-        watcher = ReplyWatcher(telegram)
-        watching = asyncio.create_task(watcher.run())
-        sent_at: dict[tuple[int, int], float] = {}
-        refused = 0
-        chats = list(range(1, args.chats + 1))
+    for index in range(count):
+        if worker_cores:  # the whole process, every thread it starts included
+            prefix = ("taskset", "--cpu-list", str(worker_cores[index]))
+        urls.append(await start_webhook_worker(env, workdir, workers, prefix=prefix, module=module))
+    return urls
 
-        async def customer(http: aiohttp.ClientSession, chat: int) -> None:
-            nonlocal refused
-            await asyncio.sleep(args.think * chat / len(chats))  # spread the first messages
-            for n in range(args.messages):
-                update = telegram.message_update(chat, f"c{chat} m{n} {FILLER}")
-                sent_at[(chat, n)] = time.monotonic()
-                while True:  # as Telegram does, an update refused for now (503) is offered again
-                    async with http.post(
-                        urls[(chat + n) % len(urls)], json=update, headers={"X-Telegram-Bot-Api-Secret-Token": SECRET}
-                    ) as response:
-                        if response.status != 503:
-                            assert response.status == 200, response.status
-                            break
-                    refused += 1
-                    await asyncio.sleep(0.1)
-                await watcher.wait((chat, n), within=120)
-                await asyncio.sleep(args.think)
 
-        pids = [worker.process.pid for worker in workers if worker.process is not None]
-        samplers = [Sampler(pid, workdir / f"profile-{pid}.txt") for pid in pids] if args.profile else []
-        for sampler in samplers:
-            await sampler.start()
-        if args.callgrind:
-            await callgrind_control("-i", "on", pids)
-        cpu_before = sum(cpu_seconds(pid) for pid in pids)
-        calls_before = redis_calls(redis.url)
-        telegram_before = len(telegram.calls)
-        harness_before = time.process_time()
-        started = time.monotonic()
+class _Customers:
+    """The chats, closed loop: each sends its messages one at a time, each after the reply to the last
+    and a think time, and notes when it sent each."""
+
+    def __init__(
+        self, args: argparse.Namespace, telegram: StubTelegram, watcher: ReplyWatcher, urls: list[str]
+    ) -> None:
+        self._args = args
+        self._telegram = telegram
+        self._watcher = watcher
+        self._urls = urls
+        self._chats = list(range(1, args.chats + 1))
+        self.sent_at: dict[tuple[int, int], float] = {}
+        self.refused = 0
+
+    async def run(self) -> None:
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as http:
-            await asyncio.gather(*(customer(http, chat) for chat in chats))
-        seconds = time.monotonic() - started
-        cpu = sum(cpu_seconds(pid) for pid in pids) - cpu_before
-        harness_cpu = time.process_time() - harness_before
-        instructions = await callgrind_instructions(pids, workdir) if args.callgrind else 0
-        redis_per_command = {name: count - calls_before.get(name, 0) for name, count in redis_calls(redis.url).items()}
-        bot_api = [call.method for call in telegram.calls[telegram_before:]]
+            await asyncio.gather(*(self._customer(http, chat) for chat in self._chats))
+
+    async def _customer(self, http: aiohttp.ClientSession, chat: int) -> None:
+        await asyncio.sleep(self._args.think * chat / len(self._chats))  # spread the first messages
+        for n in range(self._args.messages):
+            update = self._telegram.message_update(chat, f"c{chat} m{n} {FILLER}")
+            self.sent_at[(chat, n)] = time.monotonic()
+            await self._post(http, self._urls[(chat + n) % len(self._urls)], update)
+            await self._watcher.wait((chat, n), within=120)
+            await asyncio.sleep(self._args.think)
+
+    async def _post(self, http: aiohttp.ClientSession, url: str, update: dict[str, Any]) -> None:
+        while True:  # as Telegram does, an update refused for now (503) is offered again
+            async with http.post(url, json=update, headers={"X-Telegram-Bot-Api-Secret-Token": SECRET}) as response:
+                if response.status != 503:
+                    assert response.status == 200, response.status
+                    return
+            self.refused += 1
+            await asyncio.sleep(0.1)
+
+
+async def _start_samplers(args: argparse.Namespace, pids: list[int], workdir: Path) -> list[Sampler]:
+    samplers = [Sampler(pid, workdir / f"profile-{pid}.txt") for pid in pids] if args.profile else []
+    for sampler in samplers:
+        await sampler.start()
+    return samplers
+
+
+async def _measured_load(
+    args: argparse.Namespace,
+    workers_count: int,
+    workdir: Path,
+    pids: list[int],
+    redis_url: str,
+    telegram: StubTelegram,
+    customers: _Customers,
+    tap: _ModelTap,
+) -> RunFigures:
+    """Run the customers; the run's totals (time, CPU, instructions, calls), latencies not yet."""
+    if args.callgrind:
+        await callgrind_control("-i", "on", pids)
+    cpu_before = sum(cpu_seconds(pid) for pid in pids)
+    calls_before = redis_calls(redis_url)
+    telegram_before = len(telegram.calls)
+    harness_before = time.process_time()
+    started = time.monotonic()
+    await customers.run()
+    seconds = time.monotonic() - started
+    cpu = sum(cpu_seconds(pid) for pid in pids) - cpu_before
+    harness_cpu = time.process_time() - harness_before
+    instructions = await callgrind_instructions(pids, workdir) if args.callgrind else 0
+    redis_per_command = {name: count - calls_before.get(name, 0) for name, count in redis_calls(redis_url).items()}
+    bot_api = [call.method for call in telegram.calls[telegram_before:]]
+    return RunFigures(
+        workers_count,
+        len(customers.sent_at),
+        seconds,
+        summary_calls=len(tap.summary_times),
+        cpu_seconds=cpu,
+        harness_busy=harness_cpu / seconds,
+        redis_calls={name: n for name, n in redis_per_command.items() if n > 0},
+        bot_api_calls={name: bot_api.count(name) for name in sorted(set(bot_api))},
+        instructions=instructions,
+        refused=customers.refused,
+    )
+
+
+async def _add_profile(figures: RunFigures, samplers: list[Sampler], args: argparse.Namespace) -> None:
+    if not samplers:
+        return
+    figures.profile = Breakdown()
+    for sampler in samplers:
+        raw = await sampler.stop()
+        figures.profile.add_raw(raw)
+        if args.profile_dir:
+            await asyncio.to_thread(Path(args.profile_dir, sampler.output.name).write_text, raw)
+
+
+def _compactions(
+    summary_times: list[tuple[float, list[str]]],
+    sent_at: dict[tuple[int, int], float],
+    replied_at: dict[tuple[int, int], float],
+) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
+    """The turns that waited for a summary call (forced), and those after whose reply one ran."""
+    compacted_after: set[tuple[int, int]] = set()
+    waited: set[tuple[int, int]] = set()
+    for at, texts in summary_times:
+        chat_ids = {int(m.group(1)) for t in texts if (m := _TURN.match(t))}
+        for chat in chat_ids:
+            turns = [k for k in sent_at if k[0] == chat]
+            in_flight = [k for k in turns if sent_at[k] <= at < replied_at[k]]
+            if in_flight:  # the summary call happened while the customer waited: forced
+                waited.add(in_flight[0])
+                continue
+            done = [(replied_at[k], k) for k in turns if replied_at[k] <= at]
+            if done:  # after the last reply: proactive, triggered by that turn
+                compacted_after.add(max(done)[1])
+    return waited, compacted_after
+
+
+def _add_latencies(
+    figures: RunFigures, sent_at: dict[tuple[int, int], float], replied_at: dict[tuple[int, int], float], tap: _ModelTap
+) -> None:
+    waited, compacted_after = _compactions(tap.summary_times, sent_at, replied_at)
+    model_seconds = tap.model_seconds
+    for key, sent in sent_at.items():
+        latency = replied_at[key] - sent
+        figures.latencies.append(latency)
+        if key in model_seconds and key not in waited:
+            figures.net_overheads.append(latency - model_seconds[key])
+            figures.model_stub_seconds.append(model_seconds[key])
+        if key in waited:
+            figures.forced_latencies.append(latency)
+        elif key in compacted_after:
+            figures.compaction_latencies.append(latency)
+        else:
+            figures.ordinary_latencies.append(latency)
+
+
+async def _stop(
+    args: argparse.Namespace,
+    workers: list[BotProcess],
+    telegram: StubTelegram,
+    llm: StubOpenAI,
+    redis: RedisServer,
+    all_cores: set[int],
+) -> None:
+    for worker in workers:
+        await worker.stop(within=180 if args.callgrind else 20)  # ~50x slower under callgrind
+        if args.log_level == "DEBUG":
+            print(worker.log.decode(errors="replace")[-3000:])
+    await telegram.stop()
+    await llm.stop()
+    redis.stop()
+    gc.unfreeze()  # this run's stubs and figures can go once they are garbage
+    os.sched_setaffinity(0, all_cores)
+
+
+async def one_run(
+    args: argparse.Namespace, workers_count: int, workdir: Path, extra_env: dict[str, str] | None = None
+) -> RunFigures:
+    all_cores = os.sched_getaffinity(0)
+    worker_cores = _pin(args, workers_count, all_cores)
+    redis = RedisServer()
+    redis.start()
+    llm, telegram = StubOpenAI(latency=args.llm_latency), StubTelegram()
+    tap = _ModelTap()
+    tap.install(llm)
+    await llm.start()
+    await telegram.start()
+    # the stubs and the load generator share this process: its own full collections would stall
+    # them and show as the bot's latency (the workers freeze their start-up heap the same way)
+    gc.collect()
+    gc.freeze()
+    env, module = _worker_env(args, telegram, llm, redis.url, extra_env)
+    workers: list[BotProcess] = []
+    try:
+        urls = await _start_workers(args, workers_count, env, module, workdir, workers, worker_cores)
+        watcher = ReplyWatcher(telegram)
+        watching = asyncio.create_task(watcher.run())
+        customers = _Customers(args, telegram, watcher, urls)
+        pids = [worker.process.pid for worker in workers if worker.process is not None]
+        samplers = await _start_samplers(args, pids, workdir)
+        figures = await _measured_load(args, workers_count, workdir, pids, redis.url, telegram, customers, tap)
         watching.cancel()
-        figures = RunFigures(
-            workers_count,
-            len(sent_at),
-            seconds,
-            summary_calls=len(summary_times),
-            cpu_seconds=cpu,
-            harness_busy=harness_cpu / seconds,
-            redis_calls={name: n for name, n in redis_per_command.items() if n > 0},
-            bot_api_calls={name: bot_api.count(name) for name in sorted(set(bot_api))},
-            instructions=instructions,
-            refused=refused,
-        )
-        if samplers:
-            figures.profile = Breakdown()
-            for sampler in samplers:
-                raw = await sampler.stop()
-                figures.profile.add_raw(raw)
-                if args.profile_dir:
-                    await asyncio.to_thread(Path(args.profile_dir, sampler.output.name).write_text, raw)
-        compacted_after: set[tuple[int, int]] = set()
-        waited: set[tuple[int, int]] = set()
-        for at, texts in summary_times:
-            chat_ids = {int(m.group(1)) for t in texts if (m := _TURN.match(t))}
-            for chat in chat_ids:
-                turns = [k for k in sent_at if k[0] == chat]
-                in_flight = [k for k in turns if sent_at[k] <= at < watcher.replied_at[k]]
-                if in_flight:  # the summary call happened while the customer waited: forced
-                    waited.add(in_flight[0])
-                    continue
-                done = [(watcher.replied_at[k], k) for k in turns if watcher.replied_at[k] <= at]
-                if done:  # after the last reply: proactive, triggered by that turn
-                    compacted_after.add(max(done)[1])
-        for key, sent in sent_at.items():
-            latency = watcher.replied_at[key] - sent
-            figures.latencies.append(latency)
-            if key in model_seconds and key not in waited:
-                figures.net_overheads.append(latency - model_seconds[key])
-                figures.model_stub_seconds.append(model_seconds[key])
-            if key in waited:
-                figures.forced_latencies.append(latency)
-            elif key in compacted_after:
-                figures.compaction_latencies.append(latency)
-            else:
-                figures.ordinary_latencies.append(latency)
+        await _add_profile(figures, samplers, args)
+        _add_latencies(figures, customers.sent_at, watcher.replied_at, tap)
         return figures
     finally:
-        for worker in workers:
-            await worker.stop(within=180 if args.callgrind else 20)  # ~50x slower under callgrind
-            if args.log_level == "DEBUG":
-                print(worker.log.decode(errors="replace")[-3000:])
-        await telegram.stop()
-        await llm.stop()
-        redis.stop()
-        gc.unfreeze()  # this run's stubs and figures can go once they are garbage
-        os.sched_setaffinity(0, all_cores)
+        await _stop(args, workers, telegram, llm, redis, all_cores)
 
 
 def plot(rows: list[dict[str, Any]], path: str, args: argparse.Namespace) -> None:
@@ -396,7 +502,7 @@ def summarize(fig: RunFigures, label: str, args: argparse.Namespace) -> dict[str
     return row
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--chats", type=int, default=200, help="concurrent chats")
@@ -426,14 +532,10 @@ def main(argv: list[str] | None = None) -> int:
         "--variant", action="append", default=[], help="LABEL:KEY=VALUE,... extra worker environment (repeatable)"
     )
     parser.add_argument("--repeat", type=int, default=1, help="alternate the variants this many times")
-    args = parser.parse_args(argv)
-    if args.pin and args.callgrind:
-        parser.error("--pin and --callgrind do not go together (callgrind counts instructions, not time)")
-    if args.pin and max(args.workers) >= len(os.sched_getaffinity(0)):
-        parser.error(f"--pin needs more cores than workers: {len(os.sched_getaffinity(0))} cores available")
-    if args.profile_dir:
-        Path(args.profile_dir).mkdir(parents=True, exist_ok=True)
-    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    return parser
+
+
+def _print_header(args: argparse.Namespace) -> None:
     print(
         f"machine: {machine()}; chats={args.chats} messages={args.messages} "
         f"llm_latency={args.llm_latency * 1000:.0f}ms think={args.think}s budget={args.budget}"
@@ -444,7 +546,30 @@ def main(argv: list[str] | None = None) -> int:
         f"{'overhead_p99':>12} {'cpu_ms/turn':>11} {'compaction_turns':>16} {'compaction/ordinary_p50':>23} "
         f"{'forced':>6} {'harness':>7} variant"
     )
-    variants = [parse_variant(v) for v in args.variant] or [("this", {})]
+
+
+def _median_line(count: int, label: str, mine: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    return (
+        f"  workers={count} {label}: cpu_ms/turn="
+        f"{statistics.median(r['cpu_ms_per_turn'] for r in mine):.2f} turns/s="
+        f"{statistics.median(r['turns_per_s'] for r in mine):.1f} overhead_p50="
+        f"{statistics.median(r['overhead_p50_ms'] for r in mine):.1f}ms overhead_p99="
+        f"{statistics.median(r['overhead_p99_ms'] for r in mine):.1f}ms"
+        + (
+            f" net_overhead_p50={statistics.median(r['net_overhead_p50_ms'] for r in mine):.1f}ms"
+            f" net_overhead_p99={statistics.median(r['net_overhead_p99_ms'] for r in mine):.1f}ms"
+            if all("net_overhead_p50_ms" in r for r in mine)
+            else ""
+        )
+        + (
+            f" instructions/turn={statistics.median(r['instructions_per_turn'] for r in mine) / 1e6:.2f}M"
+            if args.callgrind
+            else ""
+        )
+    )
+
+
+def _all_runs(args: argparse.Namespace, variants: list[tuple[str, dict[str, str]]]) -> list[dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="sb-load-") as workdir:
         for count in args.workers:
@@ -454,29 +579,28 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(summarize(fig, label, args))
                     if fig.profile is not None:
                         print("\n".join(fig.profile.report(rows[-1]["cpu_ms_per_turn"])), flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.pin and args.callgrind:
+        parser.error("--pin and --callgrind do not go together (callgrind counts instructions, not time)")
+    if args.pin and max(args.workers) >= len(os.sched_getaffinity(0)):
+        parser.error(f"--pin needs more cores than workers: {len(os.sched_getaffinity(0))} cores available")
+    if args.profile_dir:
+        Path(args.profile_dir).mkdir(parents=True, exist_ok=True)
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    _print_header(args)
+    variants = [parse_variant(v) for v in args.variant] or [("this", {})]
+    rows = _all_runs(args, variants)
     if len(rows) > len(args.workers):
         print("median per worker count and variant:")
         for count in args.workers:
             for label, _ in variants:
                 mine = [r for r in rows if r["workers"] == count and r["variant"] == label]
-                print(
-                    f"  workers={count} {label}: cpu_ms/turn="
-                    f"{statistics.median(r['cpu_ms_per_turn'] for r in mine):.2f} turns/s="
-                    f"{statistics.median(r['turns_per_s'] for r in mine):.1f} overhead_p50="
-                    f"{statistics.median(r['overhead_p50_ms'] for r in mine):.1f}ms overhead_p99="
-                    f"{statistics.median(r['overhead_p99_ms'] for r in mine):.1f}ms"
-                    + (
-                        f" net_overhead_p50={statistics.median(r['net_overhead_p50_ms'] for r in mine):.1f}ms"
-                        f" net_overhead_p99={statistics.median(r['net_overhead_p99_ms'] for r in mine):.1f}ms"
-                        if all("net_overhead_p50_ms" in r for r in mine)
-                        else ""
-                    )
-                    + (
-                        f" instructions/turn={statistics.median(r['instructions_per_turn'] for r in mine) / 1e6:.2f}M"
-                        if args.callgrind
-                        else ""
-                    )
-                )
+                print(_median_line(count, label, mine, args))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     if args.plot:

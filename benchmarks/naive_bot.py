@@ -35,14 +35,29 @@ HISTORY = 20
 """Messages of history sent with each request (10 turns)."""
 
 
-def make_app(env: dict[str, str], *, fast: bool) -> web.Application:
+def _session(env: dict[str, str], *, fast: bool) -> AiohttpSession:
     api = TelegramAPIServer.from_base(env["TELEGRAM_API_URL"].rstrip("/"))
     if fast:
         loads, dumps, _ = json_codec()
-        session = AiohttpSession(api=api, json_loads=loads, json_dumps=dumps)
-    else:
-        session = AiohttpSession(api=api)
-    bot = Bot(env["BOT_TOKEN"], session=session)
+        return AiohttpSession(api=api, json_loads=loads, json_dumps=dumps)
+    return AiohttpSession(api=api)
+
+
+async def _streamed(stream: Any, bot: Bot, message: Message, *, drafts: bool, interval: float) -> str:
+    """The reply's text as it streams in; with drafts (private chats), a draft every ``interval``."""
+    parts: list[str] = []
+    last_draft = 0.0
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            parts.append(chunk.choices[0].delta.content)
+            if drafts and message.chat.type == "private" and time.monotonic() - last_draft >= interval:
+                last_draft = time.monotonic()
+                await bot.send_message_draft(message.chat.id, draft_id=message.message_id, text="".join(parts))
+    return "".join(parts)
+
+
+def make_app(env: dict[str, str], *, fast: bool) -> web.Application:
+    bot = Bot(env["BOT_TOKEN"], session=_session(env, fast=fast))
     llm = AsyncOpenAI(api_key=env["OPENAI_API_KEY"], base_url=env["OPENAI_BASE_URL"], max_retries=0)
     redis = Redis.from_url(env["REDIS_URL"])
     model = env.get("OPENAI_MODEL", "gpt-4o-mini")
@@ -59,19 +74,11 @@ def make_app(env: dict[str, str], *, fast: bool) -> web.Application:
         history: list[Any] = [json.loads(m) for m in await redis.lrange(key, -HISTORY, -1)]
         content = f"<customer_message>\n{message.text}\n</customer_message>"
         user: ChatCompletionUserMessageParam = {"role": "user", "content": content}
-        parts: list[str] = []
         async with ChatActionSender.typing(bot=bot, chat_id=chat_id):
             stream = await llm.chat.completions.create(
                 model=model, messages=[{"role": "system", "content": instruction}, *history, user], stream=True
             )
-            last_draft = 0.0
-            async for chunk in stream:
-                if chunk.choices and chunk.choices[0].delta.content:
-                    parts.append(chunk.choices[0].delta.content)
-                    if drafts and message.chat.type == "private" and time.monotonic() - last_draft >= interval:
-                        last_draft = time.monotonic()
-                        await bot.send_message_draft(chat_id, draft_id=message.message_id, text="".join(parts))
-        reply = "".join(parts)
+            reply = await _streamed(stream, bot, message, drafts=drafts, interval=interval)
         await bot.send_message(chat_id, reply)
         await redis.rpush(key, json.dumps(user), json.dumps({"role": "assistant", "content": reply}))
 

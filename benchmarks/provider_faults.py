@@ -290,6 +290,53 @@ def truncated_of(value: str, replies: dict[str, int]) -> int | None:
     return replies.get(head) if marker and "(end)".startswith(f"({tail}") and f" ({tail}" != END else None
 
 
+@dataclass
+class _Tally:
+    """The per-message counts of ``figures``, summed over the chats."""
+
+    truncated_delivered: int = 0
+    truncated_stored: int = 0
+    silent: int = 0
+    lost: int = 0
+    unresolved: int = 0
+
+
+def _delivered(
+    values: list[str], replies: dict[str, int], complete: set[str], tally: _Tally
+) -> tuple[set[int], set[int], int]:
+    """Of one chat's sent texts: the messages answered in full, those answered only cut short (each cut
+    copy counted in ``tally``), and how many other final texts went out."""
+    answered: set[int] = set()
+    cut_only: set[int] = set()
+    finals = 0
+    for value in values:
+        cut_of = truncated_of(value, replies)
+        if value in complete:
+            answered.add(replies[value.removesuffix(END)])
+        elif cut_of is not None:
+            tally.truncated_delivered += 1
+            cut_only.add(cut_of)
+        elif value not in NOT_FINAL:
+            finals += 1
+    return answered, cut_only, finals
+
+
+async def _tally_chat(
+    chat: int, messages: int, values: list[str], given_up: set[Question], store: SessionStore, tally: _Tally
+) -> None:
+    """Add one chat's silent, unresolved, cut and lost messages to ``tally``."""
+    replies = {expected_reply(chat, n): n for n in range(messages)}
+    complete = {complete_reply(chat, n) for n in range(messages)}
+    answered, cut_only, finals = _delivered(values, replies, complete, tally)
+    tally.silent += max(0, messages - len(answered | cut_only) - finals)
+    tally.unresolved += sum(1 for n in range(messages) if n not in answered and (chat, n) not in given_up)
+    session = await store.load(chat)
+    users = {m.content for m in session.messages if m.role == "user"}
+    stored = [m.content for m in session.messages if m.role == "assistant"]
+    tally.truncated_stored += sum(1 for value in stored if truncated_of(value, replies) is not None)
+    tally.lost += sum(1 for n in range(messages) if customer_text(chat, n) not in users and (chat, n) not in given_up)
+
+
 async def figures(
     proxy: FaultProxy,
     telegram: StubTelegram,
@@ -304,40 +351,20 @@ async def figures(
         sent.setdefault(int(call.params["chat_id"]), []).append(str(call.params.get("text")))
     by_update = {item_id_of(update): question for question, update in update_ids.items()}
     given_up = {by_update[letter.item_id] for letter in dead if letter.item_id in by_update}
-    truncated_delivered = truncated_stored = silent = lost = unresolved = 0
+    tally = _Tally()
     for chat in chats:
-        replies = {expected_reply(chat, n): n for n in range(messages)}
-        complete = {complete_reply(chat, n) for n in range(messages)}
-        answered: set[int] = set()
-        cut_only: set[int] = set()
-        finals = 0
-        for value in sent.get(chat, []):
-            cut_of = truncated_of(value, replies)
-            if value in complete:
-                answered.add(replies[value.removesuffix(END)])
-            elif cut_of is not None:
-                truncated_delivered += 1
-                cut_only.add(cut_of)
-            elif value not in NOT_FINAL:
-                finals += 1
-        silent += max(0, messages - len(answered | cut_only) - finals)
-        unresolved += sum(1 for n in range(messages) if n not in answered and (chat, n) not in given_up)
-        session = await store.load(chat)
-        users = {m.content for m in session.messages if m.role == "user"}
-        stored = [m.content for m in session.messages if m.role == "assistant"]
-        truncated_stored += sum(1 for value in stored if truncated_of(value, replies) is not None)
-        lost += sum(1 for n in range(messages) if customer_text(chat, n) not in users and (chat, n) not in given_up)
+        await _tally_chat(chat, messages, sent.get(chat, []), given_up, store, tally)
     wanted = set(chats)
     per_question = Counter(r.question for r in proxy.log if not r.summary and r.question and r.question[0] in wanted)
     counts = [per_question[(chat, n)] for chat in chats for n in range(messages) if per_question[(chat, n)]]
     return Figures(
         faults=Counter(r.fault for r in proxy.log),
-        truncated_delivered=truncated_delivered,
-        truncated_stored=truncated_stored,
-        silent=silent,
+        truncated_delivered=tally.truncated_delivered,
+        truncated_stored=tally.truncated_stored,
+        silent=tally.silent,
         given_up=len(given_up),
-        unresolved=unresolved,
-        lost=lost,
+        unresolved=tally.unresolved,
+        lost=tally.lost,
         early_retries=len(early := early_retries(proxy.log)),
         early=early,
         waits_asked=sum(1 for r in proxy.log if r.retry_after is not None),

@@ -324,17 +324,10 @@ def sweep_line(res: PolicyResult, full: PolicyResult, high: float, low: float) -
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--turns", type=int, default=300)
-    parser.add_argument("--budget", type=int, default=6000)
-    parser.add_argument("--plot", default="", help="write a PNG of prompt tokens per turn here")
-    parser.add_argument("--json", default="", help="write the figures as JSON here")
-    parser.add_argument(
-        "--sweep", action="store_true", help="also run (d) with other HISTORY_HIGH_WATER/HISTORY_LOW_WATER pairs"
-    )
-    args = parser.parse_args(argv)
-    counter = TokenCounter.for_encoding()
+def _policies(
+    args: argparse.Namespace, counter: TokenCounter, tokens: PromptTokens, turns: list[Turn]
+) -> list[PolicyResult]:
+    """(a)–(d) over the same conversation."""
     registry = default_registry()
     text = registry.get("support_chat").render(company="our company", handoff="", knowledge="")
     instruction = PromptPart("developer", text, counter.count_message("developer", text))
@@ -345,19 +338,16 @@ def main(argv: list[str] | None = None) -> int:
         max_tokens=800,
         instruction_role="developer",
     )
-    turns = generate(args.turns)
-    tokens = PromptTokens(counter)
-    results = [
+    return [
         full_history(counter, tokens, instruction, turns),
         sliding_window(counter, tokens, instruction, turns, args.budget),
         textbook_hybrid(counter, tokens, instruction, summarizer, turns, args.budget),
         asyncio.run(project_policy(counter, tokens, turns, args.budget)),
     ]
-    print(
-        f"machine: {machine()}; turns={args.turns} budget={args.budget} "
-        f"(d) water marks {DEFAULT_HIGH}/{DEFAULT_LOW} (the defaults)"
-    )
-    figures = report(results, args.budget)
+
+
+def _goals(figures: dict[str, Any]) -> dict[str, bool]:
+    """Print (d) against (a) and (c), and whether each goal is met."""
     ours, full, textbook = (
         figures["(d) this project"],
         figures["(a) full history"],
@@ -380,14 +370,43 @@ def main(argv: list[str] | None = None) -> int:
     )
     for goal, met in goals.items():
         print(f"goal: {goal}: {'met' if met else 'NOT met'}")
+    return goals
+
+
+def _sweep(
+    args: argparse.Namespace, counter: TokenCounter, tokens: PromptTokens, turns: list[Turn], full: PolicyResult
+) -> None:
+    print(
+        "water-mark sweep of (d): high/low → total and effective cost vs (a) (chat prompts, and with the "
+        "summarizer's input), max prompt, summary calls, min verbatim turns, facts kept"
+    )
+    for high, low in SWEEP:
+        res = asyncio.run(project_policy(counter, tokens, turns, args.budget, high, low, f"(d) {high}/{low}"))
+        print(sweep_line(res, full, high, low), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--turns", type=int, default=300)
+    parser.add_argument("--budget", type=int, default=6000)
+    parser.add_argument("--plot", default="", help="write a PNG of prompt tokens per turn here")
+    parser.add_argument("--json", default="", help="write the figures as JSON here")
+    parser.add_argument(
+        "--sweep", action="store_true", help="also run (d) with other HISTORY_HIGH_WATER/HISTORY_LOW_WATER pairs"
+    )
+    args = parser.parse_args(argv)
+    counter = TokenCounter.for_encoding()
+    turns = generate(args.turns)
+    tokens = PromptTokens(counter)
+    results = _policies(args, counter, tokens, turns)
+    print(
+        f"machine: {machine()}; turns={args.turns} budget={args.budget} "
+        f"(d) water marks {DEFAULT_HIGH}/{DEFAULT_LOW} (the defaults)"
+    )
+    figures = report(results, args.budget)
+    goals = _goals(figures)
     if args.sweep:
-        print(
-            "water-mark sweep of (d): high/low → total and effective cost vs (a) (chat prompts, and with the "
-            "summarizer's input), max prompt, summary calls, min verbatim turns, facts kept"
-        )
-        for high, low in SWEEP:
-            res = asyncio.run(project_policy(counter, tokens, turns, args.budget, high, low, f"(d) {high}/{low}"))
-            print(sweep_line(res, results[0], high, low), flush=True)
+        _sweep(args, counter, tokens, turns, results[0])
     if args.plot:
         plot(results, args.plot, args.budget)
         print(f"plot: {args.plot}")

@@ -50,67 +50,88 @@ def _front_matter(lines: list[str]) -> tuple[dict[str, str], list[str]]:
     return {}, lines
 
 
-def parse_markdown(text: str, *, path: str, fallback_title: str) -> Document:
-    meta, lines = _front_matter(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
-    stack: list[tuple[int, str]] = []
-    sections: list[Section] = []
-    block: list[str] = []
-    fence: str | None = None
-    first_heading: str | None = None
+class _Reader:
+    """One parse's state: the heading path, the sections so far, the open block and code fence."""
 
-    def headings() -> tuple[str, ...]:
-        return tuple(title for _, title in stack)
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        self.stack: list[tuple[int, str]] = []
+        self.sections: list[Section] = []
+        self.block: list[str] = []
+        self.fence: str | None = None
+        self.first_heading: str | None = None
 
-    def flush() -> None:
-        if block:
-            body = "\n".join(block) if fence is not None else _inline(" ".join(block))
+    def flush(self) -> None:
+        if self.block:
+            body = "\n".join(self.block) if self.fence is not None else _inline(" ".join(self.block))
             if body.strip():
-                sections.append(Section(headings(), body.strip()))
-            block.clear()
+                self.sections.append(Section(tuple(title for _, title in self.stack), body.strip()))
+            self.block.clear()
 
-    def heading(level: int, title: str) -> None:
-        nonlocal first_heading
-        flush()
+    def heading(self, level: int, title: str) -> None:
+        self.flush()
         title = _inline(title)
-        first_heading = first_heading or title
-        while stack and stack[-1][0] >= level:
-            stack.pop()
-        stack.append((level, title))
+        self.first_heading = self.first_heading or title
+        while self.stack and self.stack[-1][0] >= level:
+            self.stack.pop()
+        self.stack.append((level, title))
 
-    for index, line in enumerate(lines):
-        stripped = line.strip()
-        if fence is not None:
-            block.append(line)
-            if stripped.startswith(fence):
-                flush()
-                fence = None
-            continue
+    def fenced(self, line: str, stripped: str) -> bool:
+        """A line inside a code fence, or one opening it, kept verbatim; False for any other."""
+        if self.fence is not None:
+            self.block.append(line)
+            if stripped.startswith(self.fence):
+                self.flush()
+                self.fence = None
+            return True
         if stripped.startswith(("```", "~~~")):
-            flush()
-            fence = stripped[:3]
-            block.append(line)
-            continue
+            self.flush()
+            self.fence = stripped[:3]
+            self.block.append(line)
+            return True
+        return False
+
+    def setext(self, index: int, stripped: str) -> bool:
+        """A setext heading's title line (read as the heading) or its underline (skipped)."""
+        nxt = self.lines[index + 1].strip() if index + 1 < len(self.lines) else ""
+        if stripped and self.block == [] and _SETEXT.fullmatch(nxt) and not _ITEM.match(stripped):
+            self.heading(1 if nxt.startswith("=") else 2, stripped)
+            return True
+        if not (_SETEXT.fullmatch(stripped) and self.stack):
+            return False
+        return self.stack[-1][1] == _inline(self.lines[index - 1].strip())
+
+    def headed(self, index: int, stripped: str) -> bool:
+        """An ATX, setext or bold-question heading line, read as a heading; False for any other."""
         match = _ATX.match(stripped)
         if match:
-            heading(len(match.group(1)), _atx_title(stripped[match.end() :]))
-            continue
-        nxt = lines[index + 1].strip() if index + 1 < len(lines) else ""
-        if stripped and block == [] and _SETEXT.fullmatch(nxt) and not _ITEM.match(stripped):
-            heading(1 if nxt.startswith("=") else 2, stripped)
-            continue
-        if _SETEXT.fullmatch(stripped) and stack and stack[-1][1] == _inline(lines[index - 1].strip()):
-            continue
+            self.heading(len(match.group(1)), _atx_title(stripped[match.end() :]))
+            return True
+        if self.setext(index, stripped):
+            return True
         question = _BOLD_QUESTION.match(stripped)
         if question:
-            heading(7, question.group(1))
-            continue
+            self.heading(7, question.group(1))
+        return question is not None
+
+    def text(self, line: str, stripped: str) -> None:
+        """A paragraph's line or a list item (which starts a block of its own); a blank line ends one."""
         if not stripped:
-            flush()
-            continue
-        if _ITEM.match(line) and block:
-            flush()
-        block.append(_ITEM.sub("- ", line, count=1) if _ITEM.match(line) else stripped)
-    fence = None
-    flush()
-    title = meta.get("title") or first_heading or fallback_title
-    return Document(path=path, title=title, url=web_url(meta.get("url")), sections=tuple(sections))
+            self.flush()
+            return
+        if _ITEM.match(line) and self.block:
+            self.flush()
+        self.block.append(_ITEM.sub("- ", line, count=1) if _ITEM.match(line) else stripped)
+
+
+def parse_markdown(text: str, *, path: str, fallback_title: str) -> Document:
+    meta, lines = _front_matter(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
+    reader = _Reader(lines)
+    for index, line in enumerate(lines):
+        stripped = line.strip()
+        if not reader.fenced(line, stripped) and not reader.headed(index, stripped):
+            reader.text(line, stripped)
+    reader.fence = None
+    reader.flush()
+    title = meta.get("title") or reader.first_heading or fallback_title
+    return Document(path=path, title=title, url=web_url(meta.get("url")), sections=tuple(reader.sections))

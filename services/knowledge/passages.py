@@ -18,26 +18,36 @@ def passage_id(document: str, headings: tuple[str, ...], text: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def _pieces(text: str, *, counter: TokenCounter, max_tokens: int) -> list[str]:
-    """``text`` in pieces of at most ``max_tokens``: whole sentences where they fit, else words."""
-    if counter.count_text(text) <= max_tokens:
-        return [text]
+def _words(sentence: str, *, counter: TokenCounter, max_tokens: int) -> list[str]:
+    """A sentence over the limit in runs of whole words of at most ``max_tokens`` (a lone word may
+    still be longer: ``_by_tokens`` cuts it)."""
+    units: list[str] = []
+    current: list[str] = []
+    for word in sentence.split():
+        trial = " ".join((*current, word))
+        if current and counter.count_text(trial) > max_tokens:
+            units.append(" ".join(current))
+            current = [word]
+        else:
+            current.append(word)
+    if current:
+        units.append(" ".join(current))
+    return units
+
+
+def _units(text: str, *, counter: TokenCounter, max_tokens: int) -> list[str]:
+    """``text``'s sentences, each one over the limit split into runs of words."""
     units: list[str] = []
     for sentence in _SENTENCE_END.split(text):
         if counter.count_text(sentence) <= max_tokens:
             units.append(sentence)
-            continue
-        words = sentence.split()
-        current: list[str] = []
-        for word in words:
-            trial = " ".join((*current, word))
-            if current and counter.count_text(trial) > max_tokens:
-                units.append(" ".join(current))
-                current = [word]
-            else:
-                current.append(word)
-        if current:
-            units.append(" ".join(current))
+        else:
+            units.extend(_words(sentence, counter=counter, max_tokens=max_tokens))
+    return units
+
+
+def _packed(units: list[str], *, counter: TokenCounter, max_tokens: int) -> list[str]:
+    """Consecutive units joined by a space while the join fits in ``max_tokens``."""
     pieces: list[str] = []
     current_text = ""
     for unit in units:
@@ -49,7 +59,11 @@ def _pieces(text: str, *, counter: TokenCounter, max_tokens: int) -> list[str]:
             current_text = trial
     if current_text:
         pieces.append(current_text)
-    # a single word over the limit (a pasted token string) is cut by tokens
+    return pieces
+
+
+def _by_tokens(pieces: list[str], *, counter: TokenCounter, max_tokens: int) -> list[str]:
+    """A single word over the limit (a pasted token string) cut by tokens; the rest as they are."""
     out: list[str] = []
     for piece in pieces:
         tokens = counter.encode(piece)
@@ -59,6 +73,15 @@ def _pieces(text: str, *, counter: TokenCounter, max_tokens: int) -> list[str]:
         for start in range(0, len(tokens), max_tokens):
             out.append(counter.decode(tokens[start : start + max_tokens]))
     return out
+
+
+def _pieces(text: str, *, counter: TokenCounter, max_tokens: int) -> list[str]:
+    """``text`` in pieces of at most ``max_tokens``: whole sentences where they fit, else words."""
+    if counter.count_text(text) <= max_tokens:
+        return [text]
+    units = _units(text, counter=counter, max_tokens=max_tokens)
+    pieces = _packed(units, counter=counter, max_tokens=max_tokens)
+    return _by_tokens(pieces, counter=counter, max_tokens=max_tokens)
 
 
 def _merged(sections: tuple[Section, ...], *, counter: TokenCounter, max_tokens: int) -> list[Section]:

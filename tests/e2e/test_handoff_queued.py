@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 
 from bot.telegram.texts import TEXTS
 from services.backends.redis.keys import KeySpace
+from services.backends.redis.scripts import AnyRedis
 from services.engine.handoff_records import TranscriptEntry
 from tests.conftest import RedisServer
 from tests.e2e.conftest import SharedRedis
@@ -55,21 +56,8 @@ def topic_of(telegram: StubTelegram, chat_id: int) -> int | None:
     return next((t for t, info in telegram.topics.items() if info["name"].endswith(f"· {chat_id}")), None)
 
 
-async def test_queued_workers_relay_in_order_exactly_once_through_a_sigkill(
-    telegram: StubTelegram,
-    stub_llm: StubOpenAI,
-    shared_redis: SharedRedis,
-    tmp_path: Path,
-    processes: list[BotProcess],
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """On one redis-server and on a 3-master Redis Cluster (the global handoff keys live in another
-    slot than the chats' keys)."""
-    stub_llm.summary_reply = operator_aware_summary
-    real_redis = shared_redis.client
-    await start_workers(telegram, stub_llm, shared_redis.url, tmp_path, processes)
-
-    # the whole workflow once, through the queue
+async def whole_workflow_once(telegram: StubTelegram, stub_llm: StubOpenAI) -> None:
+    """The whole workflow once, through the queue: ticket, photo, decision, note, close, the summary."""
     for n, line in enumerate(SEED, start=1):
         telegram.send_text(CHAT, line)
         await telegram.wait_messages(CHAT, n, within=120)
@@ -95,99 +83,150 @@ async def test_queued_workers_relay_in_order_exactly_once_through_a_sigkill(
     assert "replacement stand" in summary and "Friday" in summary
     assert not any("VIP" in str(r["messages"]) for r in stub_llm.requests)
 
-    # many handoffs at once, both directions, one worker killed while serving them
+
+async def open_handoffs(telegram: StubTelegram) -> dict[int, int | None]:
+    """A handoff in each of CHATS; their topics."""
     for chat in CHATS:
         telegram.send_text(chat, "/operator")
     await telegram.wait_for(lambda: all(topic_of(telegram, c) is not None for c in CHATS), within=60)
     await telegram.wait_for(
         lambda: all(TEXTS["en"]["handoff_started"] in telegram.texts_to(c) for c in CHATS), within=60
     )
-    topics = {chat: topic_of(telegram, chat) for chat in CHATS}
-    customer_ids: dict[int, list[int]] = {c: [] for c in CHATS}
-    operator_ids: dict[int, list[int]] = {c: [] for c in CHATS}
-    killed: list[int] = []
-    held_at_kill: set[int] = set()
+    return {chat: topic_of(telegram, chat) for chat in CHATS}
 
-    async def kill_one_serving_a_handoff() -> None:
+
+class Relay:
+    """Messages both ways in every chat's handoff, one worker killed while it serves them."""
+
+    def __init__(self, telegram: StubTelegram, real_redis: AnyRedis, processes: list[BotProcess]) -> None:
+        self.telegram = telegram
+        self.real_redis = real_redis
+        self.processes = processes
+        self.customer_ids: dict[int, list[int]] = {c: [] for c in CHATS}
+        self.operator_ids: dict[int, list[int]] = {c: [] for c in CHATS}
+        self.killed: list[int] = []
+        self.held_at_kill: set[int] = set()
+
+    async def kill_one_serving_a_handoff(self) -> None:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             for chat in CHATS:
-                holder = await real_redis.get(KEYS.chat(chat).lease)
-                if holder is None:
-                    continue
-                victim = next((p for p in processes if p.process and f":{p.process.pid}:" in holder.decode()), None)
-                if victim is not None and victim.process is not None:
-                    victim.process.send_signal(signal.SIGKILL)
-                    await victim.process.wait()
-                    killed.append(chat)
-                    mark = f":{victim.process.pid}:".encode()
-                    for other in CHATS:  # a dead worker's leases stay until they expire
-                        if mark in (await real_redis.get(KEYS.chat(other).lease) or b""):
-                            held_at_kill.add(other)
+                if await self._kill_the_holder_of(chat):
                     return
             await asyncio.sleep(0.005)
 
-    killer: asyncio.Task[None] | None = None
-    for n in range(ROUNDS):
-        for chat in CHATS:
-            customer_ids[chat].append(telegram.send_text(chat, f"customer {chat} #{n}")["message"]["message_id"])
-            update = telegram.push(telegram.operator_update(GROUP, topics[chat], f"operator {chat} #{n}"))
-            operator_ids[chat].append(update["message"]["message_id"])
-        if n == 1:
-            killer = asyncio.create_task(kill_one_serving_a_handoff())
-        await asyncio.sleep(0.1)
-    assert killer is not None
-    await killer
+    async def _kill_the_holder_of(self, chat: int) -> bool:
+        holder = await self.real_redis.get(KEYS.chat(chat).lease)
+        if holder is None:
+            return False
+        victim = next((p for p in self.processes if p.process and f":{p.process.pid}:" in holder.decode()), None)
+        if victim is None or victim.process is None:
+            return False
+        victim.process.send_signal(signal.SIGKILL)
+        await victim.process.wait()
+        self.killed.append(chat)
+        mark = f":{victim.process.pid}:".encode()
+        for other in CHATS:  # a dead worker's leases stay until they expire
+            if mark in (await self.real_redis.get(KEYS.chat(other).lease) or b""):
+                self.held_at_kill.add(other)
+        return True
 
-    def copied_to_topic(chat: int) -> list[int]:
-        return [int(c.params["message_id"]) for c in telegram.in_topic(topics[chat] or 0, "copyMessage")]
+    async def rounds(self, topics: dict[int, int | None]) -> None:
+        """ROUNDS messages each way in every chat; the kill starts after the second round."""
+        killer: asyncio.Task[None] | None = None
+        for n in range(ROUNDS):
+            for chat in CHATS:
+                sent = self.telegram.send_text(chat, f"customer {chat} #{n}")
+                self.customer_ids[chat].append(sent["message"]["message_id"])
+                update = self.telegram.push(self.telegram.operator_update(GROUP, topics[chat], f"operator {chat} #{n}"))
+                self.operator_ids[chat].append(update["message"]["message_id"])
+            if n == 1:
+                killer = asyncio.create_task(self.kill_one_serving_a_handoff())
+            await asyncio.sleep(0.1)
+        assert killer is not None
+        await killer
 
-    def copied_to_customer(chat: int) -> list[int]:
-        return [int(c.params["message_id"]) for c in telegram.of("copyMessage", chat)]
 
+def copied_to_topic(telegram: StubTelegram, topics: dict[int, int | None], chat: int) -> list[int]:
+    return [int(c.params["message_id"]) for c in telegram.in_topic(topics[chat] or 0, "copyMessage")]
+
+
+def copied_to_customer(telegram: StubTelegram, chat: int) -> list[int]:
+    return [int(c.params["message_id"]) for c in telegram.of("copyMessage", chat)]
+
+
+async def check_transcript(real_redis: AnyRedis, processes: list[BotProcess], chat: int) -> None:
+    """Every message in the transcript once; a worker records a copy after Telegram answered it, so
+    the last ones may still be on their way when the copies are all seen."""
+    expected = sorted(
+        [f"customer {chat} #{n}" for n in range(ROUNDS)] + [f"operator {chat} #{n}" for n in range(ROUNDS)]
+    )
+    log_key = KEYS.chat(chat).handoff_log
+
+    async def complete(key: str = log_key, count: int = len(expected)) -> bool:
+        return await real_redis.llen(key) >= count
+
+    with contextlib.suppress(AssertionError):  # what is there after 30 s is compared below
+        await eventually(complete, within=30, what=f"chat {chat}'s transcript")
+    raw = await real_redis.lrange(log_key, 0, -1)
+    transcript = sorted(TranscriptEntry.from_json(entry).text for entry in raw)
+    if transcript != expected:
+        logs = "".join(p.log.decode(errors="replace") for p in processes)
+        pytest.fail(f"chat {chat}: transcript {transcript}, expected every message once; logs:\n{logs}")
+
+
+async def test_queued_workers_relay_in_order_exactly_once_through_a_sigkill(
+    telegram: StubTelegram,
+    stub_llm: StubOpenAI,
+    shared_redis: SharedRedis,
+    tmp_path: Path,
+    processes: list[BotProcess],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """On one redis-server and on a 3-master Redis Cluster (the global handoff keys live in another
+    slot than the chats' keys)."""
+    stub_llm.summary_reply = operator_aware_summary
+    real_redis = shared_redis.client
+    await start_workers(telegram, stub_llm, shared_redis.url, tmp_path, processes)
+    await whole_workflow_once(telegram, stub_llm)
+
+    # many handoffs at once, both directions, one worker killed while serving them
+    topics = await open_handoffs(telegram)
+    relay = Relay(telegram, real_redis, processes)
+    await relay.rounds(topics)
+    customer_ids, operator_ids, held_at_kill = relay.customer_ids, relay.operator_ids, relay.held_at_kill
     await telegram.wait_for(
         lambda: all(
-            set(customer_ids[c]) <= set(copied_to_topic(c)) and set(operator_ids[c]) <= set(copied_to_customer(c))
+            set(customer_ids[c]) <= set(copied_to_topic(telegram, topics, c))
+            and set(operator_ids[c]) <= set(copied_to_customer(telegram, c))
             for c in CHATS
         ),
         within=90,
     )
     doubled: dict[int, int] = {}
     for chat in CHATS:
-        for copies in (copied_to_topic(chat), copied_to_customer(chat)):
+        for copies in (copied_to_topic(telegram, topics, chat), copied_to_customer(telegram, chat)):
             doubled[chat] = doubled.get(chat, 0) + len(copies) - len(set(copies))
     with capsys.disabled():
         print(
             f"\nhandoff relay ({shared_redis.mode}), 3 workers, one SIGKILLed: chats={len(CHATS)} rounds={ROUNDS} "
             f"held_by_the_killed_worker={len(held_at_kill)} doubled={sum(doubled.values())}"
         )
-    assert killed, "a worker was killed while it held a handoff chat"
+    assert relay.killed, "a worker was killed while it held a handoff chat"
     for chat in CHATS:
         # nothing lost, nothing reordered; the only copy that can come twice is the one a worker was
         # making when it was killed (copied, not yet recorded): at most one per chat it held
-        assert collapse_repeats(copied_to_topic(chat)) == customer_ids[chat], f"chat {chat}: customer → topic"
-        assert collapse_repeats(copied_to_customer(chat)) == operator_ids[chat], f"chat {chat}: topic → customer"
+        assert collapse_repeats(copied_to_topic(telegram, topics, chat)) == customer_ids[chat], (
+            f"chat {chat}: customer → topic"
+        )
+        assert collapse_repeats(copied_to_customer(telegram, chat)) == operator_ids[chat], (
+            f"chat {chat}: topic → customer"
+        )
         assert doubled[chat] <= (1 if chat in held_at_kill else 0), (chat, doubled[chat], held_at_kill)
         if doubled[chat]:  # and it is known: the next worker saw the copy begun and not recorded
             logs = "".join(p.log.decode(errors="replace") for p in processes)
             assert f"chat {chat}: u" in logs and "attempt that died; copying it again" in logs
-        # every message in the transcript once; a worker records a copy after Telegram answered it,
-        # so the last ones may still be on their way when the copies are all seen
-        expected = sorted(
-            [f"customer {chat} #{n}" for n in range(ROUNDS)] + [f"operator {chat} #{n}" for n in range(ROUNDS)]
-        )
-        log_key = KEYS.chat(chat).handoff_log
-
-        async def complete(key: str = log_key, count: int = len(expected)) -> bool:
-            return await real_redis.llen(key) >= count
-
-        with contextlib.suppress(AssertionError):  # what is there after 30 s is compared below
-            await eventually(complete, within=30, what=f"chat {chat}'s transcript")
-        raw = await real_redis.lrange(log_key, 0, -1)
-        transcript = sorted(TranscriptEntry.from_json(entry).text for entry in raw)
-        if transcript != expected:
-            logs = "".join(p.log.decode(errors="replace") for p in processes)
-            pytest.fail(f"chat {chat}: transcript {transcript}, expected every message once; logs:\n{logs}")
+        await check_transcript(real_redis, processes, chat)
 
 
 def collapse_repeats(ids: list[int]) -> list[int]:

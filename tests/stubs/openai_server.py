@@ -18,6 +18,7 @@ import hashlib
 import json
 import re
 import time
+from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -315,6 +316,29 @@ class StubOpenAI:
         return response
 
     async def _answer(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        images, image_refused, prompt, cached = self._metered(body)
+        early = await self._before_reply(body, image_refused)
+        if early is not None:
+            return early
+        reply, is_summary = self._chosen_reply(body, images)
+        if isinstance(reply, int):
+            return self._error_answer(reply)
+        if isinstance(reply, StubError):
+            return _error_response(reply)
+        if isinstance(reply, StubBroken):
+            return await self._broken(request, body, reply)
+        if is_summary:
+            reply = self._summary_as_served(body, reply)
+        reply, finish, tool = _finish_of(reply)
+        reply, finish = self._capped(reply, body, finish)
+        usage = self._usage(prompt, reply, cached)
+        if body.get("stream"):
+            return await self._stream(request, body, reply, finish, usage, tool)
+        return _completion(body, reply, finish, usage, tool)
+
+    def _metered(self, body: dict[str, Any]) -> tuple[list[ImageInput], web.Response | None, array[int], int]:
+        """The request's images, the refusal they get (if any), its prompt as the tokenizer sees it and
+        the cached tokens of that prompt; the cache, cached and image token figures recorded."""
         images = images_in(body)
         image_refused = image_refusal(images, vision=self.vision)
         contents = [
@@ -326,6 +350,11 @@ class StubOpenAI:
         self.image_tokens.append(
             sum(p[1] for c in contents if not isinstance(c, str) for p in c if not isinstance(p, str))
         )
+        return images, image_refused, prompt, cached
+
+    async def _before_reply(self, body: dict[str, Any], image_refused: web.Response | None) -> web.Response | None:
+        """After the latency: the answer of a server that is down, always fails or refuses the
+        request; None to answer it."""
         delay = self.delays.popleft() if self.delays else self.latency
         if delay:
             await asyncio.sleep(delay)
@@ -334,9 +363,11 @@ class StubOpenAI:
         if self.always is not None:
             return _error_response(self.always)
         # Not ``or``: before aiohttp 3.10 a Response is an empty mapping, so it is falsy.
-        refusal = image_refused if image_refused is not None else self._response_format_refusal(body)
-        if refusal is not None:
-            return refusal
+        return image_refused if image_refused is not None else self._response_format_refusal(body)
+
+    def _chosen_reply(self, body: dict[str, Any], images: list[ImageInput]) -> tuple[Reply, bool]:
+        """The reply (queued, the note of the images, or the reply function's) and whether the request
+        is a summary one."""
         is_summary = is_summary_request(body)
         queue = self.summary_replies if is_summary else self.chat_replies
         reply: Reply
@@ -346,24 +377,9 @@ class StubOpenAI:
             reply = queue.popleft() if queue else (self.summary_reply if is_summary else self.chat_reply)(body)
         if self.fail_with is not None:
             reply = self.fail_with
-        if isinstance(reply, int):
-            return self._error_answer(reply)
-        if isinstance(reply, StubError):
-            return _error_response(reply)
-        if isinstance(reply, StubBroken):
-            return await self._broken(request, body, reply)
-        if is_summary:
-            reply = self._summary_as_served(body, reply)
-        finish = "stop"
-        tool: tuple[str, str] | None = None
-        if reply.startswith("<<length>>"):
-            reply, finish = reply.removeprefix("<<length>>"), "length"
-        elif reply.startswith(FINISH_PREFIX):
-            finish, reply = reply.removeprefix(FINISH_PREFIX).split(">>", 1)
-        elif reply.startswith(TOOL_PREFIX):
-            name, arguments = reply.removeprefix(TOOL_PREFIX).split(">>", 1)
-            tool, reply, finish = (name, arguments), "", "tool_calls"
-        reply, finish = self._capped(reply, body, finish)
+        return reply, is_summary
+
+    def _usage(self, prompt: array[int], reply: str, cached: int) -> dict[str, Any]:
         prompt_tokens, completion_tokens = self._tokens.billed(prompt), max(1, len(reply) // 4)
         usage: dict[str, Any] = {
             "prompt_tokens": prompt_tokens,
@@ -372,23 +388,7 @@ class StubOpenAI:
         }
         if self.usage_details:
             usage["prompt_tokens_details"] = {"cached_tokens": cached, "audio_tokens": 0}
-        if body.get("stream"):
-            return await self._stream(request, body, reply, finish, usage, tool)
-        message: dict[str, Any] = {"role": "assistant", "content": reply or None}
-        if tool is not None:
-            message["tool_calls"] = [
-                {"id": "call_stub", "type": "function", "function": {"name": tool[0], "arguments": tool[1]}}
-            ]
-        return web.json_response(
-            {
-                "id": "chatcmpl-stub",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": body["model"],
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": usage,
-            }
-        )
+        return usage
 
     def _content(self, index: int, content: Any, images: list[ImageInput], bill: bool) -> Content:
         """A message's content for the token count: its text, or its text and image parts (an image
@@ -556,6 +556,42 @@ class StubOpenAI:
             return f"```json\n{reply}\n```"
         prose = "Sure! Here is the updated summary of the conversation:"
         return f"{prose}\n\n```json\n{reply}\n```\n\nLet me know if you need more."
+
+
+def _finish_of(reply: str) -> tuple[str, str, tuple[str, str] | None]:
+    """The reply, its finish reason and its tool call, from the reply's prefix (``<<length>>``,
+    ``FINISH_PREFIX``, ``TOOL_PREFIX``)."""
+    finish = "stop"
+    tool: tuple[str, str] | None = None
+    if reply.startswith("<<length>>"):
+        reply, finish = reply.removeprefix("<<length>>"), "length"
+    elif reply.startswith(FINISH_PREFIX):
+        finish, reply = reply.removeprefix(FINISH_PREFIX).split(">>", 1)
+    elif reply.startswith(TOOL_PREFIX):
+        name, arguments = reply.removeprefix(TOOL_PREFIX).split(">>", 1)
+        tool, reply, finish = (name, arguments), "", "tool_calls"
+    return reply, finish, tool
+
+
+def _completion(
+    body: dict[str, Any], reply: str, finish: str, usage: dict[str, Any], tool: tuple[str, str] | None
+) -> web.Response:
+    """A non-streamed chat completion."""
+    message: dict[str, Any] = {"role": "assistant", "content": reply or None}
+    if tool is not None:
+        message["tool_calls"] = [
+            {"id": "call_stub", "type": "function", "function": {"name": tool[0], "arguments": tool[1]}}
+        ]
+    return web.json_response(
+        {
+            "id": "chatcmpl-stub",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body["model"],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": usage,
+        }
+    )
 
 
 def _error_response(error: StubError) -> web.Response:

@@ -65,8 +65,23 @@ class StubTranscriptions:
         upload = form.get("file")
         if upload is None or isinstance(upload, str):
             return _error(400, "you must provide a file", "invalid_request_error", param="file")
-        data = upload.file.read()
         fields = {key: str(value) for key, value in form.items() if isinstance(value, str)}
+        call = self._record(upload, fields)
+        if call.outcome == "hang":
+            await self._stopping.wait()
+            return _error(503, "stub stopping", "server_error")
+        fault = _fault(call.outcome)
+        if fault is not None:
+            return fault
+        text = self.replies.popleft() if self.replies else self.texts.get(call.file, self.default_text)
+        if call.response_format == "text":
+            return web.Response(text=text + "\n", content_type="text/plain")
+        return web.json_response({"text": text, "usage": self._usage(call, text)})
+
+    def _record(self, upload: web.FileField, fields: dict[str, str]) -> TranscriptionCall:
+        """The call, recorded, with its outcome (``outcomes``, else ``mode``; a file type OpenAI does
+        not take is unsupported)."""
+        data = upload.file.read()
         outcome: Outcome = self.outcomes.popleft() if self.outcomes else self.mode
         extension = upload.filename.rsplit(".", 1)[-1].lower() if "." in upload.filename else ""
         if outcome == "ok" and extension not in FORMATS:
@@ -82,25 +97,7 @@ class StubTranscriptions:
             outcome=outcome,
         )
         self.calls.append(call)
-        if outcome == "hang":
-            await self._stopping.wait()
-            return _error(503, "stub stopping", "server_error")
-        if outcome == "error":
-            return _error(500, "The server had an error while processing your request. Sorry about that!")
-        if outcome == "unsupported":
-            message = f"Invalid file format. Supported formats: {list(FORMATS)}"
-            return _error(400, message, "invalid_request_error")
-        if outcome == "throttled":
-            return _error(429, "Rate limit reached for requests", "requests", headers={"retry-after": "7"})
-        if outcome == "unauthorized":
-            return _error(401, "Incorrect API key provided: sk-***", "invalid_request_error", code="invalid_api_key")
-        if outcome == "too_long":
-            message = "audio duration 1612.5 seconds is longer than 1500 seconds which is the maximum for this model"
-            return _error(400, message, "invalid_request_error")
-        text = self.replies.popleft() if self.replies else self.texts.get(data, self.default_text)
-        if call.response_format == "text":
-            return web.Response(text=text + "\n", content_type="text/plain")
-        return web.json_response({"text": text, "usage": self._usage(call, text)})
+        return call
 
     @staticmethod
     def _usage(call: TranscriptionCall, text: str) -> dict[str, Any]:
@@ -116,6 +113,23 @@ class StubTranscriptions:
             "output_tokens": output,
             "total_tokens": audio + prompt + output,
         }
+
+
+def _fault(outcome: str) -> web.Response | None:
+    """The error OpenAI answers for a failing ``outcome``; None for "ok"."""
+    if outcome == "error":
+        return _error(500, "The server had an error while processing your request. Sorry about that!")
+    if outcome == "unsupported":
+        message = f"Invalid file format. Supported formats: {list(FORMATS)}"
+        return _error(400, message, "invalid_request_error")
+    if outcome == "throttled":
+        return _error(429, "Rate limit reached for requests", "requests", headers={"retry-after": "7"})
+    if outcome == "unauthorized":
+        return _error(401, "Incorrect API key provided: sk-***", "invalid_request_error", code="invalid_api_key")
+    if outcome == "too_long":
+        message = "audio duration 1612.5 seconds is longer than 1500 seconds which is the maximum for this model"
+        return _error(400, message, "invalid_request_error")
+    return None
 
 
 def _error(

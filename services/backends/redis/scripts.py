@@ -144,6 +144,25 @@ _TRANSIENT_CODES = frozenset({"BUSY", "NOREPLICAS"})
 """The transient replies redis-py does not know: their code stays at the start of the message."""
 
 
+def _reply_error(action: str, exc: ResponseError) -> StoreError:
+    """The store error an error reply stands for (see ``redis_errors``)."""
+    code = str(exc).split(" ", 1)[0].upper()
+    if isinstance(exc, _TRANSIENT_REPLY_ERRORS) or code in _TRANSIENT_CODES:
+        return StoreUnavailableError(f"{action}: {type(exc).__name__}: {exc}")
+    if isinstance(exc, ClusterCrossSlotError):
+        return CrossSlotError(f"{action}: {exc}")
+    if code == "WRONGTYPE" or "WRONGTYPE" in str(exc):
+        return CorruptSessionError(f"{action}: a key holds the wrong type: {exc}")
+    return StoreError(f"{action}: {type(exc).__name__}: {exc}")
+
+
+def _cluster_error(action: str, exc: RedisClusterException) -> StoreError:
+    """A cluster client's own error: a cross-slot request is a bug, anything else transient."""
+    if "same key slot" in str(exc) or "same slot" in str(exc):
+        return CrossSlotError(f"{action}: {exc}")
+    return StoreUnavailableError(f"{action}: {type(exc).__name__}: {exc}")
+
+
 @contextmanager
 def redis_errors(action: str) -> Iterator[None]:
     """Translate redis-py's errors into the engine's transient store error.
@@ -156,22 +175,13 @@ def redis_errors(action: str) -> Iterator[None]:
     try:
         yield
     except ResponseError as exc:
-        code = str(exc).split(" ", 1)[0].upper()
-        if isinstance(exc, _TRANSIENT_REPLY_ERRORS) or code in _TRANSIENT_CODES:
-            raise StoreUnavailableError(f"{action}: {type(exc).__name__}: {exc}") from exc
-        if isinstance(exc, ClusterCrossSlotError):
-            raise CrossSlotError(f"{action}: {exc}") from exc
-        if code == "WRONGTYPE" or "WRONGTYPE" in str(exc):
-            raise CorruptSessionError(f"{action}: a key holds the wrong type: {exc}") from exc
-        raise StoreError(f"{action}: {type(exc).__name__}: {exc}") from exc
+        raise _reply_error(action, exc) from exc
     except RedisError as exc:
         raise StoreUnavailableError(f"{action}: {type(exc).__name__}: {exc}") from exc
     except CrossSlotTransactionError as exc:
         raise CrossSlotError(f"{action}: {exc}") from exc
     except RedisClusterException as exc:
-        if "same key slot" in str(exc) or "same slot" in str(exc):
-            raise CrossSlotError(f"{action}: {exc}") from exc
-        raise StoreUnavailableError(f"{action}: {type(exc).__name__}: {exc}") from exc
+        raise _cluster_error(action, exc) from exc
     except (AttributeError, TypeError, RuntimeError) as exc:
         # redis-py's asyncio cluster client can trip over a connection another task is tearing down
         # while a node fails (e.g. "'NoneType' object has no attribute 'writelines'"; redis/redis-py

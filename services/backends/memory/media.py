@@ -1,4 +1,5 @@
-"""MediaMemos and Albums of the in-process backend (its session store's TTL, /forget via ``forget``)."""
+"""MediaMemos and Albums of the in-process backend (``services.ports.media``; its session store's TTL,
+/forget via ``forget``)."""
 
 from __future__ import annotations
 
