@@ -10,7 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
 from aiogram import Bot, Dispatcher
 from aiogram.client.default import DefaultBotProperties
@@ -137,10 +137,15 @@ def build_core(settings: Settings, backend: Backend) -> Core:
     return Core(provider=provider, knowledge=knowledge, chat=chat, media=build_media(settings, backend, knowledge))
 
 
-def build_app(settings: Settings, backend: BackendT) -> App[BackendT]:
-    """The application from the settings on ``backend`` (``build_backend``/``open_backend``): the core,
-    the aiogram Bot (no request made yet) and the Dispatcher with its handlers, middlewares and the
-    core's components in its data."""
+@overload
+def build_app(settings: Settings) -> App[InMemoryBackend | RedisBackend]: ...
+@overload
+def build_app(settings: Settings, backend: BackendT) -> App[BackendT]: ...
+def build_app(settings: Settings, backend: Backend | None = None) -> App[Backend]:
+    """The application from the settings: the backend they choose (``build_backend``; queued mode opens
+    its Redis first, asking whether it is a cluster, and passes it in), the core, the aiogram Bot (no
+    request made yet) and the Dispatcher with its handlers, middlewares and the core's components."""
+    backend = backend if backend is not None else build_backend(settings)
     core = build_core(settings, backend)
     bot = build_bot(settings.bot)
     dispatcher = build_dispatcher(

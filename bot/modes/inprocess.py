@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from aiogram import Bot, Dispatcher
 from aiohttp import web
 
-from bot.factory import App, Settings, build_app, build_backend, set_commands
+from bot.factory import App, Settings, build_app, set_commands
 from bot.provider_health import ProviderWatch
 from bot.serving.deadlines import watch_deadlines
 from bot.serving.fastpath import freeze_startup_heap
@@ -95,7 +95,7 @@ async def connect(bot: Bot) -> None:
 
 
 async def run_polling(settings: Settings) -> None:
-    app = build_app(settings, build_backend(settings))
+    app = build_app(settings)
     bot, dispatcher = app.bot, app.dispatcher
     await connect(bot)
     run_alongside(app)
@@ -124,7 +124,7 @@ async def run_polling(settings: Settings) -> None:
 
 
 def run_webhook(settings: Settings) -> None:
-    app = build_app(settings, build_backend(settings))
+    app = build_app(settings)
     bot = app.bot
     run_alongside(app)
 
