@@ -1,5 +1,7 @@
-"""Builders that assemble the engine from settings (used by the bot's composition root, the console,
-the evaluation runner and the benchmarks)."""
+"""The engine's parts built from settings: the model client, the summarizer, the grounding, the chat
+service, image notes and the media reader, each given its observers at construction. The bot's one
+composition root (``bot.factory.build_app``) composes them; the evaluation runner, the benchmarks and
+the tests use them alone."""
 
 from __future__ import annotations
 
