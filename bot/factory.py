@@ -1,13 +1,16 @@
-"""The only composition root: settings → backend → engine → aiogram Bot and Dispatcher. Nothing
-else builds a component from settings or looks at a backend's concrete type."""
+"""The only composition root: ``build_app`` turns the settings and a backend into the application
+(``App``: knowledge, model client, chat engine, media reader, provider watch, aiogram Bot and
+Dispatcher), every observer given to its component's constructor; the modes only start, wait and stop
+it. Nothing else builds a component from settings or looks at a backend's concrete type."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
 from aiogram import Bot, Dispatcher
 from aiogram.client.default import DefaultBotProperties
@@ -16,8 +19,15 @@ from aiogram.fsm.storage.memory import SimpleEventIsolation
 from openai import AsyncOpenAI
 
 from bot.cli.progress import progress_sink
-from bot.metrics import EMBEDDING_REQUESTS, LLM_IN_FLIGHT, PrometheusObserver, watch_knowledge, watch_summarizer
-from bot.provider_health import PROVIDER, probe_while_refused
+from bot.metrics import (
+    LLM_IN_FLIGHT,
+    PrometheusObserver,
+    count_embedding_request,
+    count_summary_attempt,
+    show_summary_breaker,
+    watch_knowledge,
+)
+from bot.provider_health import ProviderWatch, probe_while_refused
 from bot.serving.fastpath import json_codec
 from bot.serving.startup import with_startup_retries
 from bot.settings import BotSettings
@@ -40,6 +50,7 @@ from services.backends.redis.backend import RedisBackend
 from services.backends.redis.connection import choose_cluster, redis_client
 from services.backends.redis.keys import KeySpace, bot_id_of
 from services.engine.builders import (
+    SummaryObservers,
     build_chat_service,
     build_image_notes,
     build_llm_client,
@@ -63,6 +74,90 @@ if TYPE_CHECKING:
     from services.ports.embeddings import EmbeddingCache
 
 log = logging.getLogger(__name__)
+
+AppBackend = TypeVar("AppBackend", bound=Backend, covariant=True)
+BackendT = TypeVar("BackendT", bound=Backend)
+
+
+@dataclass(frozen=True)
+class Core:
+    """What answers a customer, Telegram aside (the console runs it alone): the knowledge library (None
+    without KNOWLEDGE_DIR), the chat engine, the media reader, and the provider watch they report to."""
+
+    provider: ProviderWatch
+    knowledge: KnowledgeLibrary | None
+    chat: ChatService
+    media: MediaReader
+
+    async def close(self) -> None:
+        await self.media.close()
+        await self.chat.close()
+
+
+@dataclass(frozen=True)
+class App(Generic[AppBackend]):
+    """One bot process's application, built by ``build_app``. The modes start, wait for and stop it;
+    the dispatcher's shutdown closes the engine, the media reader and the backend."""
+
+    settings: Settings
+    backend: AppBackend
+    core: Core
+    bot: Bot
+    dispatcher: Dispatcher
+
+    @property
+    def chat(self) -> ChatService:
+        return self.core.chat
+
+    @property
+    def knowledge(self) -> KnowledgeLibrary | None:
+        return self.core.knowledge
+
+    @property
+    def provider(self) -> ProviderWatch:
+        return self.core.provider
+
+    @property
+    def desk(self) -> HandoffDesk:
+        desk: HandoffDesk = self.dispatcher["desk"]
+        return desk
+
+    def probe(self) -> Callable[[], Awaitable[None]]:
+        """The provider probe, a background task of every mode (``provider_probe``)."""
+        return provider_probe(self.settings, self.provider)
+
+
+def build_core(settings: Settings, backend: Backend) -> Core:
+    """Knowledge (its full-text index loaded: a folder mistake is a ConfigurationError here), then the
+    engine and the media reader on the backend's store, records and memos, with one provider watch."""
+    provider = ProviderWatch()
+    knowledge = build_knowledge(settings, backend)
+    chat = build_engine(
+        settings, backend.store, provider=provider, knowledge=knowledge, gaps=backend.gaps, memos=backend.memos
+    )
+    return Core(provider=provider, knowledge=knowledge, chat=chat, media=build_media(settings, backend, knowledge))
+
+
+@overload
+def build_app(settings: Settings) -> App[InMemoryBackend | RedisBackend]: ...
+@overload
+def build_app(settings: Settings, backend: BackendT) -> App[BackendT]: ...
+def build_app(settings: Settings, backend: Backend | None = None) -> App[Backend]:
+    """The application from the settings: the backend they choose (``build_backend``; queued mode opens
+    its Redis first, asking whether it is a cluster, and passes it in), the core, the aiogram Bot (no
+    request made yet) and the Dispatcher with its handlers, middlewares and the core's components."""
+    backend = backend if backend is not None else build_backend(settings)
+    core = build_core(settings, backend)
+    bot = build_bot(settings.bot)
+    dispatcher = build_dispatcher(
+        core.chat,
+        settings.bot,
+        backend=backend,
+        media=core.media,
+        knowledge=core.knowledge,
+        provider=core.provider,
+    )
+    return App(settings=settings, backend=backend, core=core, bot=bot, dispatcher=dispatcher)
 
 
 def key_space(settings: Settings) -> KeySpace:
@@ -138,15 +233,14 @@ def build_embedder(settings: Settings, backend: Backend) -> Embedder | None:
         timeout=settings.llm.openai_timeout_seconds,
         max_retries=0,
     )
-    embedder = Embedder(
+    return Embedder(
         client=client,
         model=options.embedding_model,
         cache=cache,
         batch_size=options.embedding_batch_size,
         timeout_seconds=options.embedding_timeout_seconds,
+        on_request=count_embedding_request,
     )
-    embedder.on_request = lambda kind, ok: EMBEDDING_REQUESTS.labels(kind, "ok" if ok else "failed").inc()
-    return embedder
 
 
 def build_knowledge(
@@ -198,23 +292,29 @@ def build_engine(
     settings: Settings,
     store: SessionStore,
     *,
+    provider: ProviderWatch | None = None,
     knowledge: KnowledgeSource | None = None,
     gaps: KnowledgeGaps | None = None,
     memos: MediaMemos | None = None,
 ) -> ChatService:
     """The engine as the bot runs it, on the backend's store: every turn and every LLM call in flight
-    lands in the metrics, a refused summary call in the provider watch, and every request the provider
-    accepts clears its refusal (a turn that made no model call clears nothing). With ``OPERATOR_CHAT_ID``
-    the model is offered the handoff tool."""
-    llm = build_llm_client(settings.llm, settings.memory, cache_key_secret=cache_key_secret(settings))
-    llm.on_in_flight = LLM_IN_FLIGHT.set
-    llm.on_accepted = PROVIDER.accepted
+    lands in the metrics, a refused summary call in ``provider`` (None: a watch of its own), and every
+    request the provider accepts clears its refusal (a turn that made no model call clears nothing).
+    With ``OPERATOR_CHAT_ID`` the model is offered the handoff tool."""
+    watch = provider if provider is not None else ProviderWatch()
+    llm = build_llm_client(
+        settings.llm,
+        settings.memory,
+        cache_key_secret=cache_key_secret(settings),
+        on_in_flight=LLM_IN_FLIGHT.set,
+        on_accepted=watch.accepted,
+    )
     role = instruction_role(llm)
     counter = TokenCounter.for_encoding(settings.memory.tokenizer_encoding)
     notes = (
         build_image_notes(llm=llm, counter=counter, role=role, memos=memos) if settings.media.images_enabled else None
     )
-    chat = build_chat_service(
+    return build_chat_service(
         llm=llm,
         store=store,
         memory=settings.memory,
@@ -222,26 +322,37 @@ def build_engine(
         observer=PrometheusObserver(drift_warn_ratio=settings.bot.token_drift_warn_ratio),
         handoff=settings.bot.handoff_enabled,
         summary_response_format=settings.llm.summary_response_format,
+        summary_observers=summary_observers(watch),
         knowledge=knowledge,
         knowledge_settings=settings.knowledge,
         gaps=gaps,
         counter=counter,
         notes=notes,
     )
-    watch_summarizer(chat.summarizer)
-    chat.summarizer.on_refused = lambda status, detail: PROVIDER.refused("summary", status, detail)
-    chat.summarizer.on_accepted = lambda: PROVIDER.accepted("summary")
-    return chat
 
 
-def provider_probe(settings: Settings) -> Callable[[], Awaitable[None]]:
+def summary_observers(provider: ProviderWatch) -> SummaryObservers:
+    """Summary requests in the metrics; a refused one in ``provider``, and an accepted one clears it."""
+
+    def refused(status: int | None, detail: str) -> None:
+        provider.refused("summary", status, detail)
+
+    def accepted() -> None:
+        provider.accepted("summary")
+
+    return SummaryObservers(
+        attempt=count_summary_attempt, refused=refused, accepted=accepted, breaker=show_summary_breaker
+    )
+
+
+def provider_probe(settings: Settings, provider: ProviderWatch) -> Callable[[], Awaitable[None]]:
     """The background task of both modes that probes a refusing provider (``probe_while_refused``), on
     a client of its own (same settings; closed when the task ends), so it never waits for a turn's slot."""
 
     async def run() -> None:
         llm = build_llm_client(settings.llm, settings.memory)
         try:
-            await probe_while_refused(PROVIDER, llm, every=settings.llm.llm_probe_interval_seconds)
+            await probe_while_refused(provider, llm, every=settings.llm.llm_probe_interval_seconds)
         finally:
             await llm.close()
 
@@ -276,11 +387,13 @@ def build_dispatcher(
     backend: Backend,
     media: MediaReader | None = None,
     knowledge: KnowledgeSource | None = None,
+    provider: ProviderWatch | None = None,
 ) -> Dispatcher:
     """Handlers get ``chat`` (the engine), ``settings``, ``limiter`` and ``backend`` (for /forget,
     which deletes every record of the chat through ``backend.forget_chat``), ``desk`` (handoff to an
     operator; off without ``OPERATOR_CHAT_ID``), ``links`` (the hosts replies may link to:
-    SAFE_LINK_HOSTS and the documents' own links of ``knowledge``), and ``say`` (the customer's texts)
+    SAFE_LINK_HOSTS and the documents' own links of ``knowledge``), ``provider`` (the error handler
+    reports a refused chat call to it; None: a watch of its own), and ``say`` (the customer's texts)
     from the language middleware."""
     # SimpleEventIsolation: updates of one chat are handled one at a time, in order, within this process
     # (across processes the work queue's per-chat lease does the same)
@@ -294,6 +407,7 @@ def build_dispatcher(
         media_reader=media,
         albums=backend.albums,
         links=LinkPolicy(settings.safe_link_hosts, knowledge),
+        provider=provider if provider is not None else ProviderWatch(),
     )
     dispatcher.update.outer_middleware(DownloadNoticeMiddleware())
     dispatcher.message.outer_middleware(LanguageMiddleware(settings))

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from services.engine.summarizer import Summarizer
 from services.engine.turns import CompactionReport, TurnResult
 
 if TYPE_CHECKING:
@@ -128,10 +127,19 @@ def record_compaction(kind: str, report: CompactionReport | None) -> None:
         RESTORED_IDENTIFIERS.inc(report.restored_identifiers)
 
 
-def watch_summarizer(summarizer: Summarizer) -> None:
-    """Count every summary request by outcome and show the summary circuit breaker's state."""
-    summarizer.on_attempt = lambda outcome: SUMMARY_CALLS.labels(outcome).inc()
-    summarizer.breaker.on_change = lambda is_open: SUMMARY_BREAKER_OPEN.set(1 if is_open else 0)
+def count_summary_attempt(outcome: str) -> None:
+    """The summarizer's ``on_attempt``: every summary request by outcome."""
+    SUMMARY_CALLS.labels(outcome).inc()
+
+
+def show_summary_breaker(is_open: bool) -> None:
+    """The summary circuit breaker's ``on_change``: its state as a gauge."""
+    SUMMARY_BREAKER_OPEN.set(1 if is_open else 0)
+
+
+def count_embedding_request(kind: str, ok: bool) -> None:
+    """The embedder's ``on_request``: every request to /embeddings by kind and outcome."""
+    EMBEDDING_REQUESTS.labels(kind, "ok" if ok else "failed").inc()
 
 
 def record_turn(result: TurnResult, *, drift_warn_ratio: float = 0.15) -> float | None:

@@ -3,7 +3,8 @@ quota) is an outage only an operator can end, so it is an ERROR line naming what
 per cause), the ``sb_llm_provider_refusing`` gauge and /readyz's ``model_provider`` check. The next
 request the provider accepts clears them (the LLM client reports it); while refused, a 1-token probe
 (``probe_while_refused``) asks every LLM_PROBE_INTERVAL_SECONDS, so a fix shows without customer
-traffic. One watch per process (``PROVIDER``), like the metrics."""
+traffic. One watch per application, built with it (``bot.factory.build_app``) and handed to the
+LLM client, the summarizer, the error handler, /readyz and the probe."""
 
 from __future__ import annotations
 
@@ -34,7 +35,13 @@ FIXES = {
 class ProviderWatch:
     """Refusals per call kind ("chat", "summary"); ``healthy`` is False while any is refused."""
 
-    def __init__(self, *, refusing: Gauge, refusals: Counter, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        refusing: Gauge = LLM_PROVIDER_REFUSING,
+        refusals: Counter = LLM_PROVIDER_REFUSALS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._refusing = refusing
         self._refusals = refusals
         self._clock = clock
@@ -72,9 +79,6 @@ class ProviderWatch:
             log.warning("the model provider accepts the bot's %s calls again", call)
             self._logged = {cause: at for cause, at in self._logged.items() if cause[0] != call}
         self._refusing.labels(call).set(0)
-
-
-PROVIDER = ProviderWatch(refusing=LLM_PROVIDER_REFUSING, refusals=LLM_PROVIDER_REFUSALS)
 
 
 async def probe_while_refused(watch: ProviderWatch, llm: LLMClient, *, every: float) -> None:

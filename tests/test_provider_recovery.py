@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from bot.factory import build_backend, build_engine
-from bot.provider_health import PROVIDER, ProviderWatch, probe_while_refused
+from bot.provider_health import ProviderWatch, probe_while_refused
 from services.engine.llm import LLMClient
 from services.errors import LLMConfigurationError, LLMIncompleteReplyError, LLMRequestRejectedError
 from tests.e2e.harness import make_settings
@@ -130,19 +130,20 @@ async def test_a_turn_without_a_model_call_does_not_clear_a_refusal(stub_llm: St
     """A redelivered update already answered is a turn the observer sees, but the provider was not
     asked: the refusal stays."""
     settings = make_settings("http://127.0.0.1:9", stub_llm.base_url, None)
-    chat = build_engine(settings, build_backend(settings).store)
+    provider = ProviderWatch()  # the application's watch, as build_app gives the engine
+    chat = build_engine(settings, build_backend(settings).store, provider=provider)
 
     async def deliver(_result: object) -> None:
         return None
 
     try:
-        PROVIDER.refused("chat", 401, "HTTP 401")
+        provider.refused("chat", 401, "HTTP 401")
         await chat.handle(4242, "hello", deliver=deliver, turn_id="7")
-        assert PROVIDER.healthy, "an answered model call clears the refusal"
-        PROVIDER.refused("chat", 401, "HTTP 401")
+        assert provider.healthy, "an answered model call clears the refusal"
+        provider.refused("chat", 401, "HTTP 401")
         result = await chat.handle(4242, "hello", deliver=deliver, turn_id="7")
         assert result.duplicate and len(stub_llm.chat_requests) == 1
-        assert not PROVIDER.healthy
+        assert not provider.healthy
     finally:
-        PROVIDER.accepted("chat")
+        provider.accepted("chat")
         await chat.close()

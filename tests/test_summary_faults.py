@@ -14,7 +14,7 @@ import pytest
 
 from bot.factory import build_engine
 from bot.metrics import LLM_PROVIDER_REFUSING
-from bot.provider_health import PROVIDER
+from bot.provider_health import ProviderWatch
 from prompts import default_registry
 from services.backends.memory import InMemoryBackend
 from services.engine.breaker import CircuitBreaker
@@ -97,20 +97,21 @@ async def test_the_bot_wires_summary_refusals_to_the_provider_watch(
     stub_llm: StubOpenAI, counter: TokenCounter, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = make_settings("http://127.0.0.1:9", stub_llm.base_url, None)
-    chat = build_engine(settings, InMemoryBackend().store)
+    provider = ProviderWatch()  # the application's watch, as build_app gives the engine
+    chat = build_engine(settings, InMemoryBackend().store, provider=provider)
     caplog.set_level(logging.ERROR, logger="bot.provider_health")
     stub_llm.summary_replies.append(MODEL_NOT_FOUND)
     try:
         with pytest.raises(SummaryError):
             await chat.summarizer.fold(None, TURNS)
-        assert not PROVIDER.healthy, "/readyz's model_provider check"
+        assert not provider.healthy, "/readyz's model_provider check"
         assert LLM_PROVIDER_REFUSING.labels("summary")._value.get() == 1
         errors = [r.getMessage() for r in caplog.records if r.name == "bot.provider_health"]
         assert len(errors) == 1 and "summary calls" in errors[0] and "SUMMARY_MODEL" in errors[0]
         await chat.summarizer.fold(None, TURNS)
-        assert PROVIDER.healthy and LLM_PROVIDER_REFUSING.labels("summary")._value.get() == 0
+        assert provider.healthy and LLM_PROVIDER_REFUSING.labels("summary")._value.get() == 0
     finally:
-        PROVIDER.accepted("summary")
+        provider.accepted("summary")
         await chat.close()
 
 

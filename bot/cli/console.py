@@ -9,7 +9,7 @@ import sys
 from typing import TextIO
 
 from bot.cli import console_media
-from bot.factory import Settings, build_engine, build_knowledge, build_media, open_backend
+from bot.factory import Settings, build_core, open_backend
 from bot.telegram.handlers.errors import media_text
 from services.engine.chat import ChatService
 from services.engine.turns import TurnResult
@@ -100,12 +100,9 @@ async def run_console(
 async def main(chat_id: int = 1) -> None:
     settings = Settings()
     backend = await open_backend(settings, offline=True)
-    knowledge = build_knowledge(settings, backend)
-    chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps, memos=backend.memos)
-    media = build_media(settings, backend, knowledge)
+    core = build_core(settings, backend)  # the bot's own, without Telegram
     try:
-        await run_console(chat, chat_id=chat_id, stdin=sys.stdin, stdout=sys.stdout, media=media)
+        await run_console(core.chat, chat_id=chat_id, stdin=sys.stdin, stdout=sys.stdout, media=core.media)
     finally:
-        await media.close()
-        await chat.close()
+        await core.close()
         await backend.close()

@@ -10,23 +10,13 @@ from collections.abc import Awaitable, Callable
 from aiogram import Bot, Dispatcher
 from aiohttp import web
 
-from bot.factory import (
-    build_backend,
-    build_bot,
-    build_dispatcher,
-    build_engine,
-    build_knowledge,
-    build_media,
-    provider_probe,
-    set_commands,
-)
-from bot.provider_health import PROVIDER
+from bot.factory import App, Settings, build_app, set_commands
+from bot.provider_health import ProviderWatch
 from bot.serving.deadlines import watch_deadlines
 from bot.serving.fastpath import freeze_startup_heap
 from bot.serving.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.serving.startup import cannot_listen, metrics_port_error, with_startup_retries
 from bot.serving.webhook import build_webhook_app
-from bot.settings import Settings
 from bot.telegram.desk import HandoffDesk
 from services.errors import StoreError, SupportBotError
 from services.ports.backend import Backend
@@ -74,35 +64,41 @@ def run_beside(dispatcher: Dispatcher, name: str, run: Callable[[], Awaitable[No
     dispatcher.shutdown.register(stop)
 
 
-def readiness(backend: Backend, running: Callable[[], bool]) -> ReadyCheck:
+def run_alongside(app: App[Backend], *, every: float = 1.0) -> None:
+    """The background tasks of the in-process modes, run while the dispatcher runs: the handoff
+    deadlines (``watch_handoffs``), the provider probe and, with KNOWLEDGE_DIR, the knowledge refresh."""
+    watch_handoffs(app.dispatcher, app.bot, every)
+    run_beside(app.dispatcher, "provider-probe", app.probe())
+    if app.knowledge is not None:
+        run_beside(app.dispatcher, "knowledge-refresh", app.knowledge.run)
+
+
+def readiness(backend: Backend, running: Callable[[], bool], provider: ProviderWatch) -> ReadyCheck:
     async def ready() -> dict[str, bool]:
         try:
             await backend.ping()
             store_ok = True
         except StoreError:
             store_ok = False
-        return {"store": store_ok, "consuming": running(), "model_provider": PROVIDER.healthy}
+        return {"store": store_ok, "consuming": running(), "model_provider": provider.healthy}
 
     return ready
 
 
-async def run_polling(settings: Settings) -> None:
-    backend = build_backend(settings)
-    knowledge = build_knowledge(settings, backend)
-    chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps, memos=backend.memos)
-    bot = build_bot(settings.bot)
+async def connect(bot: Bot) -> None:
+    """``getMe`` with the start-up retries; the bot's session is closed when it never answers."""
     try:
         await with_startup_retries("connecting to Telegram", bot.get_me)
     except SupportBotError:
         await bot.session.close()
         raise
-    dispatcher = build_dispatcher(
-        chat, settings.bot, backend=backend, media=build_media(settings, backend, knowledge), knowledge=knowledge
-    )
-    watch_handoffs(dispatcher, bot)
-    run_beside(dispatcher, "provider-probe", provider_probe(settings))
-    if knowledge is not None:
-        run_beside(dispatcher, "knowledge-refresh", knowledge.run)
+
+
+async def run_polling(settings: Settings) -> None:
+    app = build_app(settings)
+    bot, dispatcher = app.bot, app.dispatcher
+    await connect(bot)
+    run_alongside(app)
     await bot.delete_webhook(drop_pending_updates=False)  # getUpdates is refused while a webhook is set
     await set_commands(bot, settings.bot)
     polling = asyncio.Event()
@@ -112,7 +108,7 @@ async def run_polling(settings: Settings) -> None:
         ops = await start_ops_server(
             host=settings.bot.metrics_host,
             port=settings.bot.metrics_port,
-            ready=readiness(backend, polling.is_set),
+            ready=readiness(app.backend, polling.is_set, app.provider),
             tries=settings.bot.metrics_port_tries,
         )
     except OSError as exc:
@@ -128,34 +124,31 @@ async def run_polling(settings: Settings) -> None:
 
 
 def run_webhook(settings: Settings) -> None:
-    backend = build_backend(settings)
-    knowledge = build_knowledge(settings, backend)
-    chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps, memos=backend.memos)
-    bot = build_bot(settings.bot)
-    dispatcher = build_dispatcher(
-        chat, settings.bot, backend=backend, media=build_media(settings, backend, knowledge), knowledge=knowledge
-    )
-    watch_handoffs(dispatcher, bot)
-    run_beside(dispatcher, "provider-probe", provider_probe(settings))
-    if knowledge is not None:
-        run_beside(dispatcher, "knowledge-refresh", knowledge.run)
+    app = build_app(settings)
+    bot = app.bot
+    run_alongside(app)
 
     async def on_startup() -> None:
-        try:
-            await with_startup_retries("connecting to Telegram", bot.get_me)
-        except SupportBotError:
-            await bot.session.close()
-            raise
+        await connect(bot)
         await set_commands(bot, settings.bot)
         freeze_startup_heap()
         log.info(
             "webhook server on %s:%s%s", settings.bot.webhook_host, settings.bot.webhook_port, settings.bot.webhook_path
         )
 
-    dispatcher.startup.register(on_startup)
-    app = build_webhook_app(bot=bot, dispatcher=dispatcher, settings=settings.bot)
-    ready = readiness(backend, lambda: True)
-    add_health_routes(app, ready)
+    app.dispatcher.startup.register(on_startup)
+    web_app = build_webhook_app(bot=bot, dispatcher=app.dispatcher, settings=settings.bot)
+    ready = readiness(app.backend, lambda: True, app.provider)
+    add_health_routes(web_app, ready)
+    serve_ops(web_app, settings, ready)
+    try:
+        web.run_app(web_app, host=settings.bot.webhook_host, port=settings.bot.webhook_port, print=None)
+    except OSError as exc:  # the port is taken (at start: run_app binds before serving)
+        raise cannot_listen("WEBHOOK_PORT", settings.bot.webhook_host, settings.bot.webhook_port, exc) from None
+
+
+def serve_ops(web_app: web.Application, settings: Settings, ready: ReadyCheck) -> None:
+    """The ops server (metrics, health) runs while ``web_app`` runs."""
     ops: list[web.AppRunner] = []
 
     async def start_ops(_app: web.Application) -> None:
@@ -174,9 +167,5 @@ def run_webhook(settings: Settings) -> None:
         for runner in ops:
             await runner.cleanup()
 
-    app.on_startup.append(start_ops)
-    app.on_cleanup.append(stop_ops)
-    try:
-        web.run_app(app, host=settings.bot.webhook_host, port=settings.bot.webhook_port, print=None)
-    except OSError as exc:  # the port is taken (at start: run_app binds before serving)
-        raise cannot_listen("WEBHOOK_PORT", settings.bot.webhook_host, settings.bot.webhook_port, exc) from None
+    web_app.on_startup.append(start_ops)
+    web_app.on_cleanup.append(stop_ops)

@@ -117,14 +117,10 @@ class Intake:
 
     async def take(self, update: dict[str, Any]) -> None:
         """Queue one update. Raises TransientError when it must be offered again later."""
-        chat_id = chat_of(update)
         update_id = update.get("update_id")
+        chat_id = await self._destination(update)
         if chat_id is None or not isinstance(update_id, int):
-            return  # no chat: nothing this bot answers
-        if self._route is not None:
-            chat_id = await self._route(chat_id, update)  # TransientError: offered again
-            if chat_id is None:
-                return
+            return  # no chat (or an operator's message with no customer): nothing this bot answers
         if self._albums is not None:  # before the queue: the album's first photo waits for the rest
             await record_album_photo(self._albums, update)  # StoreUnavailableError: offered again
         try:
@@ -134,26 +130,39 @@ class Intake:
             await self._dead_letter(chat_id, update_id, update, f"cannot encode it: {exc}")
             return
         try:
-            if self._serve is not None and self._serve.has_room():
-                new = await self._take_and_serve(self._serve, chat_id, item_id_of(update_id), payload, update_id)
-            else:
-                new = await self._queue.enqueue(chat_id, item_id_of(update_id), payload, order=update_id)
-            if not new:
+            if not await self._enqueue(chat_id, update_id, payload):
                 REDELIVERIES.inc()
         except TransientError:
             raise
         except Exception as exc:
             # not the update's fault as far as anyone can tell: offered again (503 / the same offset),
             # and only an update that keeps failing on its own goes to the dead letters
-            failures = self._failures.pop(update_id, 0) + 1
-            if failures < UNEXPECTED_FAILURES_KEPT:
-                self._failures[update_id] = failures
-                while len(self._failures) > 1000:
-                    self._failures.pop(next(iter(self._failures)))
-                log.exception("update %s could not be queued (%d); it will be offered again", update_id, failures)
-                raise IntakeError(f"update {update_id} not queued: {type(exc).__name__}") from exc
-            log.exception("update %s could not be queued %d times", update_id, failures)
-            await self._dead_letter(chat_id, update_id, update, f"cannot queue it: {type(exc).__name__}: {exc}")
+            await self._failed(chat_id, update_id, update, exc)
+
+    async def _destination(self, update: dict[str, Any]) -> int | None:
+        """The chat whose queue ``update`` goes to (an operator's reply: its customer's), or None."""
+        chat_id = chat_of(update)
+        if chat_id is None or not isinstance(update.get("update_id"), int) or self._route is None:
+            return chat_id
+        return await self._route(chat_id, update)  # TransientError: offered again
+
+    async def _enqueue(self, chat_id: int, update_id: int, payload: str) -> bool:
+        """Whether the update is new: served here at once when ``serve`` has room, else queued."""
+        if self._serve is not None and self._serve.has_room():
+            return await self._take_and_serve(self._serve, chat_id, item_id_of(update_id), payload, update_id)
+        return await self._queue.enqueue(chat_id, item_id_of(update_id), payload, order=update_id)
+
+    async def _failed(self, chat_id: int, update_id: int, update: dict[str, Any], exc: Exception) -> None:
+        """IntakeError (offered again) until the update failed UNEXPECTED_FAILURES_KEPT times, then a dead letter."""
+        failures = self._failures.pop(update_id, 0) + 1
+        if failures < UNEXPECTED_FAILURES_KEPT:
+            self._failures[update_id] = failures
+            while len(self._failures) > 1000:
+                self._failures.pop(next(iter(self._failures)))
+            log.exception("update %s could not be queued (%d); it will be offered again", update_id, failures)
+            raise IntakeError(f"update {update_id} not queued: {type(exc).__name__}") from exc
+        log.exception("update %s could not be queued %d times", update_id, failures)
+        await self._dead_letter(chat_id, update_id, update, f"cannot queue it: {type(exc).__name__}: {exc}")
 
     async def _take_and_serve(self, serve: LocalServer, chat_id: int, item_id: str, payload: str, order: int) -> bool:
         sent = time.monotonic()

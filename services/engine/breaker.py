@@ -17,7 +17,12 @@ class CircuitBreaker:
     never reported) cannot keep it open: after ``release``, or another cool-down, the next call tries."""
 
     def __init__(
-        self, *, failures: int = 3, cooldown: float = 300.0, clock: Callable[[], float] = time.monotonic
+        self,
+        *,
+        failures: int = 3,
+        cooldown: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+        on_change: Callable[[bool], None] | None = None,
     ) -> None:
         self._threshold = max(1, failures)
         self._cooldown = cooldown
@@ -25,7 +30,7 @@ class CircuitBreaker:
         self._failures = 0
         self._opened_at: float | None = None
         self._trial_at: float | None = None
-        self.on_change: Callable[[bool], None] = lambda _open: None
+        self.on_change: Callable[[bool], None] = on_change or (lambda _open: None)
         """Told True when the breaker opens and False when it closes (the bot sets a gauge with it)."""
 
     @property

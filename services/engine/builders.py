@@ -1,10 +1,13 @@
-"""Builders that assemble the engine from settings (used by the bot's composition root, the console,
-the evaluation runner and the benchmarks)."""
+"""The engine's parts built from settings: the model client, the summarizer, the grounding, the chat
+service, image notes and the media reader, each given its observers at construction. The bot's one
+composition root (``bot.factory.build_app``) composes them; the evaluation runner, the benchmarks and
+the tests use them alone."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import openai
@@ -15,7 +18,7 @@ from prompts.support_chat import HANDOFF, knowledge_rules
 from services.engine.breaker import CircuitBreaker
 from services.engine.chat import ChatService
 from services.engine.grounding import Grounding
-from services.engine.llm import LLMClient
+from services.engine.llm import Call, LLMClient
 from services.engine.llm_dialect import Dialect
 from services.engine.policy import WaterMarkPolicy
 from services.engine.retry import RetryPolicy
@@ -58,9 +61,17 @@ def _http_client(settings: LLMSettings) -> Any:
         return None
 
 
-def build_llm_client(settings: LLMSettings, memory: MemorySettings, *, cache_key_secret: bytes = b"") -> LLMClient:
+def build_llm_client(
+    settings: LLMSettings,
+    memory: MemorySettings,
+    *,
+    cache_key_secret: bytes = b"",
+    on_in_flight: Callable[[int], None] | None = None,
+    on_accepted: Callable[[Call], None] | None = None,
+) -> LLMClient:
     """Raises ConfigurationError when OPENAI_API_KEY is empty (no placeholder key is ever sent).
-    ``cache_key_secret`` keys the chats' prompt_cache_key hashes (when OPENAI_PROMPT_CACHE_KEY sends them)."""
+    ``cache_key_secret`` keys the chats' prompt_cache_key hashes (when OPENAI_PROMPT_CACHE_KEY sends them);
+    ``on_in_flight`` and ``on_accepted``: the client's observers (``LLMClient``)."""
     api_key = settings.openai_api_key.get_secret_value().strip()
     if not api_key:
         raise ConfigurationError("OPENAI_API_KEY is not set")
@@ -92,6 +103,8 @@ def build_llm_client(settings: LLMSettings, memory: MemorySettings, *, cache_key
             in_call_max_wait_seconds=settings.llm_retry_in_call_max_wait_seconds,
             deadline_seconds=CALL_DEADLINE_TIMEOUTS * settings.openai_timeout_seconds,
         ),
+        on_in_flight=on_in_flight,
+        on_accepted=on_accepted,
     )
 
 
@@ -99,6 +112,65 @@ def instruction_role(llm: LLMClient) -> str:
     """The role the engine builds its instruction messages with: the client's at start (it sends them
     with the one it uses at the time, learnt from the endpoint)."""
     return llm.dialect.role or "system"
+
+
+@dataclass(frozen=True)
+class SummaryObservers:
+    """What the summarizer tells its owner (``Summarizer``'s ``on_*``; None: nobody): each request's
+    outcome, a refusal of the bot, each accepted request, and the circuit breaker opening or closing."""
+
+    attempt: Callable[[str], None] | None = None
+    refused: Callable[[int | None, str], None] | None = None
+    accepted: Callable[[], None] | None = None
+    breaker: Callable[[bool], None] | None = None
+
+
+def build_summarizer(
+    *,
+    llm: LLMClient,
+    memory: MemorySettings,
+    counter: TokenCounter,
+    prompts: PromptRegistry,
+    instruction_role: str,
+    response_format: FormatSetting = "auto",
+    observers: SummaryObservers | None = None,
+) -> Summarizer:
+    seen = observers or SummaryObservers()
+    return Summarizer(
+        llm=llm,
+        counter=counter,
+        prompt=prompts.get("summary", memory.summary_prompt_version),
+        max_tokens=memory.summary_max_tokens,
+        instruction_role=instruction_role,
+        response_format=response_format,
+        breaker=CircuitBreaker(
+            failures=memory.summary_breaker_failures,
+            cooldown=memory.summary_breaker_cooldown_seconds,
+            on_change=seen.breaker,
+        ),
+        on_attempt=seen.attempt,
+        on_refused=seen.refused,
+        on_accepted=seen.accepted,
+    )
+
+
+def build_grounding(
+    knowledge: KnowledgeSource,
+    options: KnowledgeSettings,
+    *,
+    counter: TokenCounter,
+    role: str,
+    gaps: KnowledgeGaps | None,
+) -> Grounding:
+    return Grounding(
+        source=knowledge,
+        counter=counter,
+        role=role,
+        budget=options.knowledge_token_budget,
+        top_k=options.knowledge_top_k,
+        gaps=gaps,
+        static_tokens=options.knowledge_static_tokens,
+    )
 
 
 def build_chat_service(
@@ -112,6 +184,7 @@ def build_chat_service(
     observer: TurnObserver | None = None,
     handoff: bool = False,
     summary_response_format: FormatSetting = "auto",
+    summary_observers: SummaryObservers | None = None,
     knowledge: KnowledgeSource | None = None,
     knowledge_settings: KnowledgeSettings | None = None,
     gaps: KnowledgeGaps | None = None,
@@ -120,45 +193,28 @@ def build_chat_service(
     """A ChatService wired from settings. Raises ConfigurationError for an unusable budget."""
     counter = counter or TokenCounter.for_encoding(memory.tokenizer_encoding)
     prompts = prompts or default_registry()
-    chat_prompt = prompts.get("support_chat", memory.chat_prompt_version)
-    summary_prompt = prompts.get("summary", memory.summary_prompt_version)
-    summarizer = Summarizer(
-        llm=llm,
-        counter=counter,
-        prompt=summary_prompt,
-        max_tokens=memory.summary_max_tokens,
-        instruction_role=instruction_role,
-        response_format=summary_response_format,
-        breaker=CircuitBreaker(
-            failures=memory.summary_breaker_failures, cooldown=memory.summary_breaker_cooldown_seconds
-        ),
-    )
-    grounding: Grounding | None = None
-    rules = ""
-    if knowledge is not None:
-        options = knowledge_settings or KnowledgeSettings()
-        rules = knowledge_rules(handoff=handoff, whole=options.knowledge_static_tokens > 0)
-        grounding = Grounding(
-            source=knowledge,
-            counter=counter,
-            role=instruction_role,
-            budget=options.knowledge_token_budget,
-            top_k=options.knowledge_top_k,
-            gaps=gaps,
-            static_tokens=options.knowledge_static_tokens,
-        )
+    options = knowledge_settings or KnowledgeSettings()
+    role = instruction_role
+    chat_prompt = prompts.get("support_chat", memory.chat_prompt_version)  # named first when unknown
+    rules = "" if knowledge is None else knowledge_rules(handoff=handoff, whole=options.knowledge_static_tokens > 0)
     return ChatService(
         store=store,
         llm=llm,
-        summarizer=summarizer,
+        summarizer=build_summarizer(
+            llm=llm,
+            memory=memory,
+            counter=counter,
+            prompts=prompts,
+            instruction_role=role,
+            response_format=summary_response_format,
+            observers=summary_observers,
+        ),
         counter=counter,
         # variables a version does not use are ignored (v1 has no $handoff)
         instruction=chat_prompt.render(
-            company=memory.support_company_name,
-            handoff=HANDOFF if handoff else "",
-            knowledge=rules,
+            company=memory.support_company_name, handoff=HANDOFF if handoff else "", knowledge=rules
         ),
-        instruction_role=instruction_role,
+        instruction_role=role,
         budget=memory.chat_input_token_budget,
         summary_max_tokens=memory.summary_max_tokens,
         policy=WaterMarkPolicy(
@@ -169,7 +225,9 @@ def build_chat_service(
         max_message_chars=memory.max_message_chars,
         observer=observer,
         handoff_tool=handoff,
-        grounding=grounding,
+        grounding=None
+        if knowledge is None
+        else build_grounding(knowledge, options, counter=counter, role=role, gaps=gaps),
         notes=notes,
     )
 

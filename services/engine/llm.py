@@ -90,6 +90,8 @@ class LLMClient:
         gate: NotBefore | None = None,
         rand: Callable[[], float] = random.random,
         cache_key_secret: bytes | None = None,
+        on_in_flight: Callable[[int], None] | None = None,
+        on_accepted: Callable[[Call], None] | None = None,
     ) -> None:
         self._client = client
         self._cache_key_secret = cache_key_secret
@@ -106,9 +108,9 @@ class LLMClient:
         self._temperature = temperature
         self._slots = asyncio.Semaphore(max_concurrency)
         self.in_flight = 0
-        self.on_in_flight: Callable[[int], None] = lambda _count: None
+        self.on_in_flight: Callable[[int], None] = on_in_flight or (lambda _count: None)
         """Told the number of calls running after each change (the bot sets a gauge with it)."""
-        self.on_accepted: Callable[[Call], None] = lambda _call: None
+        self.on_accepted: Callable[[Call], None] = on_accepted or (lambda _call: None)
         """Told after each request the provider accepted (HTTP 2xx): its key, model and quota work, so
         the bot clears a refusal of that call kind with it."""
 

@@ -65,6 +65,9 @@ class Summarizer:
         instruction_role: str = "system",
         response_format: FormatSetting = "auto",
         breaker: CircuitBreaker | None = None,
+        on_attempt: Callable[[str], None] | None = None,
+        on_refused: Callable[[int | None, str], None] | None = None,
+        on_accepted: Callable[[], None] | None = None,
     ) -> None:
         self._llm = llm
         self._counter = counter
@@ -73,9 +76,9 @@ class Summarizer:
         self._instruction_role = instruction_role
         self.formats = FormatChoice(response_format)
         self.breaker = breaker or CircuitBreaker()
-        self.on_attempt: Callable[[str], None] = lambda _outcome: None
-        self.on_refused: Callable[[int | None, str], None] = lambda _status, _detail: None
-        self.on_accepted: Callable[[], None] = lambda: None
+        self.on_attempt: Callable[[str], None] = on_attempt or (lambda _outcome: None)
+        self.on_refused: Callable[[int | None, str], None] = on_refused or (lambda _status, _detail: None)
+        self.on_accepted: Callable[[], None] = on_accepted or (lambda: None)
 
     def block_part(self, summary: SummaryState, *, tokens: int | None = None) -> PromptPart:
         """The summary as the user-role data block of the chat prompt (``tokens``: its known cost)."""

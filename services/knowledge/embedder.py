@@ -49,6 +49,7 @@ class Embedder:
         timeout_seconds: float = 5.0,
         batch_timeout_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        on_request: Callable[[str, bool], None] | None = None,
     ) -> None:
         self._clock = clock
         self._paused_until = 0.0
@@ -60,7 +61,7 @@ class Embedder:
         self._batch_timeout = batch_timeout_seconds
         self.requests = 0
         self.failures = 0
-        self.on_request: Callable[[str, bool], None] = lambda kind, ok: None
+        self.on_request: Callable[[str, bool], None] = on_request or (lambda kind, ok: None)
         """Called after every request with its kind (``passages``/``query``) and whether it worked."""
 
     async def _embed(self, texts: Sequence[str], *, seconds: float, kind: str = "passages") -> np.ndarray:

@@ -8,16 +8,9 @@ from dataclasses import dataclass
 
 from aiogram import Bot, Dispatcher
 
-from bot.factory import (
-    Settings,
-    build_backend,
-    build_bot,
-    build_dispatcher,
-    build_engine,
-    build_knowledge,
-    build_media,
-)
+from bot.factory import Settings, build_app
 from bot.modes.inprocess import watch_handoffs
+from bot.provider_health import ProviderWatch
 from bot.settings import BotSettings
 from services.engine.chat import ChatService
 from services.knowledge.library import KnowledgeLibrary
@@ -72,6 +65,7 @@ class RunningBot:
     task: asyncio.Task[None] | None = None
     knowledge: KnowledgeLibrary | None = None
     refresh: asyncio.Task[None] | None = None
+    provider: ProviderWatch | None = None
 
     @property
     def store(self) -> SessionStore:
@@ -96,21 +90,11 @@ class RunningBot:
 
 async def start_bot(settings: Settings) -> RunningBot:
     """The bot in this process with the backend its settings choose (Redis with a REDIS_URL)."""
-    backend = build_backend(settings)
-    knowledge = build_knowledge(settings, backend)
-    chat = build_engine(settings, backend.store, knowledge=knowledge, gaps=backend.gaps, memos=backend.memos)
-    running = RunningBot(
-        settings,
-        backend,
-        chat,
-        build_bot(settings.bot),
-        build_dispatcher(
-            chat, settings.bot, backend=backend, media=build_media(settings, backend, knowledge), knowledge=knowledge
-        ),
-    )
+    app = build_app(settings)
+    running = RunningBot(settings, app.backend, app.chat, app.bot, app.dispatcher, provider=app.provider)
     watch_handoffs(running.dispatcher, running.bot, every=0.1)  # as run_polling does
-    if knowledge is not None:  # as run_beside runs it
-        running.knowledge = knowledge
-        running.refresh = asyncio.create_task(knowledge.run())
+    if app.knowledge is not None:  # as run_beside runs it
+        running.knowledge = app.knowledge
+        running.refresh = asyncio.create_task(app.knowledge.run())
     await running.start()
     return running

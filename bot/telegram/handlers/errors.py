@@ -9,7 +9,7 @@ from aiogram.exceptions import TelegramAPIError
 from aiogram.types import ErrorEvent, Update
 
 from bot.metrics import ERRORS
-from bot.provider_health import PROVIDER
+from bot.provider_health import ProviderWatch
 from bot.serving.failures import is_transient
 from bot.settings import BotSettings
 from bot.telegram.download_notice import DownloadNotice
@@ -80,6 +80,7 @@ async def on_error(
     fence: Fence | None = None,
     last_download_attempt: bool = False,
     download_notice: DownloadNotice | None = None,
+    provider: ProviderWatch | None = None,
 ) -> bool:
     """In queued mode only the customer's own failures are answered here; everything else goes back
     to the worker, which retries it (transient), or counts it and finally dead-letters it. Two
@@ -88,8 +89,8 @@ async def on_error(
     attempt the worker marks ``last_download_attempt``: MEDIA_DOWNLOAD_GIVE_UP_SECONDS)."""
     exc = event.exception
     ERRORS.labels(type(exc).__name__).inc()
-    if isinstance(exc, LLMConfigurationError):  # the operator must act: ERROR line, metric, /readyz
-        PROVIDER.refused("chat", exc.status, str(exc))
+    if isinstance(exc, LLMConfigurationError) and provider is not None:
+        provider.refused("chat", exc.status, str(exc))  # the operator must act: ERROR line, metric, /readyz
     update = event.update
     if not queued:
         await _tell(bot, update, exc, settings, None)
