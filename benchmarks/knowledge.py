@@ -40,14 +40,14 @@ from openai import AsyncOpenAI
 from benchmarks.prompt_cost import RATIOS, CacheMeter
 from services.backends.embeddings_disk import DiskEmbeddingCache
 from services.backends.memory import InMemorySessionStore
+from services.core.knowledge import KnowledgeQuery, Passage
+from services.core.tokens import TokenCounter
 from services.engine.builders import build_chat_service
-from services.engine.llm import LLMClient
-from services.engine.tokens import TokenCounter
 from services.knowledge.corpus import ParsedFiles, read_corpus
 from services.knowledge.embedder import Embedder
 from services.knowledge.library import KnowledgeLibrary
 from services.knowledge.snapshot import IndexSnapshot
-from services.ports.knowledge import KnowledgeQuery, Passage
+from services.llm.client import LLMClient
 from services.settings import KnowledgeSettings, MemorySettings
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.prompt_cache import PromptTokens

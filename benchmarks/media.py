@@ -24,15 +24,16 @@ from typing import Any, Final
 from benchmarks.common import machine
 from benchmarks.prompt_cost import RATIOS, CacheMeter
 from prompts import default_registry
+from services.core.errors import MessageTooLongError
+from services.core.records import Completion, ImagePart, PromptPart, StoredMessage
+from services.core.tokens import TokenCounter
+from services.core.turn_media import TurnImage, TurnMedia
 from services.engine.builders import IMAGE_NOTE_WORDS
-from services.engine.models import Completion, ImagePart, PromptPart, StoredMessage
-from services.engine.tokens import TokenCounter
 from services.engine.turn_window import TurnWindow
-from services.engine.window import Window, build_window
-from services.errors import MessageTooLongError
 from services.media.image_tokens import image_cost
 from services.media.notes import ImageNotes
-from services.media.prompt_parts import TurnImage, TurnMedia, stored_part, turn_part
+from services.media.prompt_parts import stored_part, turn_part
+from services.memory.window import Window, build_window
 from tests.stubs.prompt_cache import Content, Message, PromptTokens
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -26,15 +26,15 @@ from benchmarks.conversation import CONTROL_FACTS, Turn, generate
 from benchmarks.prompt_cost import RATIOS, CacheMeter
 from prompts import default_registry
 from services.backends.memory import InMemorySessionStore
+from services.core.prompt_format import customer_block, summary_block
+from services.core.records import PromptPart, StoredMessage
+from services.core.summary_state import SummaryState, render_summary
+from services.core.tokens import TokenCounter
 from services.engine.builders import build_chat_service
 from services.engine.chat import ChatService
-from services.engine.llm import LLMClient
-from services.engine.models import PromptPart, StoredMessage
-from services.engine.prompt_format import customer_block, summary_block
-from services.engine.summarizer import Summarizer
-from services.engine.summary_state import SummaryState, render_summary
-from services.engine.tokens import TokenCounter
-from services.engine.window import build_window
+from services.llm.client import LLMClient
+from services.memory.summarizer import Summarizer
+from services.memory.window import build_window
 from services.settings import MemorySettings
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.prompt_cache import PromptTokens

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from benchmarks.common import machine
 from benchmarks.conversation import generate
 from prompts import default_registry
-from services.engine.models import PromptPart, StoredMessage
-from services.engine.prompt_format import customer_block, summary_block
-from services.engine.tokens import TokenCounter
+from services.core.prompt_format import customer_block, summary_block
+from services.core.records import PromptPart, StoredMessage
+from services.core.tokens import TokenCounter
 from services.engine.turn_window import render_stored
-from services.engine.window import build_window
+from services.memory.window import build_window
 
 
 def stored_history(counter: TokenCounter, turns: int) -> list[StoredMessage]:

@@ -17,7 +17,7 @@ from bot.logs import setup_logging
 from bot.redaction import redact_secrets
 from bot.serving.fastpath import install_event_loop
 from bot.settings import Settings
-from services.errors import ConfigurationError, SupportBotError
+from services.core.errors import ConfigurationError, SupportBotError
 
 # aiogram, aiohttp and openai take seconds to import: the modes are loaded only once the settings
 # are checked, so the first log line (and any "setting missing" message) comes at once.
@@ -88,9 +88,10 @@ async def _knowledge(args: argparse.Namespace, settings: Settings) -> int:
     if args.action != "gaps" and not settings.knowledge.knowledge_dir:
         log.error("knowledge: KNOWLEDGE_DIR is not set (the folder of the documents the bot answers from)")
         return 2
+    from bot.backends import build_backend, open_redis_backend
     from bot.cli import knowledge  # seconds of imports: only once the settings allow the command
-    from bot.factory import build_backend, build_knowledge, open_redis_backend
-    from services.engine.tokens import TokenCounter
+    from bot.factory import build_knowledge
+    from services.core.tokens import TokenCounter
 
     if args.action == "gaps":
         backend = await open_redis_backend(settings)
@@ -123,8 +124,8 @@ async def _admin(args: argparse.Namespace, settings: Settings) -> int:
     if settings.redis.redis_url is None:
         log.error("%s needs REDIS_URL (the in-process mode keeps no dead letters)", args.command)
         return 2
+    from bot.backends import open_redis_backend
     from bot.cli import admin
-    from bot.factory import open_redis_backend
 
     backend = await open_redis_backend(settings)
     try:
@@ -142,8 +143,9 @@ async def _chat(args: argparse.Namespace, settings: Settings) -> int:
             "running bot's process (its log's `turn chat=… passages=…` lines show what each turn used)"
         )
         return 2
+    from bot.backends import open_redis_backend
     from bot.cli import chats
-    from bot.factory import build_knowledge, open_redis_backend
+    from bot.factory import build_knowledge
 
     backend = await open_redis_backend(settings)
     try:

@@ -18,6 +18,7 @@ from aiogram.client.telegram import TelegramAPIServer
 from aiogram.fsm.storage.memory import SimpleEventIsolation
 from openai import AsyncOpenAI
 
+from bot.backends import build_backend
 from bot.cli.progress import progress_sink
 from bot.metrics import (
     LLM_IN_FLIGHT,
@@ -29,7 +30,6 @@ from bot.metrics import (
 )
 from bot.provider_health import ProviderWatch, probe_while_refused
 from bot.serving.fastpath import json_codec
-from bot.serving.startup import with_startup_retries
 from bot.settings import BotSettings
 from bot.settings import Settings as Settings  # re-exported: importers of bot.factory.Settings keep working
 from bot.telegram.albums import AlbumDispatcher
@@ -47,8 +47,8 @@ from bot.telegram.session import FencedSession
 from bot.telegram.texts import bot_commands
 from services.backends.memory import InMemoryBackend
 from services.backends.redis.backend import RedisBackend
-from services.backends.redis.connection import choose_cluster, redis_client
-from services.backends.redis.keys import KeySpace, bot_id_of
+from services.core.errors import ConfigurationError
+from services.core.tokens import TokenCounter
 from services.engine.builders import (
     SummaryObservers,
     build_chat_service,
@@ -58,11 +58,9 @@ from services.engine.builders import (
     instruction_role,
 )
 from services.engine.chat import ChatService
-from services.engine.handoff_memory import HandoffMemory
-from services.engine.tokens import TokenCounter
-from services.errors import ConfigurationError
 from services.media.reader import MediaReader
-from services.ports.backend import Backend, QueuedBackend
+from services.memory.handoff_memory import HandoffMemory
+from services.ports.backend import Backend
 from services.ports.knowledge import KnowledgeGaps, KnowledgeSource
 from services.ports.media import MediaMemos
 from services.ports.sessions import SessionStore
@@ -158,58 +156,6 @@ def build_app(settings: Settings, backend: Backend | None = None) -> App[Backend
         provider=core.provider,
     )
     return App(settings=settings, backend=backend, core=core, bot=bot, dispatcher=dispatcher)
-
-
-def key_space(settings: Settings) -> KeySpace:
-    """Every key of this bot lives under ``<REDIS_KEY_PREFIX>:<bot id>``."""
-    return KeySpace(settings.redis.redis_key_prefix, bot_id_of(settings.bot.bot_token.get_secret_value()))
-
-
-async def open_backend(settings: Settings, *, offline: bool = False) -> InMemoryBackend | RedisBackend:
-    """``build_backend`` after resolving ``REDIS_CLUSTER`` (``auto`` asks the server once, retrying
-    while it cannot be reached; StartupError if it never answers)."""
-    if settings.redis.redis_url is None:
-        return build_backend(settings, offline=offline)
-    url = settings.redis.redis_url.get_secret_value()
-    mode = settings.redis.redis_cluster
-    cluster = await with_startup_retries("connecting to Redis", lambda: choose_cluster(url, mode))
-    return build_backend(settings, cluster=cluster)
-
-
-async def open_redis_backend(settings: Settings) -> QueuedBackend:
-    """The shared backend queued mode and the operator commands need (ConfigurationError without
-    ``REDIS_URL``)."""
-    backend = await open_backend(settings)
-    if not isinstance(backend, RedisBackend):
-        await backend.close()
-        raise ConfigurationError("this needs REDIS_URL (the in-process mode keeps no queue or dead letters)")
-    return backend
-
-
-def build_backend(
-    settings: Settings, *, cluster: bool = False, offline: bool = False
-) -> InMemoryBackend | RedisBackend:
-    """Redis with ``REDIS_URL`` (one client; a cluster client if ``cluster``), else the in-process one.
-    ``offline``: a terminal command (console, knowledge), for which in-process is no warning."""
-    ttl = settings.memory.session_ttl_seconds
-    per_minute = settings.bot.rate_limit_per_minute
-    if settings.redis.redis_url is None:
-        if offline:
-            log.debug("REDIS_URL is unset: sessions and caches in this process only")
-            return InMemoryBackend(ttl_seconds=ttl, per_minute=per_minute)
-        log.warning(
-            "REDIS_URL is unset: using the in-process session store (one process only; sessions are "
-            "lost on restart). Set REDIS_URL for production and for more than one worker."
-        )
-        return InMemoryBackend(ttl_seconds=ttl, per_minute=per_minute)
-    keys = key_space(settings)
-    client = redis_client(
-        settings.redis.redis_url.get_secret_value(),
-        cluster=cluster,
-        max_connections=settings.redis.redis_max_connections,
-    )
-    log.info("session store: Redis%s (keys under %r)", " Cluster" if cluster else "", keys.namespace)
-    return RedisBackend(redis=client, keys=keys, ttl_seconds=ttl, per_minute=per_minute, cluster=cluster)
 
 
 def build_embedder(settings: Settings, backend: Backend) -> Embedder | None:

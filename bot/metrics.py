@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from services.engine.turns import CompactionReport, TurnResult
+from services.core.turns import CompactionReport, TurnResult
 
 if TYPE_CHECKING:
     from services.knowledge.library import KnowledgeLibrary

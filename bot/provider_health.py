@@ -16,8 +16,8 @@ from collections.abc import Callable
 from prometheus_client import Counter, Gauge
 
 from bot.metrics import LLM_PROVIDER_REFUSALS, LLM_PROVIDER_REFUSING
-from services.engine.llm import Call, LLMClient
-from services.errors import LLMConfigurationError, LLMError
+from services.core.errors import LLMConfigurationError, LLMError
+from services.llm.client import Call, LLMClient
 
 log = logging.getLogger(__name__)
 

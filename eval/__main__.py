@@ -16,7 +16,7 @@ from eval.dialogues import DIALOGUES
 from eval.runner import DialogueOutcome, run_dialogue, table
 from services.backends.memory import InMemorySessionStore
 from services.engine.builders import build_chat_service
-from services.engine.llm import LLMClient
+from services.llm.client import LLMClient
 from services.settings import MemorySettings
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eval.dialogues import Dialogue
+from services.core.turns import TurnResult
 from services.engine.chat import ChatService
-from services.engine.identifiers import mentions, summary_text
-from services.engine.turns import TurnResult
+from services.memory.identifiers import mentions, summary_text
 from services.ports.sessions import SessionStore
 
 

@@ -23,8 +23,8 @@ from services.backends.redis.backend import RedisBackend
 from services.backends.redis.connection import redis_client
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import AnyRedis
-from services.engine.llm import LLMClient
-from services.engine.tokens import TokenCounter
+from services.core.tokens import TokenCounter
+from services.llm.client import LLMClient
 from services.ports.backend import Backend, QueuedBackend
 from services.ports.sessions import SessionStore
 from tests.stubs.openai_server import StubOpenAI

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from prompts import default_registry
+from services.core.tokens import TokenCounter
 from services.engine.chat import ChatService
 from services.engine.grounding import Grounding
-from services.engine.llm import LLMClient
-from services.engine.policy import CompactionPolicy, WaterMarkPolicy
-from services.engine.summarizer import Summarizer
-from services.engine.tokens import TokenCounter
+from services.llm.client import LLMClient
 from services.media.notes import ImageNotes
+from services.memory.policy import CompactionPolicy, WaterMarkPolicy
+from services.memory.summarizer import Summarizer
 from services.ports.media import MediaMemos
 from services.ports.observer import TurnObserver
 from services.ports.sessions import SessionStore

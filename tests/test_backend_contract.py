@@ -7,8 +7,8 @@ from __future__ import annotations
 from services.backends.memory import InMemoryKnowledgeGaps
 from services.backends.redis.backend import RedisBackend
 from services.backends.redis.gaps import RedisKnowledgeGaps
-from services.engine.models import NewMessage
-from services.errors import ConcurrentUpdateError
+from services.core.errors import ConcurrentUpdateError
+from services.core.records import NewMessage
 from services.knowledge.gaps import GAPS_KEPT
 from services.ports.backend import Backend, QueuedBackend
 from services.ports.knowledge import KnowledgeGaps

@@ -11,11 +11,11 @@ from redis.asyncio import Redis
 from services.backends.memory import InMemorySessionStore
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.store import RedisSessionStore
-from services.engine.llm import LLMClient
-from services.engine.tokens import TokenCounter
-from services.engine.turns import TurnResult
-from services.errors import ConcurrentUpdateError, LLMReplyTruncatedError, LLMUnavailableError, MessageTooLongError
-from services.fence import Fence
+from services.core.errors import ConcurrentUpdateError, LLMReplyTruncatedError, LLMUnavailableError, MessageTooLongError
+from services.core.fence import Fence
+from services.core.tokens import TokenCounter
+from services.core.turns import TurnResult
+from services.llm.client import LLMClient
 from tests.conftest import RedisServer
 from tests.helpers import customer_line, make_service
 from tests.stubs.openai_server import StubOpenAI, digit_dropping_summary, previous_summary

@@ -12,11 +12,11 @@ from redis.asyncio import Redis
 from bot.cli.chats import GONE, show
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.store import RedisSessionStore
+from services.core.records import NewMessage
+from services.core.tokens import TokenCounter
 from services.engine.grounding import Grounding
-from services.engine.llm import LLMClient
-from services.engine.models import NewMessage
-from services.engine.tokens import TokenCounter
 from services.knowledge.library import KnowledgeLibrary
+from services.llm.client import LLMClient
 from tests.conftest import RedisServer
 from tests.helpers import make_notes, make_service
 from tests.stubs.openai_server import StubOpenAI

@@ -4,9 +4,9 @@ renderer with the model's text, so document text becomes Telegram markup."""
 from __future__ import annotations
 
 from bot.telegram.render import render_chunks
+from services.core.knowledge import Passage
 from services.engine.citations import render_citations
 from services.knowledge.html_doc import parse_html
-from services.ports.knowledge import Passage
 
 
 def rendered(passage: Passage) -> tuple[str, list[tuple[str, str | None]]]:

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import cast
 
 from bot.cli.knowledge import search
-from services.engine.tokens import TokenCounter
+from services.core.knowledge import KnowledgeQuery, Passage, Retrieval, ScoredPassage
+from services.core.tokens import TokenCounter
 from services.knowledge.library import KnowledgeLibrary
-from services.ports.knowledge import KnowledgeQuery, Passage, Retrieval, ScoredPassage
 
 
 def passage(name: str) -> Passage:

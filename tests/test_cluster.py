@@ -17,8 +17,8 @@ from redis._parsers.base import BaseParser
 from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException
 
+from bot.backends import open_redis_backend
 from bot.cli import admin
-from bot.factory import open_redis_backend
 from services.backends.redis.backend import RedisBackend
 from services.backends.redis.connection import choose_cluster, is_cluster, redis_client, reply_parser
 from services.backends.redis.deadletters import RedisDeadLetters
@@ -26,7 +26,7 @@ from services.backends.redis.keys import CHAT_KEY_NAMES, ChatKeys, KeySpace
 from services.backends.redis.queue import RedisWorkQueue
 from services.backends.redis.scripts import AnyRedis, CrossSlotError, redis_errors, register, slot_of
 from services.backends.redis.store import RedisSessionStore
-from services.errors import CorruptSessionError, StoreError, StoreUnavailableError
+from services.core.errors import CorruptSessionError, StoreError, StoreUnavailableError
 from services.settings import RedisSettings
 from tests.cluster import RedisClusterServers
 from tests.conftest import RedisServer, flushed_cluster_client, free_port

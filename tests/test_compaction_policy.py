@@ -1,7 +1,7 @@
 import pytest
 
-from services.engine.models import StoredMessage
-from services.engine.policy import WaterMarkPolicy
+from services.core.records import StoredMessage
+from services.memory.policy import WaterMarkPolicy
 from services.settings import MemorySettings
 
 

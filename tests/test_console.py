@@ -5,9 +5,9 @@ from PIL import Image
 
 from bot.cli.console import run_console
 from services.backends.memory import InMemorySessionStore
-from services.engine.llm import LLMClient
-from services.engine.models import MediaRef
-from services.engine.tokens import TokenCounter
+from services.core.records import MediaRef
+from services.core.tokens import TokenCounter
+from services.llm.client import LLMClient
 from services.media.reader import MediaReader
 from services.settings import MediaSettings
 from tests.helpers import customer_line, make_notes, make_service

@@ -11,11 +11,12 @@ import pytest
 from fpdf import FPDF
 from pypdf import PdfReader, PdfWriter
 
-from services.engine.tokens import TokenCounter
-from services.errors import MediaError
+from services.core import media_reasons as reasons
+from services.core.errors import MediaError
+from services.core.tokens import TokenCounter
+from services.core.turn_media import DocumentText
 from services.knowledge.documents import UnreadableDocument, decode_text
-from services.media import reasons
-from services.media.customer_documents import DocumentText, cut_to_tokens, read_customer_document, safe_name
+from services.media.customer_documents import cut_to_tokens, read_customer_document, safe_name
 from tests.test_knowledge_documents import HTML_EXPORT, MARKDOWN, write_pdf
 
 

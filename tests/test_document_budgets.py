@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from services.engine.tokens import TokenCounter, load_encoding
-from services.errors import MediaError
+from services.core.errors import MediaError
+from services.core.tokens import TokenCounter, load_encoding
 from services.knowledge.corpus import read_corpus
 from services.knowledge.documents import UnreadableDocument
 from services.knowledge.reading import read_document

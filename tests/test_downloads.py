@@ -16,8 +16,8 @@ from aiogram.client.telegram import TelegramAPIServer
 
 from bot.telegram import files
 from bot.telegram.files import DownloadFailedError, downloader
-from services.errors import MediaError
-from services.media import reasons
+from services.core import media_reasons as reasons
+from services.core.errors import MediaError
 from tests.stubs.telegram_server import StubTelegram
 
 TOKEN = "123456:DOWNLOAD-secret-token"

@@ -15,8 +15,8 @@ from aiogram import Bot
 from bot.factory import build_bot
 from bot.settings import BotSettings
 from bot.telegram.drafts import DraftStreamer
-from services.errors import LeaseLostError
-from services.fence import CURRENT_FENCE, Fence
+from services.core.errors import LeaseLostError
+from services.core.fence import CURRENT_FENCE, Fence
 from tests.stubs.telegram_server import StubTelegram
 
 CHAT = 31

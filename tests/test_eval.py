@@ -14,9 +14,9 @@ import pytest
 from eval.dialogues import DIALOGUES
 from eval.runner import run_dialogue, table
 from services.backends.memory import InMemorySessionStore
-from services.engine.identifiers import extract_identifiers
-from services.engine.llm import LLMClient
-from services.engine.tokens import TokenCounter
+from services.core.tokens import TokenCounter
+from services.llm.client import LLMClient
+from services.memory.identifiers import extract_identifiers
 from tests.helpers import make_service
 from tests.stubs.openai_server import StubOpenAI, customer_texts, digit_dropping_summary, faithful_summary
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from services.engine.prompt_format import FENCE_TAGS, neutralize
+from services.core.prompt_format import FENCE_TAGS, neutralize
 
 SAFE = "\u2039"  # what a defused opener becomes
 

@@ -13,9 +13,9 @@ from redis.asyncio import Redis
 
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.store import RedisSessionStore
-from services.engine.models import NewMessage
-from services.errors import CorruptSessionError, LeaseLostError
-from services.fence import Fence
+from services.core.errors import CorruptSessionError, LeaseLostError
+from services.core.fence import Fence
+from services.core.records import NewMessage
 
 KEYS = KeySpace("f", "123456")
 
@@ -104,7 +104,7 @@ async def test_media_records_are_refused_without_the_lease(client: Redis) -> Non
     """A worker that lost the chat (its transcription finished after the new owner ran /forget) must
     not leave a transcript, a note or an album photo behind: the writes run in its fence's context."""
     from services.backends.redis.media import RedisAlbums, RedisMediaMemos
-    from services.fence import CURRENT_FENCE
+    from services.core.fence import CURRENT_FENCE
     from services.ports.media import AlbumItem
 
     memos, albums = RedisMediaMemos(redis=client, keys=KEYS), RedisAlbums(redis=client, keys=KEYS)

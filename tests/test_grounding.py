@@ -13,15 +13,15 @@ import pytest
 from prompts import default_registry
 from prompts.support_chat import knowledge_rules
 from services.backends.memory import InMemoryKnowledgeGaps, InMemorySessionStore
+from services.core.errors import ConfigurationError
+from services.core.knowledge import KnowledgeQuery, Passage
+from services.core.tokens import TokenCounter
 from services.engine.chat import ChatService
 from services.engine.grounding import NO_KNOWLEDGE, Grounding
-from services.engine.llm import LLMClient
-from services.engine.policy import WaterMarkPolicy
-from services.engine.summarizer import Summarizer
-from services.engine.tokens import TokenCounter
-from services.errors import ConfigurationError
 from services.knowledge.snapshot import IndexSnapshot
-from services.ports.knowledge import KnowledgeQuery, Passage
+from services.llm.client import LLMClient
+from services.memory.policy import WaterMarkPolicy
+from services.memory.summarizer import Summarizer
 from tests.helpers import customer_line
 from tests.stubs.openai_server import StubOpenAI
 

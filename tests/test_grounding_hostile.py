@@ -7,12 +7,12 @@ import os
 from pathlib import Path
 
 from services.backends.memory import InMemoryKnowledgeGaps
+from services.core.knowledge import Passage
+from services.core.prompt_format import neutralize
+from services.core.tokens import TokenCounter
 from services.engine.grounding import NO_KNOWLEDGE
-from services.engine.llm import LLMClient
-from services.engine.prompt_format import neutralize
-from services.engine.tokens import TokenCounter
 from services.knowledge.library import KnowledgeLibrary
-from services.ports.knowledge import Passage
+from services.llm.client import LLMClient
 from services.settings import KnowledgeSettings
 from tests.stubs.openai_server import StubOpenAI
 from tests.test_grounding import Source, contents, noop, service

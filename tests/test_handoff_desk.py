@@ -16,10 +16,10 @@ from bot.telegram.desk import HandoffDesk
 from bot.telegram.texts import TEXTS, Texts
 from prompts import default_registry
 from services.backends.memory import InMemoryBackend
-from services.engine.handoff_memory import HandoffMemory
-from services.engine.summarizer import Summarizer
-from services.engine.tokens import TokenCounter
-from services.errors import LLMUnavailableError, StoreUnavailableError, TransientError
+from services.core.errors import LLMUnavailableError, StoreUnavailableError, TransientError
+from services.core.tokens import TokenCounter
+from services.memory.handoff_memory import HandoffMemory
+from services.memory.summarizer import Summarizer
 
 CHAT, GROUP, TOPIC = 31337, -1001234567890, 500
 
@@ -90,7 +90,7 @@ async def test_the_store_records_nothing_for_a_handoff_forgotten_meanwhile() -> 
     await opened(backend)
     h = backend.handoffs
     await backend.forget_chat(CHAT)
-    from services.engine.handoff_records import TranscriptEntry
+    from services.core.handoff_records import TranscriptEntry
 
     await h.begin_relay(CHAT, "u10")
     recorded = await h.record(CHAT, "u10", TranscriptEntry("operator", "late"))
@@ -158,7 +158,7 @@ class FailingModel:
 
 
 async def test_a_close_while_summaries_fail_ends_the_handoff_with_the_transcript_kept_by_identifiers() -> None:
-    from services.engine.handoff_records import TranscriptEntry
+    from services.core.handoff_records import TranscriptEntry
 
     backend = InMemoryBackend()
     await opened(backend)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from bot.telegram.desk.base import split_text, topic_name
 from bot.telegram.ticket import ticket_text
-from services.engine.handoff_memory import transcript_messages
-from services.engine.handoff_records import TranscriptEntry
-from services.engine.models import StoredMessage
-from services.engine.summary_state import SummaryState
+from services.core.handoff_records import TranscriptEntry
+from services.core.records import StoredMessage
+from services.core.summary_state import SummaryState
+from services.memory.handoff_memory import transcript_messages
 
 LABELS = {
     "reason": "Reason",

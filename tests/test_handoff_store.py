@@ -8,10 +8,10 @@ import time
 import pytest
 
 from services.backends.redis.backend import RedisBackend
-from services.engine.handoff_records import TRANSCRIPT_KEPT, Handoff, TranscriptEntry
-from services.engine.models import NewMessage
-from services.errors import CorruptSessionError, LeaseLostError, StoreUnavailableError
-from services.fence import Fence
+from services.core.errors import CorruptSessionError, LeaseLostError, StoreUnavailableError
+from services.core.fence import Fence
+from services.core.handoff_records import TRANSCRIPT_KEPT, Handoff, TranscriptEntry
+from services.core.records import NewMessage
 from services.ports.backend import Backend
 
 CHAT = 4242

@@ -7,10 +7,10 @@ import re
 import pytest
 
 from services.backends.memory import InMemorySessionStore
-from services.engine.llm import LLMClient
-from services.engine.prompt_format import neutralize
-from services.engine.tokens import TokenCounter
-from services.errors import MessageTooLongError
+from services.core.errors import MessageTooLongError
+from services.core.prompt_format import neutralize
+from services.core.tokens import TokenCounter
+from services.llm.client import LLMClient
 from tests.helpers import customer_line, make_service
 from tests.stubs.openai_server import StubOpenAI
 

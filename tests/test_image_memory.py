@@ -16,8 +16,8 @@ import pytest
 from PIL import Image
 
 from benchmarks.images_memory import measure
-from services.errors import MediaError
-from services.media import reasons
+from services.core import media_reasons as reasons
+from services.core.errors import MediaError
 from services.media.images import MAX_DECODED_BYTES, decoded_bytes, prepare_image
 
 PER_IMAGE_MB = 150

@@ -10,8 +10,8 @@ import io
 import pytest
 from PIL import Image
 
-from services.errors import MediaError
-from services.media import reasons
+from services.core import media_reasons as reasons
+from services.core.errors import MediaError
 from services.media.image_tokens import image_cost
 from services.media.images import PreparedImage, prepare_image
 

@@ -13,7 +13,7 @@ import pytest
 from fpdf import FPDF
 from pypdf import PdfReader, PdfWriter
 
-from services.engine.tokens import TokenCounter
+from services.core.tokens import TokenCounter
 from services.knowledge.corpus import ParsedFiles, fingerprint, read_corpus
 
 COUNTER = TokenCounter.for_encoding()

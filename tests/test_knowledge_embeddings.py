@@ -14,11 +14,11 @@ from redis.asyncio import Redis
 from services.backends.embeddings_disk import DiskEmbeddingCache
 from services.backends.redis.embeddings import RedisEmbeddingCache
 from services.backends.redis.keys import KeySpace
-from services.engine.tokens import TokenCounter
+from services.core.knowledge import KnowledgeQuery
+from services.core.tokens import TokenCounter
 from services.knowledge.embedder import QUERY_PAUSE_SECONDS, Embedder
 from services.knowledge.library import KnowledgeLibrary
 from services.ports.embeddings import EmbeddingCache
-from services.ports.knowledge import KnowledgeQuery
 from tests.conftest import RedisServer
 from tests.stubs.openai_server import StubOpenAI
 

@@ -8,7 +8,7 @@ import io
 from pathlib import Path
 
 from bot.cli.knowledge import explain
-from services.engine.tokens import TokenCounter
+from services.core.tokens import TokenCounter
 from services.knowledge.library import KnowledgeLibrary
 
 PAGES = {

@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 
 from services.backends.memory import InMemorySessionStore
-from services.engine.llm import LLMClient
-from services.engine.tokens import TokenCounter
+from services.core.tokens import TokenCounter
 from services.knowledge.library import KnowledgeLibrary
+from services.llm.client import LLMClient
 from tests.stubs.openai_server import StubOpenAI
 from tests.test_grounding import noop, service
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from services.engine.tokens import TokenCounter
+from services.core.knowledge import KnowledgeQuery
+from services.core.tokens import TokenCounter
 from services.knowledge.html_doc import parse_html
 from services.knowledge.library import KnowledgeLibrary
 from services.knowledge.markdown_doc import parse_markdown
 from services.knowledge.passages import cut_passages
 from services.knowledge.snapshot import IndexSnapshot
-from services.ports.knowledge import KnowledgeQuery
 
 RU = (
     "# Доставка\n\nКурьерская доставка по Москве занимает один-два дня.\n\n"

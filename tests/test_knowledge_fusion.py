@@ -11,9 +11,9 @@ import numpy as np
 from openai import AsyncOpenAI
 
 from services.backends.embeddings_disk import DiskEmbeddingCache
+from services.core.knowledge import KnowledgeQuery, Passage
 from services.knowledge.embedder import Embedder
 from services.knowledge.snapshot import VECTOR_TRUST_PASSAGES, IndexSnapshot, vector_weight
-from services.ports.knowledge import KnowledgeQuery, Passage
 
 SIZE = VECTOR_TRUST_PASSAGES + 10
 

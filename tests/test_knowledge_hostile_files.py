@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from services.engine.tokens import TokenCounter
+from services.core.tokens import TokenCounter
 from services.knowledge.corpus import Corpus, read_corpus
 from services.knowledge.html_doc import parse_html
 from services.knowledge.library import KnowledgeLibrary

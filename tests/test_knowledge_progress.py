@@ -13,7 +13,7 @@ from openai import AsyncOpenAI
 
 from bot.cli.progress import TerminalBar, progress_sink
 from services.backends.embeddings_disk import DiskEmbeddingCache
-from services.engine.tokens import TokenCounter
+from services.core.tokens import TokenCounter
 from services.knowledge import library as library_module
 from services.knowledge.embedder import Embedder
 from services.knowledge.library import KnowledgeLibrary

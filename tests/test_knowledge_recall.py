@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from services.engine.tokens import TokenCounter
+from services.core.knowledge import KnowledgeQuery, Passage
+from services.core.tokens import TokenCounter
 from services.knowledge.analysis import content_terms, prefixes, terms
 from services.knowledge.corpus import read_corpus
 from services.knowledge.snapshot import CONTEXT_WEIGHT, IndexSnapshot, follow_up_context
-from services.ports.knowledge import KnowledgeQuery, Passage
 from services.settings import KnowledgeSettings
 
 CORPORA = Path(__file__).resolve().parents[1] / "benchmarks" / "corpus"

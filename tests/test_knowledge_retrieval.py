@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from services.engine.tokens import TokenCounter
+from services.core.knowledge import KnowledgeQuery, Passage
+from services.core.tokens import TokenCounter
 from services.knowledge.analysis import content_terms, terms
 from services.knowledge.corpus import Corpus, read_corpus
 from services.knowledge.library import KnowledgeLibrary
 from services.knowledge.snapshot import IndexSnapshot
-from services.ports.knowledge import KnowledgeQuery, Passage
 
 PASSAGES = [
     Passage("p1", "returns.md", "Returns", ("Refunds",), "Refunds are paid to the original card within 14 days.", 12),

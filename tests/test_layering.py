@@ -53,22 +53,18 @@ def test_only_the_redis_backend_names_redis_py() -> None:
     assert offenders("bot", ("redis",)) == []
 
 
-@pytest.mark.parametrize("module", ["window", "tokens", "policy", "summary_state", "identifiers", "prompt_format"])
-def test_the_pure_engine_parts_do_no_io(module: str) -> None:
-    io = ("redis", "openai", "aiohttp", "httpx", "socket", "asyncio", "services.backends", "services.ports")
-    assert [o for o in offenders("services/engine", io) if o.startswith(f"services/engine/{module}.py:")] == []
+IO = ("redis", "openai", "aiohttp", "httpx", "socket", "asyncio", "services.backends", "services.ports")
 
 
-LEAF_DATA = {
-    "services.errors",
-    "services.fence",
-    "services.engine.models",
-    "services.engine.turns",
-    "services.engine.summary_state",
-    "services.engine.handoff_records",
-    "services.ports.knowledge",
-}
-"""Modules of plain data (records, errors, the fence) that import nothing of the project but each other."""
+@pytest.mark.parametrize(
+    "module",
+    ["services/core/", "services/memory/window.py", "services/memory/policy.py", "services/memory/identifiers.py"],
+)
+def test_the_pure_parts_do_no_io(module: str) -> None:
+    """The leaf package (records, token counting, prompt formatting...) and the window's arithmetic
+    are pure code: no network, no event loop, no contract to call."""
+    assert [o for o in offenders("services", IO) if o.startswith(module)] == []
+
 
 PROJECT = ("bot", "services", "prompts")
 
@@ -137,23 +133,61 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def test_no_import_cycle_in_bot_services_prompts() -> None:
     graph = module_graph()
-    assert "services.ports.sessions" in graph["services.engine.compactor"], "the graph resolves imports"
+    assert "services.ports.sessions" in graph["services.memory.compactor"], "the graph resolves imports"
     assert find_cycle(graph) == []
 
 
-def test_leaf_data_modules_import_only_each_other() -> None:
-    graph = module_graph()
-    assert {name: graph[name] - LEAF_DATA for name in LEAF_DATA if graph[name] - LEAF_DATA} == {}
+FLOORS: dict[str, set[str]] = {
+    "prompts": set(),
+    "services.settings": set(),
+    "services.core": set(),
+    "services.ports": {"services.core"},
+    "services.llm": {"services.core"},
+    "services.knowledge": {"services.core", "services.ports"},
+    "services.memory": {"services.core", "services.ports", "prompts"},
+    "services.media": {"services.core", "services.ports", "services.knowledge", "services.llm", "services.settings"},
+    "services.backends": {"services.core", "services.ports", "services.knowledge"},
+    "services.engine": {
+        "services.core",
+        "services.ports",
+        "services.llm",
+        "services.memory",
+        "services.knowledge",
+        "services.media",
+        "services.settings",
+        "prompts",
+    },
+}
+"""The floors, as folder rules: each folder of services/ (and prompts/) may import only its own
+modules and the folders listed. services/core is the leaf (plain data and text helpers: records,
+turns, summary state, token counting, prompt formatting, errors, retry policy, media and knowledge
+records); the contracts (ports) stand on it alone; the engine is the top floor of services/, and
+bot/ (not listed) may import anything of them."""
 
 
-def test_contracts_import_only_leaf_data_modules() -> None:
-    """services/ports/*: each contract builds on data alone (and on other contracts: the backend
-    contract gathers them), never on the engine's machinery or a backend."""
+def folder_of(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "services" else parts[0]
+
+
+def test_every_folder_of_services_has_a_floor() -> None:
     graph = module_graph()
-    contracts = [name for name in graph if name.startswith("services.ports.")]
-    assert len(contracts) >= 6
-    wrong = {
-        name: sorted(dep for dep in graph[name] if dep not in LEAF_DATA and not dep.startswith("services.ports"))
-        for name in contracts
+    folders = {folder_of(name) for name in graph if name.startswith("services.")} - {"services"}
+    assert folders <= set(FLOORS), f"give {sorted(folders - set(FLOORS))} a floor in FLOORS"
+
+
+def test_no_module_imports_above_its_floor() -> None:
+    graph = module_graph()
+    upward = {
+        name: sorted(dep for dep in deps if folder_of(dep) not in FLOORS[folder_of(name)] | {folder_of(name)})
+        for name, deps in graph.items()
+        if folder_of(name) in FLOORS
     }
-    assert {name: deps for name, deps in wrong.items() if deps} == {}
+    assert {name: deps for name, deps in upward.items() if deps} == {}
+
+
+def test_the_floor_check_catches_an_upward_import() -> None:
+    """The check reads folders from module names: a contract importing the engine is above its floor."""
+    assert folder_of("services.ports.sessions") == "services.ports"
+    assert folder_of("services.engine.chat") not in FLOORS["services.ports"]
+    assert folder_of("prompts.summary") == "prompts" and FLOORS["prompts"] == set()

@@ -16,10 +16,10 @@ from bot.settings import BotSettings
 from bot.telegram.link_hosts import LinkPolicy
 from bot.telegram.links import safe_entities
 from bot.telegram.render import render_chunks
+from services.core.knowledge import Passage
+from services.core.tokens import TokenCounter
 from services.engine.citations import render_citations
-from services.engine.tokens import TokenCounter
 from services.knowledge.library import KnowledgeLibrary
-from services.ports.knowledge import Passage
 
 NOTHING = LinkPolicy()
 OURS = LinkPolicy(declared="help.example.com, *.shop.example")

@@ -4,11 +4,11 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
+from services.core.errors import LLMBadReplyError, LLMConfigurationError, LLMIncompleteReplyError, LLMUnavailableError
+from services.core.records import PromptPart
+from services.core.summary_state import SummaryState
 from services.engine.builders import build_llm_client
-from services.engine.llm import LLMClient
-from services.engine.models import PromptPart
-from services.engine.summary_state import SummaryState
-from services.errors import LLMBadReplyError, LLMConfigurationError, LLMIncompleteReplyError, LLMUnavailableError
+from services.llm.client import LLMClient
 from services.settings import LLMSettings, MemorySettings
 from tests.conftest import free_port
 from tests.stubs.openai_server import (
@@ -111,7 +111,7 @@ async def test_unreachable_server_is_unavailable() -> None:
 
 
 async def test_retries_with_backoff_then_succeeds(stub_llm: StubOpenAI) -> None:
-    from services.engine.retry import RetryPolicy
+    from services.core.retry import RetryPolicy
 
     stub_llm.chat_replies.extend([503, 503])
     llm = client_for(stub_llm.base_url, retry=RetryPolicy(max_retries=2, base_seconds=0.01, max_seconds=0.02))

@@ -14,14 +14,13 @@ import openai
 import pytest
 
 from prompts import default_registry
-from services.engine.breaker import CircuitBreaker
-from services.engine.llm_dialect import Dialect, FeatureRefusedError, Refusal, is_openai_api, refusal_of
-from services.engine.models import PromptPart, StoredMessage
-from services.engine.retry import RetryPolicy
-from services.engine.summarizer import Summarizer
-from services.engine.summary_format import ResponseFormatRejectedError
-from services.engine.tokens import TokenCounter
-from services.errors import LLMUnavailableError
+from services.core.errors import LLMUnavailableError, ResponseFormatRejectedError
+from services.core.records import PromptPart, StoredMessage
+from services.core.retry import RetryPolicy
+from services.core.tokens import TokenCounter
+from services.llm.dialect import Dialect, FeatureRefusedError, Refusal, is_openai_api, refusal_of
+from services.memory.breaker import CircuitBreaker
+from services.memory.summarizer import Summarizer
 from services.settings import LLMSettings
 from tests.stubs import llama_cpp
 from tests.stubs.openai_server import StubOpenAI
@@ -163,7 +162,7 @@ def test_a_valid_system_message_beside_a_refused_one_is_not_its_refusal() -> Non
 
 def test_auto_switches_once_with_one_info_line(caplog: pytest.LogCaptureFixture) -> None:
     dialect = Dialect(instruction_role="auto", token_limit_param="auto", base_url=None)
-    caplog.set_level(logging.INFO, logger="services.engine.llm_dialect")
+    caplog.set_level(logging.INFO, logger="services.llm.dialect")
     assert dialect.learn(Refusal("instruction_role", "developer", 500)) is True
     assert dialect.role == "system"
     assert dialect.learn(Refusal("instruction_role", "developer", 500)) is True, "a call that sent the old one"

@@ -13,11 +13,11 @@ from email.utils import formatdate
 import pytest
 from openai import AsyncOpenAI
 
+from services.core.errors import LLMConfigurationError, LLMIncompleteReplyError, LLMUnavailableError
+from services.core.records import PromptPart
+from services.core.retry import REQUEST_BUDGET, RequestBudget, RetryPolicy, retry_after_of
 from services.engine.builders import build_llm_client
-from services.engine.llm import LLMClient, NotBefore
-from services.engine.models import PromptPart
-from services.engine.retry import REQUEST_BUDGET, RequestBudget, RetryPolicy, retry_after_of
-from services.errors import LLMConfigurationError, LLMIncompleteReplyError, LLMUnavailableError
+from services.llm.client import LLMClient, NotBefore
 from services.settings import LLMSettings, MemorySettings
 from tests.stubs.openai_server import INVALID_API_KEY, SERVER_ERROR, StubBroken, StubOpenAI, rate_limited
 

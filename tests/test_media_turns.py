@@ -10,14 +10,14 @@ import pytest
 from PIL import Image
 
 from services.backends.memory import InMemorySessionStore
-from services.engine.llm import LLMClient
-from services.engine.models import ImagePart, MediaRef
-from services.engine.tokens import TokenCounter
-from services.errors import MediaError
-from services.media import reasons
+from services.core import media_reasons as reasons
+from services.core.errors import MediaError
+from services.core.records import ImagePart, MediaRef
+from services.core.tokens import TokenCounter
+from services.core.turn_media import TurnImage, TurnMedia
+from services.llm.client import LLMClient
 from services.media.image_tokens import image_cost
 from services.media.notes import ImageNotes
-from services.media.prompt_parts import TurnImage, TurnMedia
 from tests.helpers import customer_line, make_notes, make_service
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.vision import images_in

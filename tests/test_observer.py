@@ -9,9 +9,9 @@ from prometheus_client import REGISTRY
 
 from bot.metrics import LLM_IN_FLIGHT, PrometheusObserver
 from services.backends.memory import InMemorySessionStore
-from services.engine.llm import LLMClient
-from services.engine.tokens import TokenCounter
-from services.engine.turns import TurnResult
+from services.core.tokens import TokenCounter
+from services.core.turns import TurnResult
+from services.llm.client import LLMClient
 from tests.helpers import make_service
 from tests.stubs.openai_server import StubOpenAI
 

@@ -11,7 +11,7 @@ from pydantic import SecretStr
 from bot.cli.preflight import check_api_key, missing_message, missing_settings
 from bot.factory import Settings
 from bot.settings import BotSettings
-from services.errors import ConfigurationError
+from services.core.errors import ConfigurationError
 from services.settings import LLMSettings, MemorySettings, RedisSettings
 from tests.stubs.openai_server import StubOpenAI
 

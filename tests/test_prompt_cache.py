@@ -8,10 +8,10 @@ from typing import Any
 from openai import AsyncOpenAI
 
 from services.backends.memory import InMemorySessionStore
-from services.engine.llm import LLMClient
-from services.engine.models import PromptPart
-from services.engine.tokens import TokenCounter
-from services.engine.turns import TurnResult
+from services.core.records import PromptPart
+from services.core.tokens import TokenCounter
+from services.core.turns import TurnResult
+from services.llm.client import LLMClient
 from tests.helpers import customer_line, make_service
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.prompt_cache import PrefixCache, PromptTokens, cacheable, common_prefix

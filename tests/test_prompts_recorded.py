@@ -32,19 +32,19 @@ from prompts import default_registry
 from prompts.support_chat import HANDOFF_TOOL, knowledge_rules
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.store import RedisSessionStore
+from services.core.errors import LLMRequestRejectedError, SupportBotError
+from services.core.knowledge import Passage
+from services.core.records import Completion, ImagePart, MediaRef, OnDelta, PromptPart, ToolCall
+from services.core.tokens import TokenCounter
+from services.core.turn_media import TurnImage, TurnMedia
+from services.core.turns import CompactionReport, TurnResult
 from services.engine.chat import ChatService
 from services.engine.grounding import Grounding
-from services.engine.models import Completion, ImagePart, MediaRef, OnDelta, PromptPart, ToolCall
-from services.engine.policy import WaterMarkPolicy
-from services.engine.summarizer import Summarizer
-from services.engine.tokens import TokenCounter
-from services.engine.turns import CompactionReport, TurnResult
-from services.errors import LLMRequestRejectedError, SupportBotError
 from services.knowledge.snapshot import IndexSnapshot
 from services.media.image_tokens import image_cost
 from services.media.notes import ImageNotes
-from services.media.prompt_parts import TurnImage, TurnMedia
-from services.ports.knowledge import Passage
+from services.memory.policy import WaterMarkPolicy
+from services.memory.summarizer import Summarizer
 from tests.helpers import customer_line
 
 GOLDEN = Path(__file__).parent / "data" / "prompts_recorded.json"

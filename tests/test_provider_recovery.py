@@ -11,10 +11,11 @@ from collections.abc import AsyncIterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from bot.factory import build_backend, build_engine
+from bot.backends import build_backend
+from bot.factory import build_engine
 from bot.provider_health import ProviderWatch, probe_while_refused
-from services.engine.llm import LLMClient
-from services.errors import LLMConfigurationError, LLMIncompleteReplyError, LLMRequestRejectedError
+from services.core.errors import LLMConfigurationError, LLMIncompleteReplyError, LLMRequestRejectedError
+from services.llm.client import LLMClient
 from tests.e2e.harness import make_settings
 from tests.e2e.waiting import eventually
 from tests.stubs.openai_server import INVALID_API_KEY, MODEL_NOT_FOUND, StubError, StubOpenAI, insufficient_quota

@@ -11,9 +11,9 @@ import redis
 from redis.asyncio import Redis
 
 from services.backends.redis.queue import RedisWorkQueue
-from services.engine.models import NewMessage
-from services.errors import StoreUnavailableError
-from services.fence import Fence
+from services.core.errors import StoreUnavailableError
+from services.core.fence import Fence
+from services.core.records import NewMessage
 from services.ports.backend import QueuedBackend
 from services.ports.queue import FINISHED, TOLD, Claim, Step, WorkQueue
 from tests.conftest import TEST_KEYS

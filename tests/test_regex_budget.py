@@ -54,27 +54,27 @@ USES: dict[str, tuple[Method, ...]] = {
     "services.backends.redis.scripts._STATUS_NAMES": ("scan",),
     "services.engine.citations._MARKER": ("scan",),
     "services.engine.citations._MARKDOWN": ("scan",),
-    "services.engine.identifiers._EMAIL_GLUED": ("match",),
-    "services.engine.llm_dialect._PARAM_NAMED['max_completion_tokens']": ("search",),
-    "services.engine.llm_dialect._PARAM_NAMED['max_tokens']": ("search",),
-    "services.engine.llm_dialect._FORMAT_REFUSED": ("search",),
-    "services.engine.llm_dialect._PARAM_REFUSED": ("search",),
-    "services.engine.llm_dialect._ROLE_REFUSED['developer'][0]": ("search",),
-    "services.engine.llm_dialect._ROLE_REFUSED['developer'][1]": ("search",),
-    "services.engine.llm_dialect._ROLE_REFUSED['developer'][2]": ("search",),
-    "services.engine.llm_dialect._ROLE_REFUSED['system'][0]": ("search",),
-    "services.engine.llm_dialect._ROLE_REFUSED['system'][1]": ("search",),
-    "services.engine.llm_dialect._ROLE_REFUSED['system'][2]": ("search",),
-    "services.engine.retry._NUMBER": ("fullmatch",),
-    "services.engine.identifiers._SPACE": ("search",),
-    "services.engine.identifiers._TO_LAST_SPACE": ("match",),
-    "services.engine.identifiers._PATTERNS[0][1]": ("scan",),
-    "services.engine.identifiers._PATTERNS[1][1]": ("scan",),
-    "services.engine.identifiers._PATTERNS[2][1]": ("scan",),
-    "services.engine.identifiers._PATTERNS[3][1]": ("scan",),
-    "services.engine.identifiers._PATTERNS[4][1]": ("scan",),
-    "services.engine.identifiers._PATTERNS[5][1]": ("scan",),
-    "services.engine.identifiers._PATTERNS[6][1]": ("scan",),
+    "services.memory.identifiers._EMAIL_GLUED": ("match",),
+    "services.llm.dialect._PARAM_NAMED['max_completion_tokens']": ("search",),
+    "services.llm.dialect._PARAM_NAMED['max_tokens']": ("search",),
+    "services.llm.dialect._FORMAT_REFUSED": ("search",),
+    "services.llm.dialect._PARAM_REFUSED": ("search",),
+    "services.llm.dialect._ROLE_REFUSED['developer'][0]": ("search",),
+    "services.llm.dialect._ROLE_REFUSED['developer'][1]": ("search",),
+    "services.llm.dialect._ROLE_REFUSED['developer'][2]": ("search",),
+    "services.llm.dialect._ROLE_REFUSED['system'][0]": ("search",),
+    "services.llm.dialect._ROLE_REFUSED['system'][1]": ("search",),
+    "services.llm.dialect._ROLE_REFUSED['system'][2]": ("search",),
+    "services.core.retry._NUMBER": ("fullmatch",),
+    "services.memory.identifiers._SPACE": ("search",),
+    "services.memory.identifiers._TO_LAST_SPACE": ("match",),
+    "services.memory.identifiers._PATTERNS[0][1]": ("scan",),
+    "services.memory.identifiers._PATTERNS[1][1]": ("scan",),
+    "services.memory.identifiers._PATTERNS[2][1]": ("scan",),
+    "services.memory.identifiers._PATTERNS[3][1]": ("scan",),
+    "services.memory.identifiers._PATTERNS[4][1]": ("scan",),
+    "services.memory.identifiers._PATTERNS[5][1]": ("scan",),
+    "services.memory.identifiers._PATTERNS[6][1]": ("scan",),
     "services.knowledge.analysis._WORD": ("scan",),
     "services.knowledge.analysis._JOINERS": ("scan",),
     "services.knowledge.analysis._CYRILLIC": ("search",),
@@ -99,7 +99,7 @@ USES: dict[str, tuple[Method, ...]] = {
     "services.knowledge.snapshot._POINTING": ("search",),
     "services.media.notes._LINE": ("match",),
     "services.media.vocabulary._TERM": ("scan",),
-    "services.ports.knowledge._WEB_URL": ("fullmatch",),
+    "services.core.knowledge._WEB_URL": ("fullmatch",),
 }
 """Every module-level pattern of the project and how the code calls it."""
 
@@ -405,7 +405,7 @@ def test_image_note_line_is_read_as_the_former_pattern_read_it() -> None:
 
 def test_emails_are_found_where_the_former_pattern_found_them() -> None:
     """The former pattern rescanned every run of "a.a.a…" from each letter (quadratic)."""
-    from services.engine import identifiers
+    from services.memory import identifiers
 
     former = re.compile(r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
     email = dict(identifiers._PATTERNS)["email"]
@@ -420,10 +420,10 @@ def test_emails_are_found_where_the_former_pattern_found_them() -> None:
 
 def _text_functions() -> dict[str, Callable[[str], object]]:
     from bot.telegram.render import render_chunks
+    from services.core.knowledge import Passage, web_url
+    from services.core.prompt_format import clean_text, customer_block
+    from services.core.tokens import TokenCounter
     from services.engine.citations import render_citations
-    from services.engine.identifiers import extract_identifiers
-    from services.engine.prompt_format import clean_text, customer_block
-    from services.engine.tokens import TokenCounter
     from services.knowledge.analysis import terms
     from services.knowledge.documents import parse_text
     from services.knowledge.gaps import normalize_question, worth_recording
@@ -431,7 +431,7 @@ def _text_functions() -> dict[str, Callable[[str], object]]:
     from services.knowledge.markdown_doc import parse_markdown
     from services.media.notes import parse_notes
     from services.media.vocabulary import glossary_terms
-    from services.ports.knowledge import Passage, web_url
+    from services.memory.identifiers import extract_identifiers
 
     passage = Passage("p", "faq.md", "FAQ", ("Refunds",), "x", 1)
     counter = TokenCounter.for_encoding()  # tiktoken's pre-tokenizer regex runs on every message
@@ -466,7 +466,7 @@ ATTACK = "# Refunds" + " " * 2_600 + "policy\n\nText under it.\n"
 
 
 def test_the_markdown_heading_attack_as_a_customer_document_is_read_promptly() -> None:
-    from services.engine.tokens import TokenCounter
+    from services.core.tokens import TokenCounter
     from services.media.customer_documents import read_customer_document
 
     counter = TokenCounter.for_encoding()

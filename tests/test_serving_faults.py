@@ -20,7 +20,7 @@ from services.backends.redis.deadletters import RedisDeadLetters
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.queue import RedisWorkQueue
 from services.backends.redis.scripts import redis_errors
-from services.errors import TransientError
+from services.core.errors import TransientError
 from services.ports.queue import Claim
 from tests.worker_helpers import make_worker, update, update_json
 

@@ -125,7 +125,7 @@ def test_a_refused_connection_is_named_as_such(tmp_path: Path) -> None:
     """Not "APITimeoutError": the line says the connection was refused and where."""
     pytest.importorskip("openai")
     from bot.cli.preflight import check_api_key
-    from services.errors import ConfigurationError
+    from services.core.errors import ConfigurationError
     from services.settings import LLMSettings
 
     url = f"http://127.0.0.1:{closed_port()}/v1"
@@ -254,7 +254,7 @@ async def test_a_refused_connection_in_a_turn_is_not_called_a_timeout() -> None:
     APITimeoutError; the engine's error says what happened."""
     import openai
 
-    from services.engine.llm_errors import translate_openai_error
+    from services.llm.errors import translate_openai_error
 
     transport = getattr(openai, "DefaultAioHttpClient", None)  # older openai: httpx, APIConnectionError
     client = openai.AsyncOpenAI(

@@ -5,10 +5,10 @@ import asyncio
 import pytest
 
 from services.backends.redis.backend import RedisBackend
-from services.engine.models import Compaction, NewMessage, StoredMessage
-from services.engine.summary_state import SummaryState
+from services.core.errors import ConcurrentUpdateError
+from services.core.records import Compaction, NewMessage, StoredMessage
+from services.core.summary_state import SummaryState
 from services.engine.turn_window import render_stored
-from services.errors import ConcurrentUpdateError
 from services.ports.backend import Backend
 from services.ports.sessions import SessionStore
 

@@ -17,14 +17,14 @@ from bot.metrics import LLM_PROVIDER_REFUSING
 from bot.provider_health import ProviderWatch
 from prompts import default_registry
 from services.backends.memory import InMemoryBackend
-from services.engine.breaker import CircuitBreaker
-from services.engine.handoff_memory import HandoffMemory
-from services.engine.handoff_records import TranscriptEntry
-from services.engine.models import Completion, NewMessage, PromptPart
-from services.engine.summarizer import Summarizer
-from services.engine.summary_format import SummaryFormat
-from services.engine.tokens import TokenCounter
-from services.errors import LLMUnavailableError, SummaryError
+from services.core.errors import LLMUnavailableError, SummaryError
+from services.core.handoff_records import TranscriptEntry
+from services.core.records import Completion, NewMessage, PromptPart
+from services.core.summary_state import SummaryFormat
+from services.core.tokens import TokenCounter
+from services.memory.breaker import CircuitBreaker
+from services.memory.handoff_memory import HandoffMemory
+from services.memory.summarizer import Summarizer
 from tests.e2e.harness import make_settings
 from tests.stubs.openai_server import MODEL_NOT_FOUND, StubError, StubOpenAI
 from tests.test_summary_formats import TURNS, summarizer_for

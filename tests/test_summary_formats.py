@@ -8,13 +8,13 @@ import json
 import pytest
 
 from prompts import default_registry
-from services.engine.breaker import CircuitBreaker
-from services.engine.models import StoredMessage
-from services.engine.summarizer import Summarizer
-from services.engine.summary_format import read_summary
-from services.engine.summary_state import SummaryState
-from services.engine.tokens import TokenCounter
-from services.errors import SummaryError
+from services.core.errors import SummaryError
+from services.core.records import StoredMessage
+from services.core.summary_state import SummaryState
+from services.core.tokens import TokenCounter
+from services.memory.breaker import CircuitBreaker
+from services.memory.summarizer import Summarizer
+from services.memory.summary_format import read_summary
 from tests.stubs.openai_server import StubOpenAI
 from tests.test_llm import client_for
 

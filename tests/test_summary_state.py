@@ -1,6 +1,6 @@
-from services.engine.identifiers import extract_identifiers, mentions, restore_identifiers
-from services.engine.models import StoredMessage
-from services.engine.summary_state import SummaryState, merge_summaries, render_summary
+from services.core.records import StoredMessage
+from services.core.summary_state import SummaryState, merge_summaries, render_summary
+from services.memory.identifiers import extract_identifiers, mentions, restore_identifiers
 
 
 def test_merge_accumulates_without_duplicates_and_replaces_pending() -> None:

@@ -6,8 +6,8 @@ import pytest
 import tiktoken
 from tiktoken_ext import openai_public
 
-from services.engine.tokens import DATA_DIR, KNOWN_ENCODINGS, REPLY_PRIMER_TOKENS, TokenCounter, load_encoding
-from services.errors import ConfigurationError
+from services.core.errors import ConfigurationError
+from services.core.tokens import DATA_DIR, KNOWN_ENCODINGS, REPLY_PRIMER_TOKENS, TokenCounter, load_encoding
 
 SAMPLES = [
     "Hello, my order 7718 has not arrived yet!",

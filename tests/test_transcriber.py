@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import pytest
 from openai import AsyncOpenAI
 
-from services.errors import LLMConfigurationError, LLMUnavailableError, MediaError
-from services.media import reasons
+from services.core import media_reasons as reasons
+from services.core.errors import LLMConfigurationError, LLMUnavailableError, MediaError
 from services.media.transcriber import Transcriber, upload_name, usage_of, vocabulary_prompt
 from tests.stubs import transcriptions as stub_module
 from tests.stubs.openai_server import StubOpenAI

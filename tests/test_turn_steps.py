@@ -8,7 +8,7 @@ import pytest
 
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.store import RedisSessionStore
-from services.engine.tokens import TokenCounter
+from services.core.tokens import TokenCounter
 from services.engine.turn_steps import Answer, Commit, FitWindow, Reply, TurnDraft, need
 from tests.test_prompts_recorded import RecordingModel, build
 

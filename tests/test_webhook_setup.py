@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bot.cli.webhook_setup import check_webhook_url, read_certificate
-from services.errors import ConfigurationError
+from services.core.errors import ConfigurationError
 
 
 @pytest.mark.parametrize(

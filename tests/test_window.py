@@ -1,9 +1,9 @@
 import pytest
 
-from services.engine.models import PromptPart
-from services.engine.tokens import REPLY_PRIMER_TOKENS
-from services.engine.window import build_window
-from services.errors import ConfigurationError, CorruptHistoryError, MessageTooLongError
+from services.core.errors import ConfigurationError, CorruptHistoryError, MessageTooLongError
+from services.core.records import PromptPart
+from services.core.tokens import REPLY_PRIMER_TOKENS
+from services.memory.window import build_window
 
 INSTRUCTION = PromptPart("system", "instr", 50)
 NEW = PromptPart("user", "new", 20)

@@ -23,8 +23,8 @@ from services.backends.redis.deadletters import RedisDeadLetters
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.queue import RedisWorkQueue
 from services.backends.redis.store import RedisSessionStore
-from services.errors import LeaseLostError, LLMUnavailableError, StoreUnavailableError
-from services.fence import CURRENT_FENCE, Fence
+from services.core.errors import LeaseLostError, LLMUnavailableError, StoreUnavailableError
+from services.core.fence import CURRENT_FENCE, Fence
 from services.ports.deadletters import DeadLetter
 from services.ports.queue import FINISHED, TOLD, Claim, QueueItem, Step
 from tests.stubs.telegram_server import StubTelegram

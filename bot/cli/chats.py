@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from services.engine.models import Session, StoredMessage
-from services.engine.summary_state import render_summary
+from services.core.records import Session, StoredMessage
+from services.core.summary_state import render_summary
 from services.knowledge.library import KnowledgeLibrary
 from services.ports.sessions import SessionStore
 

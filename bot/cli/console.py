@@ -8,13 +8,14 @@ import asyncio
 import sys
 from typing import TextIO
 
+from bot.backends import open_backend
 from bot.cli import console_media
-from bot.factory import Settings, build_core, open_backend
+from bot.factory import Settings, build_core
 from bot.telegram.handlers.errors import media_text
+from services.core.errors import MediaError, SupportBotError
+from services.core.turn_media import TurnMedia
+from services.core.turns import TurnResult
 from services.engine.chat import ChatService
-from services.engine.turns import TurnResult
-from services.errors import MediaError, SupportBotError
-from services.media.prompt_parts import TurnMedia
 from services.media.reader import MediaReader
 
 HELP = f"Type a message. {console_media.USAGE}; /new resets the chat, /quit leaves."

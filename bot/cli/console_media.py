@@ -11,8 +11,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.errors import MediaError
-from services.media.prompt_parts import TurnMedia
+from services.core.errors import MediaError
+from services.core.turn_media import TurnMedia
 from services.media.reader import Incoming, IncomingKind, MediaReader
 from services.media.source import MediaSource
 

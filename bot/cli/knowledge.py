@@ -12,11 +12,12 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from services.core.knowledge import KnowledgeQuery, ScoredPassage
+from services.core.tokens import TokenCounter
 from services.engine.grounding import knowledge_block
-from services.engine.tokens import TokenCounter
 from services.knowledge.library import KnowledgeLibrary
 from services.knowledge.snapshot import Candidate
-from services.ports.knowledge import KnowledgeGaps, KnowledgeQuery, ScoredPassage
+from services.ports.knowledge import KnowledgeGaps
 
 
 def show(library: KnowledgeLibrary, out: TextIO = sys.stdout) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
-from services.errors import ConfigurationError
+from services.core.errors import ConfigurationError
 from services.settings import LLMSettings
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ async def _ask(client: AsyncOpenAI, endpoint: str) -> None:
 
 
 def connect_failure(exc: BaseException) -> str:
-    from services.engine.llm_errors import connect_failure as why  # imports openai: only when it failed
+    from services.llm.errors import connect_failure as why  # imports openai: only when it failed
 
     return why(exc) or "no connection"
 

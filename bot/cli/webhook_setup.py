@@ -11,7 +11,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from bot.settings import Settings
-from services.errors import ConfigurationError
+from services.core.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from bot.serving.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.serving.startup import cannot_listen, metrics_port_error, with_startup_retries
 from bot.serving.webhook import build_webhook_app
 from bot.telegram.desk import HandoffDesk
-from services.errors import StoreError, SupportBotError
+from services.core.errors import StoreError, SupportBotError
 from services.ports.backend import Backend
 
 log = logging.getLogger("bot")

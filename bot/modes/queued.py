@@ -8,7 +8,8 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from bot.factory import Settings, build_app, open_redis_backend
+from bot.backends import open_redis_backend
+from bot.factory import Settings, build_app
 from bot.queueing.process import QueuedProcess
 from bot.serving.startup import StartupError
 

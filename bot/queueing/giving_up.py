@@ -19,7 +19,7 @@ from bot.queueing.worker import GiveUp
 from bot.settings import BotSettings
 from bot.telegram.desk import HandoffDesk
 from bot.telegram.texts import Texts, pick_language, text
-from services.fence import Fence
+from services.core.fence import Fence
 from services.ports.queue import FINISHED, TOLD, QueueItem
 
 log = logging.getLogger(__name__)

@@ -15,9 +15,9 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from services.engine.retry import RequestBudget
-from services.errors import TransientError
-from services.fence import Fence
+from services.core.errors import TransientError
+from services.core.fence import Fence
+from services.core.retry import RequestBudget
 from services.ports.queue import Claim, QueueItem, WorkQueue
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from aiohttp import web
 
 from bot.metrics import DEAD_LETTERS, REDELIVERIES
 from bot.telegram.albums import record_album_photo
-from services.errors import TransientError
+from services.core.errors import TransientError
 from services.ports.deadletters import DeadLetters
 from services.ports.handoffs import HandoffStore
 from services.ports.media import Albums

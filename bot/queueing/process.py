@@ -23,8 +23,8 @@ from bot.serving.fastpath import freeze_startup_heap
 from bot.serving.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.serving.startup import cannot_listen, with_startup_retries
 from bot.settings import BotSettings
-from services.errors import TransientError
-from services.fence import Fence
+from services.core.errors import TransientError
+from services.core.fence import Fence
 from services.ports.backend import QueuedBackend
 from services.ports.deadletters import DeadLetters
 from services.ports.handoffs import HandoffStore

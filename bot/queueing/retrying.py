@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from services.errors import LLMConfigurationError, LLMUnavailableError
+from services.core.errors import LLMConfigurationError, LLMUnavailableError
 from services.ports.queue import QueueItem
 
 MAX_BACKOFF = 30.0

@@ -1,6 +1,6 @@
 """Queue worker: claims chats from Redis and feeds their updates, in order, to the aiogram Dispatcher.
 
-Every update is processed under the chat's lease with a fencing token (``services.fence``): the
+Every update is processed under the chat's lease with a fencing token (``services.core.fence``): the
 heartbeat (``heartbeat``) renews the lease and cancels the handler the moment it cannot be kept, and
 Redis refuses every write once another worker owns the chat. A failed update is retried as
 ``retrying.AttemptRules`` says, then goes to the dead letters, so no update is retried forever and no
@@ -30,9 +30,9 @@ from bot.metrics import DEAD_LETTERS, LEASES_LOST, QUEUE_WAIT
 from bot.queueing.heartbeat import Serving, start_heartbeat
 from bot.queueing.retrying import MAX_BACKOFF, AttemptRules, GiveUpReason, Outcome
 from bot.serving.failures import is_transient
-from services.engine.retry import REQUEST_BUDGET, RequestBudget
-from services.errors import LeaseLostError, TransientError
-from services.fence import CURRENT_FENCE, Fence
+from services.core.errors import LeaseLostError, TransientError
+from services.core.fence import CURRENT_FENCE, Fence
+from services.core.retry import REQUEST_BUDGET, RequestBudget
 from services.ports.deadletters import DeadLetters
 from services.ports.queue import DEAD_LETTERED, FINISHED, TOLD, Claim, QueueItem, Step, WorkQueue
 

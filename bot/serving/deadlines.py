@@ -8,7 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from bot.metrics import ERRORS
-from services.errors import TransientError
+from services.core.errors import TransientError
 from services.ports.handoffs import HandoffStore
 from services.ports.queue import WorkQueue
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from aiogram.exceptions import ClientDecodeError, TelegramNetworkError, TelegramRetryAfter, TelegramServerError
 
-from services.errors import TransientError
+from services.core.errors import TransientError
 
 _TRANSIENT: tuple[type[BaseException], ...] = (
     TransientError,

@@ -19,7 +19,7 @@ from aiogram.exceptions import (
 )
 
 from bot.settings import BotSettings
-from services.errors import SupportBotError, TransientError
+from services.core.errors import SupportBotError, TransientError
 
 log = logging.getLogger(__name__)
 

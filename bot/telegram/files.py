@@ -18,8 +18,8 @@ from aiogram.types import File, Message
 from aiohttp import ClientError, ClientResponseError, ClientTimeout
 
 from bot.telegram.download_notice import DOWNLOAD_NOTICE_SECONDS, told_if_slow
-from services.errors import MediaError, TransientError
-from services.media import reasons
+from services.core import media_reasons as reasons
+from services.core.errors import MediaError, TransientError
 from services.media.reader import Download, Incoming, IncomingKind
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from aiogram.methods import SendChatAction, SendMessageDraft, SetMyCommands, Tel
 from aiogram.methods.base import Response, TelegramType
 
 from bot.metrics import OPTIONAL_CALL_FAILURES
-from services.errors import LeaseLostError
+from services.core.errors import LeaseLostError
 
 if TYPE_CHECKING:
     from aiogram import Bot

@@ -19,8 +19,8 @@ from aiohttp import ClientRequest, ClientSession, ClientTimeout, TCPConnector
 from aiohttp.hdrs import USER_AGENT
 from aiohttp.http import SERVER_SOFTWARE
 
-from services.errors import LeaseLostError
-from services.fence import CURRENT_FENCE
+from services.core.errors import LeaseLostError
+from services.core.fence import CURRENT_FENCE
 
 if TYPE_CHECKING:
     from aiogram import Bot

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from services.engine.models import StoredMessage
-from services.engine.summary_state import SummaryState, render_summary
+from services.core.records import StoredMessage
+from services.core.summary_state import SummaryState, render_summary
 
 
 def ticket_text(

@@ -15,21 +15,21 @@ from openai import AsyncOpenAI
 
 from prompts import PromptRegistry, default_registry
 from prompts.support_chat import HANDOFF, knowledge_rules
-from services.engine.breaker import CircuitBreaker
+from services.core.errors import ConfigurationError
+from services.core.retry import RetryPolicy
+from services.core.tokens import TokenCounter
 from services.engine.chat import ChatService
 from services.engine.grounding import Grounding
-from services.engine.llm import Call, LLMClient
-from services.engine.llm_dialect import Dialect
-from services.engine.policy import WaterMarkPolicy
-from services.engine.retry import RetryPolicy
-from services.engine.summarizer import Summarizer
-from services.engine.summary_format import FormatSetting
-from services.engine.tokens import TokenCounter
-from services.errors import ConfigurationError
+from services.llm.client import Call, LLMClient
+from services.llm.dialect import Dialect
 from services.media.notes import ImageNotes
 from services.media.reader import MediaReader
 from services.media.transcriber import Transcriber
 from services.media.vocabulary import Glossary
+from services.memory.breaker import CircuitBreaker
+from services.memory.policy import WaterMarkPolicy
+from services.memory.summarizer import Summarizer
+from services.memory.summary_format import FormatSetting
 from services.ports.chat_model import ChatModel
 from services.ports.knowledge import KnowledgeGaps, KnowledgeSource
 from services.ports.media import MediaMemos

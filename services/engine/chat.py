@@ -7,13 +7,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from prompts.support_chat import HANDOFF_MARK, HANDOFF_TOOL_SPEC
-from services.engine.compactor import Compactor
+from services.core.errors import ConfigurationError, CorruptSessionError, MessageTooLongError, StoreError
+from services.core.fence import Fence
+from services.core.prompt_format import clean_text
+from services.core.records import OnDelta, OnRestart, PromptPart, Session
+from services.core.tokens import TokenCounter
+from services.core.turn_media import TurnMedia
+from services.core.turns import CompactionReport, NoObserver, PendingTurn, TurnResult
 from services.engine.grounding import Grounding
-from services.engine.models import OnDelta, OnRestart, PromptPart, Session
-from services.engine.policy import CompactionPolicy
-from services.engine.prompt_format import clean_text
-from services.engine.summarizer import Summarizer
-from services.engine.tokens import TokenCounter
 from services.engine.turn_steps import (
     Answer,
     Commit,
@@ -26,13 +27,13 @@ from services.engine.turn_steps import (
     turn_steps,
 )
 from services.engine.turn_window import TurnWindow
-from services.engine.turns import CompactionReport, NoObserver, PendingTurn, TurnResult
-from services.engine.window import fixed_cost
-from services.errors import ConfigurationError, CorruptSessionError, MessageTooLongError, StoreError
-from services.fence import Fence
 from services.media.notes import NOTE_WAIT_SECONDS, ImageNotes
-from services.media.prompt_parts import TurnMedia, turn_part
+from services.media.prompt_parts import turn_part
 from services.media.source import MediaSource
+from services.memory.compactor import Compactor
+from services.memory.policy import CompactionPolicy
+from services.memory.summarizer import Summarizer
+from services.memory.window import fixed_cost
 from services.ports.chat_model import ChatModel
 from services.ports.observer import TurnObserver
 from services.ports.sessions import SessionStore, TurnStatus

@@ -9,8 +9,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.engine.prompt_format import neutralize
-from services.ports.knowledge import Passage, web_url
+from services.core.knowledge import Passage, web_url
+from services.core.prompt_format import neutralize
 
 _MARKER = re.compile(r"\s?([\[【(])\s*([Kk])\s*(\d{1,3})\s*[\]】)]")
 """[K1] or 【K1】, the form asked for: dropped when no such passage was sent. (K1) or [k1] count only

@@ -10,20 +10,13 @@ import html
 import logging
 from dataclasses import dataclass, field, replace
 
+from services.core.knowledge import KnowledgeQuery, Passage, Retrieval, ScoredPassage
+from services.core.prompt_format import KNOWLEDGE_STATUS_TAG, KNOWLEDGE_TAG, neutralize
+from services.core.records import PromptPart, Session
+from services.core.tokens import TokenCounter
 from services.engine.citations import CitedReply, render_citations
-from services.engine.models import PromptPart, Session
-from services.engine.prompt_format import KNOWLEDGE_STATUS_TAG, KNOWLEDGE_TAG, neutralize
-from services.engine.tokens import TokenCounter
-from services.engine.window import Window
-from services.ports.knowledge import (
-    KnowledgeGaps,
-    KnowledgeQuery,
-    KnowledgeSnapshot,
-    KnowledgeSource,
-    Passage,
-    Retrieval,
-    ScoredPassage,
-)
+from services.memory.window import Window
+from services.ports.knowledge import KnowledgeGaps, KnowledgeSnapshot, KnowledgeSource
 
 log = logging.getLogger(__name__)
 

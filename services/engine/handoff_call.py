@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from prompts.support_chat import HANDOFF_TOOL
-from services.engine.prompt_format import clean_text
+from services.core.prompt_format import clean_text
 
 
 def handoff_reason(name: str, arguments: str) -> str | None:

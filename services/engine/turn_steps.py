@@ -14,15 +14,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
 from prompts.support_chat import HANDOFF_MARK
-from services.engine.compactor import Compactor
-from services.engine.grounding import Grounded, Grounding
-from services.engine.handoff_call import handoff_reason
-from services.engine.models import Compaction, Completion, NewMessage, OnDelta, OnRestart, PromptPart, Session
-from services.engine.tokens import TokenCounter
-from services.engine.turn_window import TurnWindow
-from services.engine.turns import CompactionReport, TurnResult
-from services.engine.window import Window
-from services.errors import (
+from services.core import media_reasons as reasons
+from services.core.errors import (
     ConcurrentUpdateError,
     CorruptHistoryError,
     CorruptSessionError,
@@ -30,10 +23,18 @@ from services.errors import (
     LLMRequestRejectedError,
     MediaError,
 )
-from services.fence import Fence
-from services.media import reasons
+from services.core.fence import Fence
+from services.core.records import Compaction, Completion, NewMessage, OnDelta, OnRestart, PromptPart, Session
+from services.core.tokens import TokenCounter
+from services.core.turn_media import TurnMedia
+from services.core.turns import CompactionReport, TurnResult
+from services.engine.grounding import Grounded, Grounding
+from services.engine.handoff_call import handoff_reason
+from services.engine.turn_window import TurnWindow
 from services.media.notes import ImageNotes, cancel_quietly, notes_within
-from services.media.prompt_parts import TurnMedia, stored_part
+from services.media.prompt_parts import stored_part
+from services.memory.compactor import Compactor
+from services.memory.window import Window
 from services.ports.chat_model import ChatModel
 from services.ports.sessions import CommitResult, SessionStore
 

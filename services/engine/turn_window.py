@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from services.engine.models import PromptPart, StoredMessage
-from services.engine.prompt_format import customer_block
-from services.engine.tokens import TokenCounter
-from services.engine.window import Window, build_window
-from services.errors import MediaError, MessageTooLongError
-from services.media import reasons
-from services.media.prompt_parts import TurnMedia, turn_part
+from services.core import media_reasons as reasons
+from services.core.errors import MediaError, MessageTooLongError
+from services.core.prompt_format import customer_block
+from services.core.records import PromptPart, StoredMessage
+from services.core.tokens import TokenCounter
+from services.core.turn_media import TurnMedia
+from services.media.prompt_parts import turn_part
+from services.memory.window import Window, build_window
 
 
 def render_stored(message: StoredMessage) -> PromptPart:

@@ -12,12 +12,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.engine.tokens import TokenCounter
+from services.core.knowledge import Passage, SkippedFile
+from services.core.tokens import TokenCounter
 from services.knowledge.documents import SUFFIXES, Document, UnreadableDocument
 from services.knowledge.passages import cut_passages
 from services.knowledge.progress import IndexProgress, ProgressSink, no_progress
 from services.knowledge.reading import read_document
-from services.ports.knowledge import Passage, SkippedFile
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from openai import AsyncOpenAI, OpenAIError
 
+from services.core.knowledge import Passage
 from services.ports.embeddings import EmbeddingCache
-from services.ports.knowledge import Passage
 
 log = logging.getLogger(__name__)
 

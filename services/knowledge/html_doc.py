@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
+from services.core.knowledge import web_url
 from services.knowledge.documents import Document, Section, UnreadableDocument, squash
-from services.ports.knowledge import web_url
 
 _SKIP = {"script", "style", "nav", "header", "footer", "aside", "noscript", "template", "svg", "form", "button"}
 _BLOCKS = {"p", "li", "dd", "td", "th", "pre", "blockquote", "div", "section", "article", "main", "body", "tr"}

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from services.engine.tokens import TokenCounter
+from services.core.tokens import TokenCounter
 from services.knowledge.corpus import Corpus, DocumentInfo, ParsedFiles, fingerprint, read_corpus
 from services.knowledge.embedder import Embedder
 from services.knowledge.progress import IndexProgress, ProgressLog, ProgressSink

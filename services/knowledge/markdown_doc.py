@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
+from services.core.knowledge import web_url
 from services.knowledge.documents import Document, Section, squash
-from services.ports.knowledge import web_url
 
 _ATX = re.compile(r"(#{1,6})\s+")
 """An ATX heading's opening hashes; the title is the rest less its closing hashes (``_atx_title``).

@@ -6,9 +6,9 @@ from __future__ import annotations
 import hashlib
 import re
 
-from services.engine.tokens import TokenCounter
+from services.core.knowledge import Passage
+from services.core.tokens import TokenCounter
 from services.knowledge.documents import Document, Section
-from services.ports.knowledge import Passage
 
 _SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
 

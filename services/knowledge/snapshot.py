@@ -13,10 +13,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from services.core.knowledge import KnowledgeQuery, Passage, Retrieval, ScoredPassage, SkippedFile
 from services.knowledge.analysis import PREFIX_CHARS, content_terms, prefixes, terms
 from services.knowledge.embedder import QUERY_PAUSE_SECONDS, Embedder, EmbeddingPaused, EmbeddingUnavailable
 from services.knowledge.fulltext import FullTextIndex
-from services.ports.knowledge import KnowledgeQuery, Passage, Retrieval, ScoredPassage, SkippedFile
 
 log = logging.getLogger(__name__)
 

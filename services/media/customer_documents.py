@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import threading
 import unicodedata
-from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Final
 
-from services.engine.tokens import TokenCounter
-from services.errors import MediaError
+from services.core import media_reasons as reasons
+from services.core.errors import MediaError
+from services.core.tokens import TokenCounter
+from services.core.turn_media import DocumentText
 from services.knowledge.documents import SUFFIXES, UnreadableDocument
 from services.knowledge.extraction import Job, render, utf8_prefix
 from services.knowledge.sandbox import Sandbox
-from services.media import reasons
 
 __all__ = ["DocumentText", "cut_to_tokens", "document_type", "read_customer_document", "render", "safe_name"]
 
@@ -61,20 +61,6 @@ _REASONS: Final = {
     "too_complex": reasons.TOO_COMPLEX,
 }
 """UnreadableDocument.kind → MediaError.reason; any other kind is UNREADABLE."""
-
-
-@dataclass(frozen=True, slots=True)
-class DocumentText:
-    name: str
-    """The file name as sent, safe for a prompt (printable, at most 80 characters)."""
-    text: str
-    """The extracted text, cut to the token cap (at a line break where possible)."""
-    tokens: int
-    """Tokens of ``text`` (TokenCounter.count_text)."""
-    truncated: bool
-    """Only the first part is in ``text`` (over the token cap, or over the PDF page cap)."""
-    pages: int | None
-    """A PDF's page count; None for the other types."""
 
 
 def safe_name(file_name: str, *, max_chars: int = MAX_NAME_CHARS) -> str:

@@ -19,8 +19,8 @@ from typing import Final
 
 from PIL import Image, UnidentifiedImageError
 
-from services.errors import MediaError
-from services.media import reasons
+from services.core import media_reasons as reasons
+from services.core.errors import MediaError
 from services.media.image_tokens import image_cost
 
 FORMATS: Final = ("JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF")

@@ -10,11 +10,11 @@ import logging
 import re
 from collections.abc import Sequence
 
-from services.engine.models import ImagePart, PromptPart
-from services.engine.prompt_format import clean_text, customer_block
-from services.engine.tokens import TokenCounter
-from services.errors import LLMError
-from services.media.prompt_parts import TurnImage
+from services.core.errors import LLMError
+from services.core.prompt_format import clean_text, customer_block
+from services.core.records import ImagePart, PromptPart
+from services.core.tokens import TokenCounter
+from services.core.turn_media import TurnImage
 from services.ports.chat_model import ChatModel
 from services.ports.media import MediaMemos
 

@@ -8,35 +8,10 @@ after a marker saying what it was, then the caption. ``refs`` keep Telegram's fi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-from services.engine.models import ImagePart, MediaRef, PromptPart
-from services.engine.prompt_format import customer_block
-from services.engine.tokens import TokenCounter
-
-if TYPE_CHECKING:
-    from services.media.customer_documents import DocumentText
-
-
-@dataclass(frozen=True, slots=True)
-class TurnImage:
-    """An image ready to send: at its detail and, for a prompt it would not fit, at low detail."""
-
-    part: ImagePart
-    low: ImagePart
-    file_unique_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class TurnMedia:
-    images: tuple[TurnImage, ...] = ()
-    unsent_images: int = 0
-    """Album photos past IMAGE_MAX_PER_TURN: named in the message, not sent."""
-    transcript: str | None = None
-    voice_kind: str = "voice message"
-    document: DocumentText | None = None
-    refs: tuple[MediaRef, ...] = ()
+from services.core.prompt_format import customer_block
+from services.core.records import PromptPart
+from services.core.tokens import TokenCounter
+from services.core.turn_media import TurnMedia
 
 
 def remembered_text(caption: str, media: TurnMedia, notes: tuple[str, ...] = ()) -> str:

@@ -11,15 +11,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from services.engine.models import ImagePart, MediaRef
-from services.engine.tokens import TokenCounter
-from services.errors import MediaError
-from services.media import reasons
-from services.media.customer_documents import DocumentText, document_type, read_customer_document
+from services.core import media_reasons as reasons
+from services.core.errors import MediaError
+from services.core.records import ImagePart, MediaRef
+from services.core.tokens import TokenCounter
+from services.core.turn_media import DocumentText, TurnImage, TurnMedia
+from services.media.customer_documents import document_type, read_customer_document
 from services.media.image_tokens import image_cost
 from services.media.images import prepare_image
 from services.media.pool import in_media_pool
-from services.media.prompt_parts import TurnImage, TurnMedia
 from services.media.transcriber import Transcriber
 from services.ports.media import MediaMemos
 from services.settings import MediaSettings

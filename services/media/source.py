@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from services.media.prompt_parts import TurnMedia
+from services.core.turn_media import TurnMedia
 from services.media.reader import Download, Incoming, MediaReader
 
 

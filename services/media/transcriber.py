@@ -17,10 +17,10 @@ from typing import Any, Final
 import openai
 from openai import AsyncOpenAI
 
-from services.engine.llm_errors import incomplete_reply
-from services.errors import LLMConfigurationError, LLMUnavailableError, MediaError
+from services.core import media_reasons as reasons
+from services.core.errors import LLMConfigurationError, LLMUnavailableError, MediaError
 from services.knowledge.documents import squash
-from services.media import reasons
+from services.llm.errors import incomplete_reply
 
 MAX_BYTES: Final = 25 * 1024 * 1024
 """OpenAI's limit for one transcribed file."""

@@ -8,8 +8,8 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
+from services.core.knowledge import Passage
 from services.media.transcriber import vocabulary_prompt
-from services.ports.knowledge import Passage
 
 MAX_TERMS = 40
 _TERM = re.compile(r"\b(?:[A-Za-z]+[-/]?\d[\w-]*|\d+[A-Za-z][\w-]*|[A-Z][a-z]*[A-Z][\w-]*|[A-Z]{2,}[\w-]*)\b")

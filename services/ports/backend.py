@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from services.fence import Fence
+from services.core.fence import Fence
 from services.ports.deadletters import DeadLetters, Quarantine
 from services.ports.handoffs import HandoffStore
 from services.ports.knowledge import KnowledgeGaps

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from services.engine.models import Completion, OnDelta, PromptPart
+from services.core.records import Completion, OnDelta, PromptPart
 
 
 class ChatModel(Protocol):
-    """The language model as the engine uses it (services.engine.llm.LLMClient over AsyncOpenAI)."""
+    """The language model as the engine uses it (services.llm.client.LLMClient over AsyncOpenAI)."""
 
     async def chat(
         self,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
-from services.engine.handoff_records import Handoff, Recorded, TranscriptEntry
-from services.fence import Fence
+from services.core.fence import Fence
+from services.core.handoff_records import Handoff, Recorded, TranscriptEntry
 
 RelayState = Literal["new", "started", "done"]
 

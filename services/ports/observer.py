@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from services.engine.turns import TurnResult
+from services.core.turns import TurnResult
 
 
 class TurnObserver(Protocol):

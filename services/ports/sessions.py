@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from services.engine.models import Compaction, NewMessage, Session
-from services.fence import Fence
+from services.core.fence import Fence
+from services.core.records import Compaction, NewMessage, Session
 
 
 @dataclass(frozen=True, slots=True)

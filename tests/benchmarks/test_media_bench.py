@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.media import STRATEGIES, TURNS, main, simulate
-from services.engine.tokens import TokenCounter
+from services.core.tokens import TokenCounter
 from tests.stubs.prompt_cache import PromptTokens
 
 PHOTO_TURNS = [index for index, turn in enumerate(TURNS) if turn.photo is not None]

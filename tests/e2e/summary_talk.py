@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from services.engine.prompt_format import SUMMARY_TAG
+from services.core.prompt_format import SUMMARY_TAG
 from tests.helpers import customer_line
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram

@@ -17,8 +17,8 @@ import aiohttp
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from bot.backends import open_redis_backend
 from bot.cli import admin
-from bot.factory import open_redis_backend
 from bot.telegram.texts import TEXTS
 from services.backends.redis.backend import RedisBackend
 from services.backends.redis.keys import KeySpace

@@ -17,7 +17,7 @@ from bot.factory import build_bot, build_desk, build_engine
 from bot.telegram.texts import TEXTS, Texts
 from prompts.support_chat import HANDOFF_TOOL
 from services.backends.memory import InMemoryBackend, InMemoryHandoffStore
-from services.errors import StoreUnavailableError
+from services.core.errors import StoreUnavailableError
 from tests.conftest import RedisServer
 from tests.e2e.harness import RunningBot, make_settings, start_bot
 from tests.e2e.waiting import eventually

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from bot.telegram.texts import TEXTS
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import AnyRedis
-from services.engine.handoff_records import TranscriptEntry
+from services.core.handoff_records import TranscriptEntry
 from tests.conftest import RedisServer
 from tests.e2e.conftest import SharedRedis
 from tests.e2e.processes import BotProcess, base_env

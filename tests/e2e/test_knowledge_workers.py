@@ -17,8 +17,8 @@ from pathlib import Path
 import aiohttp
 from redis.asyncio import Redis
 
+from services.core.tokens import TokenCounter
 from services.engine.grounding import NO_KNOWLEDGE
-from services.engine.tokens import TokenCounter
 from services.knowledge.corpus import read_corpus
 from services.knowledge.embedder import passage_text
 from tests.conftest import RedisServer, free_port

@@ -19,7 +19,8 @@ from PIL import Image
 from pypdf import PdfReader, PdfWriter
 from redis.asyncio import Redis
 
-from bot.factory import build_backend, build_bot, build_dispatcher, build_engine
+from bot.backends import build_backend
+from bot.factory import build_bot, build_dispatcher, build_engine
 from bot.telegram.albums import record_album_photo
 from tests.conftest import RedisServer
 from tests.e2e.harness import TOKEN, RunningBot, make_settings, start_bot

@@ -19,7 +19,7 @@ from typing import Any, Literal, NotRequired
 from pydantic import BaseModel, ValidationError
 from typing_extensions import TypedDict
 
-from services.engine.tokens import TokenCounter
+from services.core.tokens import TokenCounter
 
 
 class ChatCompletionRequestResponseFormat(TypedDict):

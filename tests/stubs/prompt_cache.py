@@ -1,7 +1,7 @@
 """Prompt-prefix caching the way OpenAI reports it, for the stub model server and the token benchmark.
 
 A prompt is laid out as tokens the way the chat API bills it: per message ``<start> role <sep>
-content <end>`` (3 framing tokens + role + content, as ``services.engine.tokens`` counts), then 3 tokens of
+content <end>`` (3 framing tokens + role + content, as ``services.core.tokens`` counts), then 3 tokens of
 reply primer. OpenAI caches prompts of at least 1024 tokens, in blocks: a hit covers the first 1024
 tokens plus whole 128-token blocks after them (``cached_tokens`` is always 0 or 1024 + k·128). The
 stub follows that rule exactly (not the "exact prefix" alternative), so its figures are never more
@@ -13,7 +13,7 @@ import hashlib
 from array import array
 from collections.abc import Iterable, Sequence
 
-from services.engine.tokens import REPLY_PRIMER_TOKENS, TokenCounter
+from services.core.tokens import REPLY_PRIMER_TOKENS, TokenCounter
 
 MIN_CACHED = 1024
 BLOCK = 128

@@ -26,10 +26,10 @@ from bot.metrics import (
 from bot.settings import BotSettings
 from bot.telegram.render import TELEGRAM_TEXT_LIMIT
 from bot.telegram.texts import Texts, pick_language
-from services.engine.handoff_memory import HandoffMemory
-from services.engine.handoff_records import Handoff
-from services.errors import SupportBotError
-from services.fence import Fence
+from services.core.errors import SupportBotError
+from services.core.fence import Fence
+from services.core.handoff_records import Handoff
+from services.memory.handoff_memory import HandoffMemory
 from services.ports.handoffs import HandoffStore
 
 log = logging.getLogger(__name__)

@@ -12,8 +12,8 @@ from bot.metrics import HANDOFFS_CLOSED
 from bot.serving.failures import is_transient
 from bot.telegram.desk.base import DeskBase
 from bot.telegram.texts import text
-from services.engine.handoff_records import EndedBy, Handoff
-from services.fence import Fence
+from services.core.fence import Fence
+from services.core.handoff_records import EndedBy, Handoff
 
 log = logging.getLogger(__name__)
 

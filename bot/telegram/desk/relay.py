@@ -12,8 +12,8 @@ from aiogram.types import Message
 from bot.metrics import HANDOFF_FIRST_REPLY
 from bot.telegram.desk.base import REFUSED, RELAYED_CONTENT, content_kind, describe, topic_gone
 from bot.telegram.desk.ending import Ending
-from services.engine.handoff_records import Handoff, TranscriptEntry
-from services.fence import Fence
+from services.core.fence import Fence
+from services.core.handoff_records import Handoff, TranscriptEntry
 
 log = logging.getLogger(__name__)
 

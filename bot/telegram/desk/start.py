@@ -14,9 +14,9 @@ from bot.metrics import HANDOFF_TICKETS, HANDOFFS_OPENED
 from bot.telegram.desk.base import DeskBase, split_text, topic_name
 from bot.telegram.texts import Texts
 from bot.telegram.ticket import ticket_text
-from services.engine.handoff_records import Handoff, TranscriptEntry
-from services.engine.models import StoredMessage
-from services.fence import Fence
+from services.core.fence import Fence
+from services.core.handoff_records import Handoff, TranscriptEntry
+from services.core.records import StoredMessage
 
 log = logging.getLogger(__name__)
 

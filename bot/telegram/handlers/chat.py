@@ -19,10 +19,10 @@ from bot.telegram.middlewares.ratelimit import RateLimitMiddleware
 from bot.telegram.optional import typing as show_typing
 from bot.telegram.render import send_reply
 from bot.telegram.texts import Texts
+from services.core.errors import LeaseLostError
+from services.core.fence import Fence
+from services.core.turns import TurnResult
 from services.engine.chat import ChatService
-from services.engine.turns import TurnResult
-from services.errors import LeaseLostError
-from services.fence import Fence
 from services.media.source import MediaSource
 from services.ports.queue import item_id_of
 

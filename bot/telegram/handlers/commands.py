@@ -11,8 +11,8 @@ from aiogram.types import Message, Update
 
 from bot.telegram.desk import HandoffDesk
 from bot.telegram.texts import Texts
+from services.core.fence import Fence
 from services.engine.chat import ChatService
-from services.fence import Fence
 from services.ports.backend import Backend
 from services.ports.queue import item_id_of
 

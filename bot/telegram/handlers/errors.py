@@ -15,7 +15,7 @@ from bot.settings import BotSettings
 from bot.telegram.download_notice import DownloadNotice
 from bot.telegram.files import DownloadFailedError
 from bot.telegram.texts import TEXTS, Texts, text
-from services.errors import (
+from services.core.errors import (
     ConcurrentUpdateError,
     LeaseLostError,
     LLMBadReplyError,
@@ -26,7 +26,7 @@ from services.errors import (
     MessageTooLongError,
     StoreError,
 )
-from services.fence import Fence
+from services.core.fence import Fence
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from aiogram.types import Message, Update
 from bot.telegram.desk import HandoffDesk
 from bot.telegram.middlewares.ratelimit import RateLimitMiddleware
 from bot.telegram.texts import Texts
-from services.fence import Fence
+from services.core.fence import Fence
 from services.ports.queue import item_id_of
 
 

@@ -16,8 +16,8 @@ from bot.telegram.handlers.chat import serve_turn
 from bot.telegram.link_hosts import LinkPolicy
 from bot.telegram.middlewares.ratelimit import RateLimitMiddleware
 from bot.telegram.texts import Texts
+from services.core.fence import Fence
 from services.engine.chat import ChatService
-from services.fence import Fence
 from services.media.reader import MediaReader
 from services.media.source import MediaSource
 from services.ports.media import Albums

@@ -13,7 +13,7 @@ from aiogram.types import Message, TelegramObject, Update
 
 from bot.metrics import RATE_LIMITED
 from bot.telegram.texts import Texts
-from services.fence import Fence
+from services.core.fence import Fence
 from services.ports.queue import item_id_of
 from services.ports.ratelimit import RateLimiter
 

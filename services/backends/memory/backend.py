@@ -8,7 +8,7 @@ from services.backends.memory.handoffs import InMemoryHandoffStore
 from services.backends.memory.media import InMemoryAlbums, InMemoryMediaMemos
 from services.backends.memory.ratelimit import InMemoryRateLimiter
 from services.backends.memory.store import InMemorySessionStore
-from services.fence import Fence
+from services.core.fence import Fence
 
 
 class InMemoryBackend:

@@ -7,7 +7,8 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from services.engine.handoff_records import (
+from services.core.fence import Fence
+from services.core.handoff_records import (
     NEEDS_OPEN,
     RELAYED_IDS_KEPT,
     TRANSCRIPT_KEPT,
@@ -15,7 +16,6 @@ from services.engine.handoff_records import (
     Recorded,
     TranscriptEntry,
 )
-from services.fence import Fence
 from services.ports.handoffs import RelayState
 
 

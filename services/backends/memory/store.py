@@ -7,10 +7,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from services.engine.models import Compaction, NewMessage, Session, StoredMessage
-from services.engine.summary_state import SummaryState
-from services.errors import ConcurrentUpdateError
-from services.fence import Fence
+from services.core.errors import ConcurrentUpdateError
+from services.core.fence import Fence
+from services.core.records import Compaction, NewMessage, Session, StoredMessage
+from services.core.summary_state import SummaryState
 from services.ports.sessions import TURN_IDS_KEPT, CommitResult, TurnStatus
 
 

@@ -14,7 +14,7 @@ from services.backends.redis.queue import RedisWorkQueue
 from services.backends.redis.ratelimit import RedisRateLimiter
 from services.backends.redis.scripts import AnyRedis, redis_errors
 from services.backends.redis.store import RedisSessionStore
-from services.fence import Fence
+from services.core.fence import Fence
 
 
 class RedisBackend:

@@ -13,7 +13,9 @@ from typing import Any
 
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import LUA_FENCE, LUA_NOW, AnyRedis, Status, redis_errors, register
-from services.engine.handoff_records import (
+from services.core.errors import CorruptSessionError, LeaseLostError
+from services.core.fence import Fence, token_of
+from services.core.handoff_records import (
     NEEDS_OPEN,
     RELAYED_IDS_KEPT,
     TRANSCRIPT_KEPT,
@@ -21,8 +23,6 @@ from services.engine.handoff_records import (
     Recorded,
     TranscriptEntry,
 )
-from services.errors import CorruptSessionError, LeaseLostError
-from services.fence import Fence, token_of
 from services.ports.handoffs import RelayState
 
 _EXPIRE = """

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import LUA_FENCE, AnyRedis, Status, redis_errors, register
-from services.errors import LeaseLostError
-from services.fence import CURRENT_FENCE, token_of
+from services.core.errors import LeaseLostError
+from services.core.fence import CURRENT_FENCE, token_of
 from services.ports.media import AlbumItem, MemoKind, album_id
 
 _MEMO_FIELD = {"transcript": "t:", "note": "n:"}

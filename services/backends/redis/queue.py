@@ -19,7 +19,7 @@ from typing import Literal, cast
 from services.backends.redis import queue_scripts as lua
 from services.backends.redis.keys import KeySpace
 from services.backends.redis.scripts import AnyRedis, Status, redis_errors, register
-from services.errors import StoreUnavailableError
+from services.core.errors import StoreUnavailableError
 from services.ports.queue import Claim, QueueItem, Step, Taken
 
 

@@ -29,7 +29,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from services.errors import CorruptSessionError, StoreError, StoreUnavailableError
+from services.core.errors import CorruptSessionError, StoreError, StoreUnavailableError
 from services.ports.sessions import TURN_IDS_KEPT
 
 AnyRedis: TypeAlias = Redis | RedisCluster

@@ -23,10 +23,10 @@ from services.backends.redis.scripts import (
     redis_errors,
     register,
 )
-from services.engine.models import Compaction, NewMessage, Session, StoredMessage
-from services.engine.summary_state import SummaryState
-from services.errors import ConcurrentUpdateError, CorruptSessionError, LeaseLostError
-from services.fence import Fence, token_of
+from services.core.errors import ConcurrentUpdateError, CorruptSessionError, LeaseLostError
+from services.core.fence import Fence, token_of
+from services.core.records import Compaction, NewMessage, Session, StoredMessage
+from services.core.summary_state import SummaryState
 from services.ports.sessions import TURN_IDS_KEPT, CommitResult, TurnStatus
 
 _EXPIRE = """

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import openai
 
-from services.errors import LLMRequestRejectedError
+from services.core.errors import LLMRequestRejectedError
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Folds old turns into the structured running summary with a separate LLM call (its response format
-detected per endpoint: services.engine.summary_format), or, while no summary can be made,
+detected per endpoint: services.memory.summary_format), or, while no summary can be made,
 extractively: the identifiers of the folded turns kept as key facts."""
 
 from __future__ import annotations
@@ -11,20 +11,14 @@ from typing import Any, Protocol
 
 from prompts import PromptTemplate
 from prompts.summary import PLAIN_JSON
-from services.engine.breaker import CircuitBreaker
-from services.engine.identifiers import Identifier, extract_identifiers, mentions, restore_identifiers, summary_text
-from services.engine.models import Completion, PromptPart, StoredMessage, Usage
-from services.engine.prompt_format import fence, summary_block, wrap
-from services.engine.summary_format import (
-    FormatChoice,
-    FormatSetting,
-    ResponseFormatRejectedError,
-    SummaryFormat,
-    read_summary,
-)
-from services.engine.summary_state import SummaryState, merge_summaries, render_summary
-from services.engine.tokens import TokenCounter
-from services.errors import LLMConfigurationError, LLMError, SummaryError
+from services.core.errors import LLMConfigurationError, LLMError, ResponseFormatRejectedError, SummaryError
+from services.core.prompt_format import fence, summary_block, wrap
+from services.core.records import Completion, PromptPart, StoredMessage, Usage
+from services.core.summary_state import SummaryFormat, SummaryState, merge_summaries, render_summary
+from services.core.tokens import TokenCounter
+from services.memory.breaker import CircuitBreaker
+from services.memory.identifiers import Identifier, extract_identifiers, mentions, restore_identifiers, summary_text
+from services.memory.summary_format import FormatChoice, FormatSetting, read_summary
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +34,7 @@ class SummaryOutcome:
 
 
 class SummaryModel(Protocol):
-    """The summary call of the language model (services.engine.llm.LLMClient)."""
+    """The summary call of the language model (services.llm.client.LLMClient)."""
 
     async def summarize(
         self, messages: Sequence[PromptPart], *, schema: dict[str, Any], response_format: SummaryFormat | None = None

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from services.engine.models import StoredMessage
+from services.core.records import StoredMessage
 
 
 class CompactionPolicy(Protocol):

@@ -8,12 +8,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from services.engine.handoff_records import TranscriptEntry
-from services.engine.models import Compaction, StoredMessage
-from services.engine.summarizer import Summarizer, SummaryOutcome
-from services.engine.summary_state import SummaryState
-from services.errors import ConcurrentUpdateError, SummaryError
-from services.fence import Fence
+from services.core.errors import ConcurrentUpdateError, SummaryError
+from services.core.fence import Fence
+from services.core.handoff_records import TranscriptEntry
+from services.core.records import Compaction, StoredMessage
+from services.core.summary_state import SummaryState
+from services.memory.summarizer import Summarizer, SummaryOutcome
 from services.ports.sessions import SessionStore
 
 log = logging.getLogger(__name__)

@@ -6,9 +6,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from services.engine.models import PromptPart
-from services.engine.tokens import REPLY_PRIMER_TOKENS
-from services.errors import ConfigurationError, CorruptHistoryError, MessageTooLongError
+from services.core.errors import ConfigurationError, CorruptHistoryError, MessageTooLongError
+from services.core.records import PromptPart
+from services.core.tokens import REPLY_PRIMER_TOKENS
 
 
 class Costed(Protocol):

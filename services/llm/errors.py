@@ -14,8 +14,7 @@ import ssl
 import aiohttp
 import openai
 
-from services.engine.retry import retry_after_of
-from services.errors import (
+from services.core.errors import (
     LLMBadReplyError,
     LLMConfigurationError,
     LLMError,
@@ -23,6 +22,7 @@ from services.errors import (
     LLMRequestRejectedError,
     LLMUnavailableError,
 )
+from services.core.retry import retry_after_of
 
 _CONFIGURATION_STATUSES = frozenset({401, 402, 403, 404})
 _REJECTED_STATUSES = frozenset({400, 409, 413, 422})

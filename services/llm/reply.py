@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.engine.models import ToolCall, Usage
-from services.errors import LLMIncompleteReplyError
+from services.core.errors import LLMIncompleteReplyError
+from services.core.records import ToolCall, Usage
 
 FINISH_REASONS = frozenset(
     {"stop", "length", "tool_calls", "function_call", "content_filter", "eos", "eos_token", "end_turn", "stop_sequence"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from services.engine.models import Usage
-from services.ports.knowledge import ScoredPassage
+from services.core.knowledge import ScoredPassage
+from services.core.records import Usage
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,6 +80,11 @@ class LLMRequestRejectedError(LLMBadReplyError):
     endpoint does not support, or a prompt over the model's context."""
 
 
+class ResponseFormatRejectedError(LLMRequestRejectedError):
+    """The endpoint refused the summary call's ``response_format``: an HTTP error (4xx or 5xx) whose body
+    names it (services.llm.dialect.refusal_of). Never retried: the next format is tried."""
+
+
 class SummaryError(SupportBotError):
     """The summarizer failed or returned something that is not a valid summary."""
 
@@ -114,7 +119,7 @@ class LeaseLostError(SupportBotError):
 class MediaError(SupportBotError):
     """A photo, voice note or document the bot cannot use: too big or too long, unreadable, of a kind
     it does not read, or refused by the model's endpoint. ``kind``: image, voice or document;
-    ``reason``: what the customer is told (services.media.reasons); ``limit``: the limit it broke, if
+    ``reason``: what the customer is told (services.core.media_reasons); ``limit``: the limit it broke, if
     any. Answered, never retried, nothing stored."""
 
     def __init__(self, message: str, *, kind: str, reason: str, limit: int | None = None) -> None:

@@ -5,7 +5,7 @@ Pure code. Stored messages keep the raw text; these functions render it for the 
 
 from __future__ import annotations
 
-from services.engine.confusables import OPENERS, readings
+from services.core.confusables import OPENERS, readings
 
 CUSTOMER_TAG = "customer_message"
 SUMMARY_TAG = "conversation_summary"

@@ -1,9 +1,9 @@
 """The language-model client: chat replies (plain or streamed) and structured summary calls.
 
 Built on ``openai.AsyncOpenAI`` (its own retries off) so any OpenAI-compatible endpoint works. Every
-failure is classified here into the engine's LLMError family (services.engine.llm_errors), only an
-answer with a finish reason counts (services.engine.llm_reply), and one policy retries a call
-(services.engine.retry.RetryPolicy) behind a process-wide gate that keeps the provider's Retry-After.
+failure is classified here into the engine's LLMError family (services.llm.errors), only an
+answer with a finish reason counts (services.llm.reply), and one policy retries a call
+(services.core.retry.RetryPolicy) behind a process-wide gate that keeps the provider's Retry-After.
 """
 
 from __future__ import annotations
@@ -23,19 +23,20 @@ from typing import Any, Literal, NoReturn
 import openai
 from openai import AsyncOpenAI, AsyncStream
 
-from services.engine.llm_dialect import Dialect, FeatureRefusedError, Refusal, refusal_of
-from services.engine.llm_errors import READ_FAILURES, incomplete_reply, translate_openai_error
-from services.engine.llm_reply import Reply, StreamReader, read_completion
-from services.engine.models import Completion, OnDelta, PromptPart
-from services.engine.retry import REQUEST_BUDGET, RetryPolicy
-from services.engine.summary_format import ResponseFormatRejectedError, SummaryFormat
-from services.errors import (
+from services.core.errors import (
     LLMBadReplyError,
     LLMConfigurationError,
     LLMError,
     LLMReplyTruncatedError,
     LLMUnavailableError,
+    ResponseFormatRejectedError,
 )
+from services.core.records import Completion, OnDelta, PromptPart
+from services.core.retry import REQUEST_BUDGET, RetryPolicy
+from services.core.summary_state import SummaryFormat
+from services.llm.dialect import Dialect, FeatureRefusedError, Refusal, refusal_of
+from services.llm.errors import READ_FAILURES, incomplete_reply, translate_openai_error
+from services.llm.reply import Reply, StreamReader, read_completion
 
 __all__ = ["LLMClient", "NotBefore", "translate_openai_error"]
 

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from services.engine.summary_state import SummaryState
+from services.core.summary_state import SummaryState
 
 Role = Literal["user", "assistant"]
 

@@ -9,8 +9,8 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from services.engine.models import StoredMessage
-from services.engine.summary_state import SummaryState
+from services.core.records import StoredMessage
+from services.core.summary_state import SummaryState
 
 # Order matters: earlier patterns win where matches overlap (a phone number is not also "a number").
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (

@@ -15,7 +15,7 @@ from pathlib import Path
 import tiktoken
 from tiktoken.load import check_hash
 
-from services.errors import ConfigurationError
+from services.core.errors import ConfigurationError
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 

@@ -10,13 +10,13 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from services.engine.models import Compaction, PromptPart, Session, StoredMessage
-from services.engine.policy import CompactionPolicy
-from services.engine.summarizer import Summarizer
-from services.engine.turns import CompactionReport
-from services.engine.window import Window
-from services.errors import ConcurrentUpdateError, MessageTooLongError, SummaryError
-from services.fence import Fence
+from services.core.errors import ConcurrentUpdateError, MessageTooLongError, SummaryError
+from services.core.fence import Fence
+from services.core.records import Compaction, PromptPart, Session, StoredMessage
+from services.core.turns import CompactionReport
+from services.memory.policy import CompactionPolicy
+from services.memory.summarizer import Summarizer
+from services.memory.window import Window
 from services.ports.sessions import SessionStore
 
 log = logging.getLogger(__name__)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+SummaryFormat = Literal["json_schema", "json_object", "plain"]
+"""How a summary call asks for its JSON: strict structured output, only json_object, or instructions."""
 
 LIST_FIELDS = ("key_facts", "actions_taken", "decisions", "pending_questions")
 _TITLES = {

@@ -6,7 +6,7 @@ import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from services.errors import LeaseLostError
+from services.core.errors import LeaseLostError
 
 
 @dataclass(slots=True)

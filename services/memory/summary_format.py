@@ -15,19 +15,12 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from services.engine.summary_state import SummaryState
-from services.errors import LLMRequestRejectedError
+from services.core.summary_state import SummaryFormat, SummaryState
 
 log = logging.getLogger(__name__)
 
-SummaryFormat = Literal["json_schema", "json_object", "plain"]
 FormatSetting = Literal["auto", "json_schema", "json_object", "plain"]
 FALLBACK: tuple[SummaryFormat, ...] = ("json_schema", "json_object", "plain")
-
-
-class ResponseFormatRejectedError(LLMRequestRejectedError):
-    """The endpoint refused the summary call's ``response_format``: an HTTP error (4xx or 5xx) whose body
-    names it (services.engine.llm_dialect.refusal_of). Never retried: the next format is tried."""
 
 
 class FormatChoice:
