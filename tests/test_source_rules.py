@@ -64,6 +64,23 @@ def test_no_file_of_bot_or_services_is_over_420_lines() -> None:
     assert long == {}
 
 
+MAX_FUNCTION_LINES = 60
+"""A function longer than this (docstring included) does more than one job: split it (McCabe's
+complexity is checked by ruff, C901 at 10, in the test command)."""
+
+
+def test_no_function_of_bot_or_services_is_over_60_lines() -> None:
+    long = {
+        f"{path.relative_to(ROOT).as_posix()}:{node.name}": node.end_lineno - node.lineno + 1
+        for path in package_sources()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    }
+    assert long == {}
+
+
 _PLAIN_BASES = {"object", "Exception", "ValueError", "RuntimeError", "Protocol", "Generic", "ABC", "NamedTuple"}
 """Bases that give a class no private attributes of a dependency's to write into."""
 
