@@ -278,6 +278,7 @@ class StubOpenAI:
 
     async def stop(self) -> None:
         self.transcriptions.stop()
+        self.embeddings.stop()
         if self._runner is not None:
             await self._runner.cleanup()
 
