@@ -9,7 +9,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -295,6 +295,35 @@ async def queued_backend(request: pytest.FixtureRequest) -> AsyncIterator[Queued
 def store(backend: Backend) -> SessionStore:
     """The session store of each backend (the store contract runs over all of them)."""
     return backend.store
+
+
+@pytest.fixture
+def shown(request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]) -> Callable[[str], None]:
+    """Shows a line that is part of what a test shows, pass or fail: printed at once (capture off) or,
+    in a pytest-xdist worker (whose output is not shown), after the run (pytest_terminal_summary)."""
+
+    def show(text: str) -> None:
+        if hasattr(request.config, "workerinput"):
+            request.node.user_properties.append(("shown", text))
+        else:
+            with capsys.disabled():
+                print(text)
+
+    return show
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    lines = [
+        str(value)
+        for report in terminalreporter.getreports("")
+        if getattr(report, "when", None) == "teardown"
+        for name, value in getattr(report, "user_properties", ())
+        if name == "shown"
+    ]
+    if lines:
+        terminalreporter.section("shown by the tests")
+        for line in lines:
+            terminalreporter.write_line(line.strip("\n"))
 
 
 @pytest.fixture
