@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import fakeredis
 import pytest
@@ -43,10 +44,27 @@ def pytest_configure(config: pytest.Config) -> None:
     # scripts/test stops its background pytest pass with SIGTERM: it ends as on Ctrl-C, tearing down
     # its fixtures (the redis-servers it started) instead of leaving them running
     signal.signal(signal.SIGTERM, _interrupted)
+    subprocess.Popen.__init__ = _popen_checked  # type: ignore[method-assign]
 
 
 def _interrupted(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+_popen_init = subprocess.Popen.__init__
+UNMARKED = {"redis-server", "services.knowledge.sandbox"}
+"""Started without the ``slow`` marker: a redis-server (once a run, or a test's own, marked ``redis``)
+and the knowledge sandbox's child (services/knowledge/sandbox.py: one, kept between documents)."""
+
+
+def _popen_checked(self: subprocess.Popen[Any], args: Any, *rest: Any, **options: Any) -> None:
+    """``subprocess.Popen`` (asyncio's subprocesses too) refusing, in a test not marked ``slow``, any
+    program but the UNMARKED ones: ``-m "not slow"`` really starts no bot, nginx or node."""
+    words = [args] if isinstance(args, str | bytes | os.PathLike) else list(args)
+    program = os.fsdecode(words[0]) if words else ""
+    if not {os.path.basename(program), *map(str, words[1:4])} & UNMARKED:
+        require_marker("slow", f"starts {program!r}")
+    _popen_init(self, args, *rest, **options)
 
 
 REDIS_FIXTURES = {"redis_server", "real_redis", "own_server"}
@@ -54,11 +72,14 @@ CLUSTER_FIXTURES = {"redis_cluster", "cluster_redis", "own_cluster"}
 REDIS_PARAMS = {"redis-server", "redis", "single"}  # the parameters of backend, shared_redis, ... that start one
 CLUSTER_PARAMS = {"redis-cluster", "cluster"}
 E2E_DIR = Path(__file__).parent / "e2e"
+SLOW_DIRS = tuple(Path(__file__).parent / name for name in ("e2e", "deploy", "benchmarks"))
+"""Every test in these starts processes (bots, nginx, prometheus) or a cluster: marked ``slow``."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test ``e2e`` (under tests/e2e), ``cluster`` and ``redis`` from the fixtures and fixture
-    parameters it uses (a module that starts its own servers sets ``pytestmark``)."""
+    parameters it uses (a module that starts its own servers sets ``pytestmark``), and ``slow`` under
+    SLOW_DIRS and with a cluster (a test elsewhere starting a process says ``@pytest.mark.slow``)."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         callspec = getattr(item, "callspec", None)
@@ -70,6 +91,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.cluster)
         if (cluster or names & REDIS_FIXTURES or params & REDIS_PARAMS) and item.get_closest_marker("redis") is None:
             item.add_marker(pytest.mark.redis)
+        slow = cluster or any(folder in item.path.parents for folder in SLOW_DIRS)
+        if slow and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
 
 
 _running: list[pytest.Item] = []
@@ -84,11 +108,11 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         _running.pop()
 
 
-def require_marker(name: str) -> None:
-    """Called where a redis-server is started: the test doing it must carry the marker ``name``, so
-    ``-m "not redis"`` / ``-m "not cluster"`` really runs without one."""
+def require_marker(name: str, what: str = "starts a redis-server") -> None:
+    """Called where a redis-server (or another process) is started: the test doing it must carry the
+    marker ``name``, so ``-m "not redis"`` / ``-m "not cluster"`` / ``-m "not slow"`` runs without one."""
     if _running and _running[-1].get_closest_marker(name) is None:
-        raise RuntimeError(f"{_running[-1].nodeid} starts a redis-server but is not marked {name!r}")
+        raise RuntimeError(f"{_running[-1].nodeid} {what} but is not marked {name!r}")
 
 
 def free_port() -> int:
@@ -271,6 +295,35 @@ async def queued_backend(request: pytest.FixtureRequest) -> AsyncIterator[Queued
 def store(backend: Backend) -> SessionStore:
     """The session store of each backend (the store contract runs over all of them)."""
     return backend.store
+
+
+@pytest.fixture
+def shown(request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]) -> Callable[[str], None]:
+    """Shows a line that is part of what a test shows, pass or fail: printed at once (capture off) or,
+    in a pytest-xdist worker (whose output is not shown), after the run (pytest_terminal_summary)."""
+
+    def show(text: str) -> None:
+        if hasattr(request.config, "workerinput"):
+            request.node.user_properties.append(("shown", text))
+        else:
+            with capsys.disabled():
+                print(text)
+
+    return show
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    lines = [
+        str(value)
+        for report in terminalreporter.getreports("")
+        if getattr(report, "when", None) == "teardown"
+        for name, value in getattr(report, "user_properties", ())
+        if name == "shown"
+    ]
+    if lines:
+        terminalreporter.section("shown by the tests")
+        for line in lines:
+            terminalreporter.write_line(line.strip("\n"))
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
 from redis.asyncio import Redis
 
 from bot.cli.chats import GONE, show
@@ -88,6 +89,7 @@ async def test_a_record_without_passage_ids_still_shows(real_redis: Redis) -> No
     assert await show(store, 8, out=io.StringIO()) == 1
 
 
+@pytest.mark.slow  # a new interpreter
 async def test_the_command_reads_redis_or_says_where_the_sessions_are(
     real_redis: Redis,
     redis_server: RedisServer,

@@ -81,6 +81,7 @@ def test_a_command_has_its_own_help(how: list[str], capsys: pytest.CaptureFixtur
     assert "{list,search,gaps}" in out and "dead-letters" not in out and "--certificate" not in out
 
 
+@pytest.mark.slow  # a new interpreter
 @pytest.mark.parametrize(
     ("args", "said"),
     [
@@ -102,6 +103,7 @@ def test_an_argument_mistake_exits_2_before_the_heavy_imports(args: list[str], s
     assert said in done.stderr and usage in done.stderr, done.stderr
 
 
+@pytest.mark.slow  # a new interpreter
 @pytest.mark.parametrize(
     ("args", "said"),
     [
@@ -120,6 +122,7 @@ def test_a_setting_a_command_needs_is_named_before_the_heavy_imports(
     assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
+@pytest.mark.slow  # a new interpreter
 async def test_knowledge_prints_no_redis_warning(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -130,6 +133,7 @@ async def test_knowledge_prints_no_redis_warning(tmp_path: Path) -> None:
     assert "REDIS_URL" not in err and "WARNING" not in err, err
 
 
+@pytest.mark.slow  # a new interpreter
 async def test_console_prints_no_redis_warning(tmp_path: Path, stub_llm: StubOpenAI) -> None:
     code, out, err = await run_bot(
         ["console", "--chat-id", "5"],

@@ -143,6 +143,7 @@ def test_the_suggested_alerts_name_real_metrics() -> None:
     assert used and used <= defined
 
 
+@pytest.mark.slow  # starts promtool
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool comes with Debian's prometheus package")
 def test_promtool_accepts_the_suggested_alerts(tmp_path: Path) -> None:
     rules = tmp_path / "rules.yml"

@@ -58,6 +58,7 @@ async def test_every_identifier_survives(
         assert summaries and not re.search(r"\d", digit_dropping_summary(summaries[0]))
 
 
+@pytest.mark.slow  # a new interpreter
 def test_cli_help() -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "eval", "--help"],
@@ -69,6 +70,7 @@ def test_cli_help() -> None:
     assert completed.returncode == 0 and "--base-url" in completed.stdout
 
 
+@pytest.mark.slow  # a new interpreter
 async def test_cli_runs_against_an_openai_compatible_endpoint(stub_llm: StubOpenAI) -> None:
     import asyncio
 

@@ -41,6 +41,7 @@ async def test_bot_session_uses_the_codec(monkeypatch: pytest.MonkeyPatch) -> No
         await bot.session.close()
 
 
+@pytest.mark.slow  # a new interpreter
 @pytest.mark.parametrize(("setting", "frozen"), [(None, True), ("off", False)])
 def test_the_startup_heap_is_frozen_unless_turned_off(setting: str | None, frozen: bool) -> None:
     """In a process of its own: a frozen heap stays frozen."""

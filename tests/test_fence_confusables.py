@@ -102,6 +102,6 @@ def test_only_the_opener_changes() -> None:
 def test_the_cleaner_is_linear_on_a_100_kb_pathological_line(line: str) -> None:
     """Each opener looks at most a bounded number of characters ahead: ~ms per 100 kB (the issue's
     1 s bound on a busy machine)."""
-    started = time.perf_counter()
+    started = time.thread_time()  # this thread's CPU time: what the cleaning costs, however busy the machine
     neutralize(line)
-    assert time.perf_counter() - started < 1.0
+    assert time.thread_time() - started < 1.0

@@ -41,11 +41,11 @@ class FloodedTelegram:
     [SendMessageDraft(chat_id=1, draft_id=1, text="partial"), SendChatAction(chat_id=1, action="typing")],
 )
 async def test_previews_are_never_retried(method: TelegramMethod[Any]) -> None:
-    telegram = FloodedTelegram(floods=1, retry_after=4)
+    telegram = FloodedTelegram(floods=1, retry_after=30)
     started = time.monotonic()
     with pytest.raises(TelegramRetryAfter):
         await RetryAfterMiddleware(retries=3, max_wait=60)(telegram, None, method)  # type: ignore[arg-type]
-    assert telegram.calls == 1 and time.monotonic() - started < 1
+    assert telegram.calls == 1 and time.monotonic() - started < 15  # no 30 s wait (however busy the machine)
 
 
 async def test_a_real_message_waits_and_is_sent() -> None:
@@ -61,7 +61,7 @@ async def test_waits_are_capped_in_count_and_total_time() -> None:
     started = time.monotonic()
     with pytest.raises(TelegramRetryAfter):
         await RetryAfterMiddleware(retries=3, max_wait=30)(too_long, None, message)  # type: ignore[arg-type]
-    assert too_long.calls == 1 and time.monotonic() - started < 1, "raised at once, no 31 s wait"
+    assert too_long.calls == 1 and time.monotonic() - started < 15, "raised at once, no 31 s wait"
     too_many = FloodedTelegram(floods=5, retry_after=0)
     with pytest.raises(TelegramRetryAfter):
         await RetryAfterMiddleware(retries=2, max_wait=30)(too_many, None, message)  # type: ignore[arg-type]

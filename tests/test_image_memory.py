@@ -77,6 +77,7 @@ def test_a_jpeg_is_budgeted_at_the_scale_libjpeg_decodes_it_at() -> None:
     assert (prepared.width, prepared.height) == (1152, 768)
 
 
+@pytest.mark.slow  # measured in a new interpreter
 @pytest.mark.parametrize("threads", [1, 4])
 def test_peak_memory_of_a_large_png_is_bounded(at_budget: bytes, threads: int) -> None:
     result = measure("new", at_budget, threads)
@@ -85,6 +86,7 @@ def test_peak_memory_of_a_large_png_is_bounded(at_budget: bytes, threads: int) -
     assert result["peak_mb"] < bound, f"{threads} image(s) at once raised the peak by {result['peak_mb']:.0f} MB"
 
 
+@pytest.mark.slow  # measured in a new interpreter
 def test_four_hostile_pngs_at_once_cost_next_to_nothing(over_budget: bytes) -> None:
     result = measure("new", over_budget, 4)
     assert result["outcomes"] == [reasons.TOO_BIG]

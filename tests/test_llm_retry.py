@@ -164,7 +164,7 @@ async def test_a_long_retry_after_is_not_slept_in_the_call(stub_llm: StubOpenAI)
     with pytest.raises(LLMUnavailableError) as gated:
         await llm.chat(PROMPT, on_delta=ignore)
     assert gated.value.requests == 0 and 28 < (gated.value.retry_after or 0) <= 30
-    assert len(stub_llm.requests) == 1 and time.monotonic() - started < 1
+    assert len(stub_llm.requests) == 1 and time.monotonic() - started < 15  # neither call waited the 30 s
 
 
 async def test_a_retry_after_makes_the_other_calls_of_the_process_wait(stub_llm: StubOpenAI) -> None:

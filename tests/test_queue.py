@@ -21,10 +21,38 @@ from tests.conftest import TEST_KEYS
 
 @pytest.fixture
 def queue(queued_backend: QueuedBackend) -> WorkQueue:
-    return queued_backend.queue(lease_ms=1000)
+    # a lease no busy machine outlasts between two steps; it runs out when the test says (lease_runs_out)
+    return queued_backend.queue(lease_ms=LONG_LEASE_MS)
 
 
 KEYS = TEST_KEYS
+LONG_LEASE_MS = 60_000
+
+
+async def watchdog_comes_due(queue: WorkQueue, claim: Claim) -> None:
+    """What the lease's time passing does to the ready set: the watchdog ``claim`` set, if it is still
+    there, is due now (its score moves to the past, and ``claim`` remembers the moved score, as it
+    would remember the one that lapsed)."""
+    assert isinstance(queue, RedisWorkQueue)
+    if await queue._redis.zscore(KEYS.ready, str(claim.chat_id)) == claim.watchdog:
+        await queue._redis.zadd(KEYS.ready, {str(claim.chat_id): 1})
+        claim.watchdog = 1
+
+
+async def lease_runs_out(queue: WorkQueue, claim: Claim) -> None:
+    """``claim``'s lease runs out now, as after its time in Redis: the lease key expires (waited for on
+    the condition, not a clock) and its watchdog is due. The leases are long so that a busy machine
+    cannot end one between a test's steps."""
+    assert isinstance(queue, RedisWorkQueue)
+    lease = KEYS.chat(claim.chat_id).lease
+    await queue._redis.pexpire(lease, 1)
+    for _ in range(500):
+        if not await queue._redis.exists(lease):
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("the lease did not expire")
+    await watchdog_comes_due(queue, claim)
 
 
 async def take(queue: WorkQueue, token: str) -> tuple[Claim, Step] | None:
@@ -89,10 +117,7 @@ async def test_attempts_are_counted_across_workers(queue: WorkQueue, queued_back
     taken = await take(queue, "w1")
     assert taken is not None and taken[1].item is not None
     assert taken[1].item.started == 1 and taken[1].item.vanished_attempts == 0
-    await asyncio.sleep(1.05)  # w1 died mid-item
-    # the heir holds a long lease: with a short one a CPU-starved run (the background unit pass at nice 10)
-    # lost it between its steps ("lost" instead of the item)
-    queue = queued_backend.queue(lease_ms=10_000)
+    await lease_runs_out(queue, taken[0])  # w1 died mid-item
     heir = await take(queue, "w2")
     assert heir is not None and heir[1].item is not None
     assert heir[1].item.started == 2 and heir[1].item.vanished_attempts == 1
@@ -113,7 +138,7 @@ async def test_dead_worker_is_taken_over_after_the_lease(queue: WorkQueue) -> No
     dead = await take(queue, "w1")
     assert dead is not None
     assert await take(queue, "w2") is None
-    await asyncio.sleep(1.05)
+    await lease_runs_out(queue, dead[0])
     heir = await take(queue, "w2")
     assert heir is not None and heir[0].chat_id == 1
     assert heir[1].item is not None and heir[1].item.payload == "a"
@@ -127,7 +152,7 @@ async def test_lost_lease_leaves_the_chat_due(queue: WorkQueue) -> None:
     await queue.enqueue(1, "u1", "a", order=1)
     first = await take(queue, "w1")
     assert first is not None
-    await asyncio.sleep(1.05)  # w1 paused past its lease
+    await lease_runs_out(queue, first[0])  # w1 paused past its lease
     await queue.enqueue(1, "u2", "b", order=2)
     step = await queue.next(first[0], done=first[1].item)
     assert step.kind == "lost"
@@ -159,7 +184,7 @@ async def test_release_drops_the_watchdog_but_not_new_work(queue: WorkQueue) -> 
     taken = await take(queue, "w1")
     assert taken is not None
     assert (await queue.next(taken[0], done=taken[1].item)).kind == "released"
-    await asyncio.sleep(1.05)
+    await watchdog_comes_due(queue, taken[0])  # the lease's time passes
     assert await queue.claim("w2") is None  # nothing due: the watchdog was dropped
     await queue.enqueue(1, "u2", "b", order=2)
     assert await take(queue, "w2") is not None
@@ -233,37 +258,27 @@ async def test_a_failed_attempt_keeps_its_reply_marks_too(queued_backend: Queued
 
 
 async def test_reply_marks_are_fenced_like_the_acknowledgement(queued_backend: QueuedBackend) -> None:
-    queue, store = queued_backend.queue(lease_ms=1000), queued_backend.store
+    queue, store = queued_backend.queue(lease_ms=LONG_LEASE_MS), queued_backend.store
     await queue.enqueue(1, "u1", "a", order=1)
     stale = await take(queue, "w1")
     assert stale is not None and stale[1].item is not None
-    await asyncio.sleep(1.05)  # paused past its lease; another worker takes the chat
+    await lease_runs_out(queue, stale[0])  # paused past its lease; another worker takes the chat
     assert await take(queue, "w2") is not None
     assert (await queue.next(stale[0], done=stale[1].item, replied=("u1",))).kind == "lost"
     await queue.note(stale[0], stale[1].item, "failed", replied=("u1",))
     assert not (await store.turn_status(1, "u1")).replied, "a worker without the lease marked a reply"
 
 
-async def lease_lapses(queue: WorkQueue, chat_id: int) -> None:
-    """Wait (on the condition, not a clock) until the chat's lease expired in Redis."""
-    assert isinstance(queue, RedisWorkQueue)
-    for _ in range(500):
-        if not await queue._redis.exists(KEYS.chat(chat_id).lease):
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the lease did not expire")
-
-
 async def test_reply_marks_outlive_a_lapsed_lease_that_nobody_took(queued_backend: QueuedBackend) -> None:
     """Issue 36: Redis stalled past the lease after the reply went out, before the acknowledgement
     carrying its mark. Nobody else took the chat: the item is not acknowledged (the next holder takes
     it again) but the mark is written, so the next holder finds the turn answered and sends nothing."""
-    queue, store = queued_backend.queue(lease_ms=300), queued_backend.store
+    queue, store = queued_backend.queue(lease_ms=LONG_LEASE_MS), queued_backend.store
     await queue.enqueue(1, "u1", "a", order=1)
     await queue.enqueue(1, "u2", "b", order=2)
     stalled = await take(queue, "w1")
     assert stalled is not None and stalled[1].item is not None
-    await lease_lapses(queue, 1)
+    await lease_runs_out(queue, stalled[0])
     assert (await queue.next(stalled[0], done=stalled[1].item, replied=("u1",))).kind == "lost"
     assert (await store.turn_status(1, "u1")).replied, "the sender's own record was refused"
     await queue.note(stalled[0], stalled[1].item, "failed", replied=("u2",))
@@ -277,11 +292,11 @@ async def test_reply_marks_outlive_a_lapsed_lease_that_nobody_took(queued_backen
 async def test_a_give_up_stage_outlives_a_lapsed_lease_that_nobody_took(queued_backend: QueuedBackend) -> None:
     """Like a reply mark, how far giving an update up got records what was done (the customer told):
     kept after the writer's lease lapsed while nobody took the chat, refused once another worker has."""
-    queue = queued_backend.queue(lease_ms=300)
+    queue = queued_backend.queue(lease_ms=LONG_LEASE_MS)
     await queue.enqueue(1, "u1", "a", order=1)
     stalled = await take(queue, "w1")
     assert stalled is not None and stalled[1].item is not None
-    await lease_lapses(queue, 1)
+    await lease_runs_out(queue, stalled[0])
     await queue.given_up(stalled[0], stalled[1].item, TOLD)
     heir = await take(queue, "w2")
     assert heir is not None and heir[1].item is not None and heir[1].item.given_up == TOLD

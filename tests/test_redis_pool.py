@@ -84,11 +84,13 @@ async def test_waiters_are_served_in_the_order_they_came(redis_server: RedisServ
 
 
 class SlowConnect(Connection):
-    """Opening a connection takes 0.5 s (a TLS handshake to a distant server, say)."""
+    """Opening a connection takes until the test lets it finish (a TLS handshake to a distant server)."""
+
+    finish = asyncio.Event()
 
     async def connect(self) -> None:
         if not self.is_connected:
-            await asyncio.sleep(0.5)
+            await self.finish.wait()
         await super().connect()
 
 
@@ -96,14 +98,17 @@ async def test_a_connection_being_opened_does_not_hold_a_second_place(redis_serv
     pool = WaitingConnectionPool(
         host="127.0.0.1", port=redis_server.port, max_connections=2, timeout=5.0, connection_class=SlowConnect
     )
+    SlowConnect.finish = asyncio.Event()
+    SlowConnect.finish.set()
     try:
         first = await pool.get_connection()
-        opening = asyncio.create_task(pool.get_connection())  # makes the second connection: 0.5 s
+        SlowConnect.finish.clear()
+        opening = asyncio.create_task(pool.get_connection())  # makes the second connection: held open
         await asyncio.sleep(0.05)
         await pool.release(first)
-        started = time.perf_counter()
-        again = await pool.get_connection()  # the idle first connection, at once
-        assert time.perf_counter() - started < 0.2
+        again = await asyncio.wait_for(pool.get_connection(), 10)  # the idle first connection, at once
+        assert not opening.done(), "the second connection is still being opened"
+        SlowConnect.finish.set()
         assert again is first
         await pool.release(again)
         await pool.release(await opening)
@@ -120,13 +125,13 @@ class RefusedConnect(Connection):
 
 async def test_a_failed_connect_hands_its_place_to_the_next_waiter_at_once() -> None:
     pool = WaitingConnectionPool(
-        host="127.0.0.1", port=1, max_connections=1, timeout=3.0, connection_class=RefusedConnect
+        host="127.0.0.1", port=1, max_connections=1, timeout=30.0, connection_class=RefusedConnect
     )
     try:
         started = time.perf_counter()
         outcomes = await asyncio.gather(pool.get_connection(), pool.get_connection(), return_exceptions=True)
         assert [str(o) for o in outcomes] == ["connect failed (test)"] * 2  # not "No connection available."
-        assert time.perf_counter() - started < 1.5
+        assert time.perf_counter() - started < 15  # not the pool's 30 s timeout
         assert settled(pool)
     finally:
         await pool.aclose()
@@ -138,13 +143,15 @@ async def test_a_command_that_waits_past_the_timeout_fails_as_redis_py_s_blockin
     pool = WaitingConnectionPool.from_url(redis_server.url, max_connections=1, timeout=0.2)
     client = Redis.from_pool(pool)
     try:
-        holder = asyncio.create_task(client.blpop(["pool:empty:long"], timeout=1))
+        holder = asyncio.create_task(client.blpop(["pool:empty:long"], timeout=60))  # until pushed below
         await asyncio.sleep(0.02)
         started = time.perf_counter()
         with pytest.raises(RedisConnectionError, match="No connection available"):
             await client.ping()
-        assert 0.2 <= time.perf_counter() - started < 0.9
+        assert 0.2 <= time.perf_counter() - started < 30  # the pool's timeout, not the holder's end
         assert not pool._waiters and pool._granted == 0
+        async with Redis.from_url(redis_server.url) as other:
+            await other.lpush("pool:empty:long", "x")
         await holder
         assert await client.ping() is True
         assert settled(pool)
@@ -183,13 +190,13 @@ async def test_a_connection_that_cannot_be_made_gives_its_place_back() -> None:
     with socket.socket() as unheard:  # bound, never listening: connecting is refused
         unheard.bind(("127.0.0.1", 0))
         port = unheard.getsockname()[1]
-        pool = WaitingConnectionPool.from_url(f"redis://127.0.0.1:{port}/0", max_connections=1, timeout=2.0)
+        pool = WaitingConnectionPool.from_url(f"redis://127.0.0.1:{port}/0", max_connections=1, timeout=30.0)
         try:
             for _ in range(2):  # the second fails the same way at once: the first left no place taken
                 started = time.perf_counter()
                 with pytest.raises(RedisConnectionError, match="Error 111 connecting"):
                     await pool.get_connection()
-                assert time.perf_counter() - started < 1.5
+                assert time.perf_counter() - started < 15  # not the pool's 30 s timeout
                 assert settled(pool)
         finally:
             await pool.aclose()

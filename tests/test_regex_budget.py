@@ -250,7 +250,7 @@ def assert_linear(what: str, run_at: Callable[[int], Callable[[], object]]) -> N
     """``run_at(size)`` is the work on a ``size`` input: within the budget at 100 kB, and when it is
     slow at all, not growing quadratically from 10 kB."""
     for size in (SIZE // 100, SIZE // 10):  # a cubic case fails in seconds, not after hours at 100 kB
-        small_cpu = _cpu_seconds(run_at(size))
+        small_cpu = _cpu_seconds(run_at(size), repeats=2)  # the best of two: a first call's set-up aside
         assert small_cpu < BUDGET_SECONDS / 10, f"{what}: {small_cpu:.2f} s already on {size // 1000} kB"
     big = run_at(SIZE)
     cpu = _cpu_seconds(big)  # this thread's CPU time: what the work costs, however busy the machine
@@ -460,6 +460,9 @@ def test_text_function_is_linear_on_pathological_lines(function: str) -> None:
         assert_linear(f"{function}({maker})", lambda size, maker=maker: lambda: run(line(maker, size)))
 
 
+SANDBOX_BUDGET_SECONDS = 5.0
+"""Wall time for the attack read in the sandbox's child (its CPU time is not this thread's): the
+patterns fixed took 13.7 s on it, linear work milliseconds; a busy machine stays far below 5 s."""
 ATTACK = "# Refunds" + " " * 2_600 + "policy\n\nText under it.\n"
 """The 2.6 kB Markdown file of issue 36: one heading line with a run of spaces inside (13.7 s at
 2 000 spaces, minutes at 5 000, holding the GIL of the process that serves every chat)."""
@@ -470,12 +473,15 @@ def test_the_markdown_heading_attack_as_a_customer_document_is_read_promptly() -
     from services.media.customer_documents import read_customer_document
 
     counter = TokenCounter.for_encoding()
+    read_customer_document(
+        b"# Warm\n\nup.\n", file_name="a.md", mime_type="text/markdown", max_tokens=100, counter=counter
+    )
     for attack in (ATTACK, ATTACK.replace(" " * 2_600, " " * 5_000), ATTACK.replace(" " * 2_600, " #" * 2_500)):
         started = time.perf_counter()
         document = read_customer_document(
             attack.encode(), file_name="faq.md", mime_type="text/markdown", max_tokens=20_000, counter=counter
         )
-        assert time.perf_counter() - started < BUDGET_SECONDS
+        assert time.perf_counter() - started < SANDBOX_BUDGET_SECONDS
         assert document.text.startswith("Refunds") and document.text.endswith("Text under it.")
 
 
@@ -484,9 +490,11 @@ def test_the_markdown_heading_attack_in_knowledge_dir_is_read_promptly(tmp_path:
 
     path = tmp_path / "faq.md"
     path.write_text(ATTACK, encoding="utf-8")
+    (tmp_path / "warm.md").write_text("# Warm\n\nup.\n", encoding="utf-8")
+    read_document(tmp_path / "warm.md", relative="warm.md", max_bytes=1_000_000)  # the sandbox's child starts
     started = time.perf_counter()
     document = read_document(path, relative="faq.md", max_bytes=1_000_000)
-    assert time.perf_counter() - started < BUDGET_SECONDS
+    assert time.perf_counter() - started < SANDBOX_BUDGET_SECONDS
     assert document.sections[0].headings == ("Refunds" + " " + "policy",)
 
 
@@ -499,10 +507,9 @@ def test_a_reply_is_rendered_promptly_up_to_the_plain_text_cap() -> None:
 
     shapes = {**{name: maker(RENDER_MAX_CHARS) for name, maker in CORE.items()}, "indent": NESTED_BY_INDENT}
     shapes["eight lists per line"] = _repeat("+ + + + + + + + a\n", RENDER_MAX_CHARS)
+    render_chunks("warm-up")  # the converter's set-up on its first call is not the shape's cost
     for name, text in shapes.items():
-        started = time.perf_counter()
-        render_chunks(text)
-        assert time.perf_counter() - started < BUDGET_SECONDS, name
+        assert _cpu_seconds(lambda text=text: render_chunks(text)) < BUDGET_SECONDS, name
 
 
 def test_a_long_or_deeply_nested_reply_is_sent_as_plain_text() -> None:

@@ -86,6 +86,7 @@ async def run_bots(cases: list[dict[str, str]], root: Path, within: float = 120)
     return list(await asyncio.gather(*(one(index, env) for index, env in enumerate(cases))))
 
 
+@pytest.mark.slow  # a new interpreter
 async def test_settings_mistakes_are_one_line_each_all_at_once_without_secrets(tmp_path: Path) -> None:
     """Caught when the settings are read, before the heavy imports: each process stops at once."""
     nowhere = f"http://127.0.0.1:{closed_port()}"

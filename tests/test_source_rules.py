@@ -5,6 +5,7 @@ by a module whose docstring says why (the word "private")."""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import re
@@ -116,14 +117,19 @@ def _dependency_class(base: str, imported: dict[str, str]) -> type | None:
     return value if isinstance(value, type) else None
 
 
+@functools.cache
+def _class_source(cls: type) -> str:
+    """The source of a dependency class ("" for a built-in one); read once (it is slow)."""
+    try:
+        return inspect.getsource(cls)
+    except (OSError, TypeError):  # a built-in class
+        return ""
+
+
 def _used_by(classes: list[type], name: str) -> bool:
     """Whether ``name`` occurs in the source of these dependency classes or of their bases."""
     for cls in {klass for top in classes for klass in top.__mro__}:
-        try:
-            source = inspect.getsource(cls)
-        except (OSError, TypeError):  # a built-in class
-            continue
-        if re.search(rf"\b{re.escape(name)}\b", source):
+        if re.search(rf"\b{re.escape(name)}\b", _class_source(cls)):
             return True
     return False
 

@@ -247,7 +247,7 @@ async def test_a_retried_turn_is_drafted_afresh(
         async def asked() -> bool:
             return len(stub_llm.chat_requests) == 1
 
-        await eventually(asked, within=5, what="the model call")
+        await eventually(asked, within=30, what="the model call")
         session = await bot.store.load(CHAT)  # the turn has loaded the chat: a commit now outdates it
         await bot.store.commit_turn(CHAT, expected_version=session.version, messages=[])
         assert await telegram.wait_messages(CHAT, 1) == [retried.strip()]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import aiohttp
@@ -45,7 +45,7 @@ async def test_a_master_restart_mid_run_loses_nothing(
     own_cluster: RedisClusterServers,
     tmp_path: Path,
     processes: list[BotProcess],
-    capsys: pytest.CaptureFixture[str],
+    shown: Callable[[str], None],
 ) -> None:
     stub_llm.latency = 0.05
     env = base_env(telegram, stub_llm) | {
@@ -98,20 +98,21 @@ async def test_a_master_restart_mid_run_loses_nothing(
     try:
         await wait_all_answered(telegram, chats, MESSAGES, within=90)
     except AssertionError:
-        with capsys.disabled():
-            print(f"\noutage: {outage}\n{await _unanswered_state(client, telegram, chats)}")
-            print("dead letters:", await client.hgetall(KEYS.dead_items))
-            for index, worker in enumerate(processes):
-                print(f"--- worker {index} log tail ---\n{worker.log.decode(errors='replace')[-4000:]}")
+        tails = [
+            f"--- worker {i} log tail ---\n{w.log.decode(errors='replace')[-4000:]}" for i, w in enumerate(processes)
+        ]
+        shown(
+            f"\noutage: {outage}\n{await _unanswered_state(client, telegram, chats)}\n"
+            f"dead letters: {await client.hgetall(KEYS.dead_items)}\n" + "\n".join(tails)
+        )
         raise
     report = await check(telegram, RedisSessionStore(redis=client, keys=KEYS), chats, MESSAGES, started)
     await client.aclose()
-    with capsys.disabled():
-        print(
-            f"\ncluster master restart: {report.line()} intake_retries={sender.retries} "
-            f"answered_before_kill={outage['answered_before']:.0f} "
-            f"cluster_fail_after={outage['fail_seen_after']:.1f}s master_down={outage['down_seconds']:.1f}s"
-        )
+    shown(
+        f"\ncluster master restart: {report.line()} intake_retries={sender.retries} "
+        f"answered_before_kill={outage['answered_before']:.0f} "
+        f"cluster_fail_after={outage['fail_seen_after']:.1f}s master_down={outage['down_seconds']:.1f}s"
+    )
     assert outage["answered_before"] < CHATS * MESSAGES, "the master died in the middle of the run"
     assert sender.retries > 0, "intake refused updates while the cluster was down"
     assert report.answered == report.sent == CHATS * MESSAGES

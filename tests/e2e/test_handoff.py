@@ -393,7 +393,7 @@ async def test_an_operator_posting_as_an_anonymous_admin_is_relayed(
         }  # fmt: skip
         update["message"]["sender_chat"] = {"id": GROUP, "type": "supergroup", "title": "Support"}
         telegram.push(update)
-        await telegram.wait_for(lambda: len(telegram.of("copyMessage", CHAT)) == 1, within=5)
+        await telegram.wait_for(lambda: len(telegram.of("copyMessage", CHAT)) == 1, within=30)
     finally:
         await bot.stop()
 
@@ -472,6 +472,6 @@ async def test_one_failing_overdue_notice_does_not_stop_the_deadline_watcher(
         await telegram.wait_for(lambda: not telegram.faults["sendMessage"])
         other = CHAT + 1
         await _open_handoff(telegram, other)
-        await telegram.wait_for(lambda: TEXTS["en"]["handoff_slow"] in telegram.texts_to(other), within=5)
+        await telegram.wait_for(lambda: TEXTS["en"]["handoff_slow"] in telegram.texts_to(other), within=30)
     finally:
         await bot.stop()

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -181,7 +182,7 @@ async def test_queued_workers_relay_in_order_exactly_once_through_a_sigkill(
     shared_redis: SharedRedis,
     tmp_path: Path,
     processes: list[BotProcess],
-    capsys: pytest.CaptureFixture[str],
+    shown: Callable[[str], None],
 ) -> None:
     """On one redis-server and on a 3-master Redis Cluster (the global handoff keys live in another
     slot than the chats' keys)."""
@@ -207,11 +208,10 @@ async def test_queued_workers_relay_in_order_exactly_once_through_a_sigkill(
     for chat in CHATS:
         for copies in (copied_to_topic(telegram, topics, chat), copied_to_customer(telegram, chat)):
             doubled[chat] = doubled.get(chat, 0) + len(copies) - len(set(copies))
-    with capsys.disabled():
-        print(
-            f"\nhandoff relay ({shared_redis.mode}), 3 workers, one SIGKILLed: chats={len(CHATS)} rounds={ROUNDS} "
-            f"held_by_the_killed_worker={len(held_at_kill)} doubled={sum(doubled.values())}"
-        )
+    shown(
+        f"\nhandoff relay ({shared_redis.mode}), 3 workers, one SIGKILLed: chats={len(CHATS)} rounds={ROUNDS} "
+        f"held_by_the_killed_worker={len(held_at_kill)} doubled={sum(doubled.values())}"
+    )
     assert relay.killed, "a worker was killed while it held a handoff chat"
     for chat in CHATS:
         # nothing lost, nothing reordered; the only copy that can come twice is the one a worker was

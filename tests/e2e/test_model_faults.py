@@ -96,9 +96,9 @@ async def test_a_persistent_429_costs_a_bounded_number_of_requests(
         stub_llm.always = rate_limited(retry_after="30")
         started = time.monotonic()
         telegram.send_text(806, "hello?")
-        assert await telegram.wait_messages(806, 1, within=5) == [UNAVAILABLE]
+        assert await telegram.wait_messages(806, 1, within=10) == [UNAVAILABLE]
         telegram.send_text(807, "anyone?")
-        assert await telegram.wait_messages(807, 1, within=5) == [UNAVAILABLE]
-        assert len(stub_llm.requests) == 4 and time.monotonic() - started < 3
+        assert await telegram.wait_messages(807, 1, within=10) == [UNAVAILABLE]
+        assert len(stub_llm.requests) == 4 and time.monotonic() - started < 25  # no 30 s wait in a turn
     finally:
         await bot.stop()

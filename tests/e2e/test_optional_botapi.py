@@ -110,7 +110,7 @@ async def test_per_turn_comforts_failing_leave_no_orphaned_task_and_the_answer_g
     try:
         for n in range(2):
             telegram.send_text(63, f"question {n}")
-            answer = (await telegram.wait_messages(63, n + 1, within=5))[-1]
+            answer = (await telegram.wait_messages(63, n + 1, within=30))[-1]
             assert answer.startswith(f"Support answer to: question {n}"), answer
         assert telegram.of("sendMessageDraft", 63) and telegram.of("sendChatAction", 63)
         before, window = len(telegram.polls), 1.0  # a measurement window (see above)

@@ -153,7 +153,7 @@ async def test_a_key_revoked_mid_run_is_an_operator_visible_outage_then_answered
     async def cleared() -> bool:
         return await metric(ops, 'sb_llm_provider_refusing{call="chat"}') == 0.0
 
-    await eventually(cleared, within=5, what="the refusing gauge to clear")
+    await eventually(cleared, within=30, what="the refusing gauge to clear")
     assert (await readyz(ops))["checks"]["model_provider"] is True
     assert await real_redis.zcard(KEYS.dead_index) == 0
 
@@ -186,7 +186,7 @@ async def test_in_process_mode_a_refused_key_says_temporarily_unavailable_and_de
     process, ops = await started(env | {"LLM_PROBE_INTERVAL_SECONDS": "0.2"}, tmp_path, processes)
     await _recovers_without_traffic(telegram, stub_llm, ops, 880500, EN["llm_unavailable"])
     assert telegram.texts_to(880500) == [EN["llm_unavailable"]]
-    await process.wait_log("OPENAI_API_KEY", within=5)
+    await process.wait_log("OPENAI_API_KEY", within=30)
 
 
 async def _recovers_without_traffic(
@@ -204,7 +204,7 @@ async def _recovers_without_traffic(
     async def ready() -> bool:
         return (await readyz(ops))["checks"]["model_provider"] is True
 
-    await eventually(ready, within=5, what="/readyz's model_provider check to recover")
+    await eventually(ready, within=30, what="/readyz's model_provider check to recover")
     assert await metric(ops, 'sb_llm_provider_refusing{call="chat"}') == 0.0
 
 

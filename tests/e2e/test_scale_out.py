@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -51,7 +52,7 @@ async def test_webhook_workers_survive_a_sigkill(
     serve_received: bool,
     tmp_path: Path,
     processes: list[BotProcess],
-    capsys: pytest.CaptureFixture[str],
+    shown: Callable[[str], None],
 ) -> None:
     stub_llm.latency = 0.05
     real_redis = shared_redis.client
@@ -110,11 +111,10 @@ async def test_webhook_workers_survive_a_sigkill(
         # worker took at intake does not
         wake_ups = (await real_redis.info("commandstats")).get("cmdstat_lpush", {}).get("calls", 0)
         variant += f", serve received, wake_ups={wake_ups}"
-    with capsys.disabled():  # the counts are part of what this test shows, pass or fail
-        print(
-            f"\nwebhook scale-out ({variant}): {report.line()} intake_retries={sender.retries} "
-            f"chats_in_progress_at_kill={len(held_by_victim)}"
-        )
+    shown(  # the counts are part of what this test shows, pass or fail
+        f"\nwebhook scale-out ({variant}): {report.line()} intake_retries={sender.retries} "
+        f"chats_in_progress_at_kill={len(held_by_victim)}"
+    )
     assert held_by_victim, "the victim was killed while serving chats"
     assert processes[0].process is not None and processes[0].process.returncode == -signal.SIGKILL
     assert report.answered == report.sent == CHATS * MESSAGES
@@ -130,7 +130,7 @@ async def test_polling_leader_killed(
     shared_redis: SharedRedis,
     tmp_path: Path,
     processes: list[BotProcess],
-    capsys: pytest.CaptureFixture[str],
+    shown: Callable[[str], None],
 ) -> None:
     stub_llm.latency = 0.05
     real_redis = shared_redis.client
@@ -164,8 +164,7 @@ async def test_polling_leader_killed(
     report = await check(
         telegram, RedisSessionStore(redis=real_redis, keys=KeySpace("sb", "123456")), chats, MESSAGES, started
     )
-    with capsys.disabled():
-        print(f"\npolling scale-out ({shared_redis.mode}): {report.line()} getUpdates_conflicts={telegram.conflicts}")
+    shown(f"\npolling scale-out ({shared_redis.mode}): {report.line()} getUpdates_conflicts={telegram.conflicts}")
     assert new_leader != leader_pid
     assert report.answered == report.sent and report.lost == 0 and report.doubled == 0
     assert report.out_of_order == 0 and report.stored_turns == CHATS * MESSAGES

@@ -104,7 +104,7 @@ async def test_queued_summaries_without_structured_output(
         async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as response:
             return calls_scraped(await response.text()) == len(stub_llm.summary_requests)
 
-    await eventually(all_counted, within=5, what="sb_summary_calls_total to count every summary request")
+    await eventually(all_counted, within=30, what="sb_summary_calls_total to count every summary request")
     await worker.stop()
     assert not result.order_verbatim
     assert result.order_in_summary, f"{mode}: the order number was lost from the prompt"

@@ -41,7 +41,7 @@ async def test_a_refused_summary_model_is_operator_visible_and_a_handoff_still_e
 
         telegram.push(telegram.operator_update(GROUP, thread, DECISION + " Tracking 55012-1299."))
         telegram.push(telegram.operator_update(GROUP, thread, "/close"))
-        await telegram.wait_for(lambda: TEXTS["en"]["handoff_closed"] in telegram.texts_to(CHAT), within=5)
+        await telegram.wait_for(lambda: TEXTS["en"]["handoff_closed"] in telegram.texts_to(CHAT), within=30)
         summary = (await bot.store.load(CHAT)).summary
         assert summary is not None and "55012-1299" in " ".join(summary.key_facts), "folded by identifiers"
         assert len(stub_llm.summary_requests) == 2, "the ticket and the transcript: one refused request each"

@@ -34,6 +34,11 @@ class StubEmbeddings:
     """The inputs of every request, in order."""
     gate: asyncio.Event | None = None
     """While set to an Event not yet set, requests are recorded on arrival and answered once it is."""
+    _stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def stop(self) -> None:
+        """Release the requests held by ``hang`` (the server's shutdown would wait for them)."""
+        self._stopping.set()
 
     @property
     def embedded(self) -> list[str]:
@@ -52,8 +57,8 @@ class StubEmbeddings:
         if self.mode == "rate_limited":
             error = {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}
             return web.json_response({"error": error}, status=429, headers={"retry-after": "20"})
-        if self.mode == "hang":
-            await asyncio.sleep(3600)
+        if self.mode == "hang":  # held until the stub stops (an hour at most)
+            await asyncio.wait_for(self._stopping.wait(), 3600)
         vectors = [stub_vector(str(text)) for text in inputs]
         if self.mode == "wrong_count":
             vectors = vectors[:-1]

@@ -269,7 +269,9 @@ class StubOpenAI:
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/embeddings", self.embeddings.handle)
         app.router.add_post("/v1/audio/transcriptions", self.transcriptions.handle)
-        self._runner = web.AppRunner(app, access_log=None)
+        # a request answered before its body was read (a 413) is drained for at most 1 s after the
+        # answer (aiohttp's default, 10 s, made stopping the stub after such a test wait 10 s)
+        self._runner = web.AppRunner(app, access_log=None, lingering_time=1.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
@@ -279,6 +281,7 @@ class StubOpenAI:
 
     async def stop(self) -> None:
         self.transcriptions.stop()
+        self.embeddings.stop()
         if self._runner is not None:
             await self._runner.cleanup()
 
