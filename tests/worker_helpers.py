@@ -1,4 +1,4 @@
-"""Builders shared by the queue worker's tests (tests/test_worker.py, tests/test_serving_faults.py); their
+"""Builders shared by the queue worker's tests (tests/unit/bot/queueing/test_worker.py, tests/unit/bot/queueing/test_serving_faults.py); their
 ``bot`` fixture is in tests/conftest.py."""
 
 from __future__ import annotations

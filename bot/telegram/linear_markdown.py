@@ -56,7 +56,7 @@ ORIGINAL_SOURCES = {
     "_LATEX_INLINE_P": LATEX_INLINE.pattern.pattern,
 }
 """What each replaced pattern of the library is: one that changed upstream is left alone (and
-tests/test_regex_budget.py fails until it is looked at again)."""
+tests/unit/project/test_regex_budget.py fails until it is looked at again)."""
 
 
 def install() -> None:

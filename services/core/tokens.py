@@ -36,7 +36,7 @@ class EncodingSpec:
 
 
 # Same values as tiktoken_ext.openai_public.o200k_base(); that function would download the ranks,
-# so they are restated here. tests/test_tokens.py proves equality against tiktoken's own loader.
+# so they are restated here. tests/unit/services/core/test_tokens.py proves equality against tiktoken's own loader.
 _O200K_PATTERN = "|".join(
     [
         r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",

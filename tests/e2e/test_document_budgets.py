@@ -29,7 +29,7 @@ from tests.e2e.waiting import eventually
 from tests.hostile_pdfs import form_fan_out_pdf, many_pages_pdf
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
-from tests.test_document_budgets import sandbox_children
+from tests.unit.services.knowledge.test_document_budgets import sandbox_children
 
 __all__ = ["media_bot"]  # the fixture, shared with test_media
 

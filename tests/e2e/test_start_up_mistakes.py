@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.stubs.openai_server import StubOpenAI
 from tests.stubs.telegram_server import StubTelegram
-from tests.test_settings_errors import API_KEY, assert_one_line_error, closed_port, run_bots
+from tests.unit.bot.cli.test_settings_errors import API_KEY, assert_one_line_error, closed_port, run_bots
 
 
 async def test_start_up_mistakes_are_one_line_each_without_secrets(

@@ -2,7 +2,7 @@
 
 Kept because redis-py's ``BlockingConnectionPool`` loses a wake-up on Python 3.11: a waiter woken by a
 release and cancelled before it runs keeps the freed place, so the next command waits out the whole
-timeout (``tests/test_redis_pool.py``). Here a free connection is handed out as
+timeout (``test_redis_pool.py``). Here a free connection is handed out as
 ``ConnectionPool`` does; when all ``max_connections`` are busy a command queues (FIFO) for at most
 ``timeout`` seconds, and a cancelled waiter passes its place on. It uses ``ConnectionPool``'s private
 ``_lock`` and ``_in_use_connections`` (a test checks they exist).
