@@ -1,5 +1,5 @@
-"""Builders shared by the queue worker's tests (tests/unit/bot/queueing/test_worker.py, tests/unit/bot/queueing/test_serving_faults.py); their
-``bot`` fixture is in tests/conftest.py."""
+"""Builders shared by the queue worker's tests (tests/unit/bot/queueing/test_worker.py and
+test_serving_faults.py); their ``bot`` fixture is in tests/conftest.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What every backend promises besides the store contract (tests/unit/services/backends/test_store_contract.py): the rate
+"""What every backend promises besides the store contract (test_store_contract.py): the rate
 limit rule, /forget deleting every record of a chat, the readiness ping. Runs over every backend
 through the one ``backend`` fixture (tests/conftest.py)."""
 
