@@ -284,7 +284,15 @@ class _Chaos:
         if self.faulty:
             dead = await RedisDeadLetters(redis=admin, keys=keys).list(limit=DEAD_LETTERS_KEPT)
             found = await figures(
-                self.proxy, self.telegram, sessions, chats, args.messages, dead, self.sender.update_ids
+                self.proxy,
+                self.telegram,
+                sessions,
+                chats,
+                args.messages,
+                dead,
+                self.sender.update_ids,
+                taken_over(self.workers),
+                args.lease,
             )
             report.lost = found.lost  # a message given up (and told so) is not lost
         redelivered = sum(len(times) for times in redelivered_at.values())
@@ -374,6 +382,22 @@ def redeliveries(workers: list[BotProcess]) -> dict[tuple[int, str], list[float]
             at = datetime.strptime(when, "%Y-%m-%d %H:%M:%S,%f").timestamp()
             found.setdefault((int(chat), turn), []).append(at)
     return {key: sorted(times) for key, times in found.items()}
+
+
+# a worker's heartbeat finding another worker holding its chat (its running attempt is cancelled)
+_TAKEN_OVER = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) WARNING [\w.]+: chat (-?\d+): lease lost \(another worker holds it\)",
+    re.MULTILINE,
+)
+
+
+def taken_over(workers: list[BotProcess]) -> dict[int, list[float]]:
+    """Chat → wall times at which a worker found another holding the chat it was serving (its logs)."""
+    found: dict[int, list[float]] = {}
+    for worker in workers:
+        for when, chat in _TAKEN_OVER.findall(worker.log.decode(errors="replace")):
+            found.setdefault(int(chat), []).append(datetime.strptime(when, "%Y-%m-%d %H:%M:%S,%f").timestamp())
+    return found
 
 
 def _clock(times: list[float]) -> str:

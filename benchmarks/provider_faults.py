@@ -15,6 +15,7 @@ import random
 import re
 import time
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +87,8 @@ class Logged:
     fault: str
     status: int
     retry_after: float | None
+    wall: float = 0.0
+    """When the request arrived (wall clock), to match the workers' logs."""
 
 
 @dataclass
@@ -136,7 +139,7 @@ class FaultProxy:
             return web.Response(body=await upstream.read(), status=upstream.status, content_type="application/json")
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
-        at = time.monotonic()
+        at, wall = time.monotonic(), time.time()
         raw = await request.read()
         body = json.loads(raw)
         question, summary, stream = question_of(body), "response_format" in body, bool(body.get("stream"))
@@ -155,7 +158,7 @@ class FaultProxy:
             response, status, wait = await self._answer(request, raw, fault, header, stream, rng)
         except ConnectionResetError:  # the bot gave up the request (a worker killed, a turn cancelled)
             response, status, wait = web.Response(status=500), 0, None
-        self.log.append(Logged(at, time.monotonic(), question, summary, stream, fault, status, wait))
+        self.log.append(Logged(at, time.monotonic(), question, summary, stream, fault, status, wait, wall))
         return response
 
     async def _answer(
@@ -345,6 +348,8 @@ async def figures(
     messages: int,
     dead: list[DeadLetter],
     update_ids: dict[Question, int],
+    taken_over: Mapping[int, Sequence[float]] | None = None,
+    lease: float = 0.0,
 ) -> Figures:
     sent: dict[int, list[str]] = {}
     for call in telegram.of("sendMessage"):
@@ -365,7 +370,7 @@ async def figures(
         given_up=len(given_up),
         unresolved=tally.unresolved,
         lost=tally.lost,
-        early_retries=len(early := early_retries(proxy.log)),
+        early_retries=len(early := early_retries(proxy.log, taken_over or {}, lease)),
         early=early,
         waits_asked=sum(1 for r in proxy.log if r.retry_after is not None),
         requests_p50=percentile([float(c) for c in counts], 50) if counts else 0.0,
@@ -374,9 +379,14 @@ async def figures(
     )
 
 
-def early_retries(log: list[Logged]) -> list[str]:
+def early_retries(
+    log: list[Logged], taken_over: Mapping[int, Sequence[float]] | None = None, lease: float = 0.0
+) -> list[str]:
     """Requests for a question (its chat or its summary calls) that came sooner than the wait its
-    previous answer asked for (Retry-After / retry-after-ms), each as a line saying so."""
+    previous answer asked for (Retry-After / retry-after-ms), each as a line saying so. Not one from
+    another worker (the other transport) while the chat changed hands under a running attempt
+    (``taken_over``: chat → wall times a worker found another holding its lease): that worker took the
+    chat before the 429 was recorded on the question, and never saw it."""
     last: dict[tuple[Question | None, bool], Logged] = {}
     early = []
     for request in sorted(log, key=lambda r: r.at):
@@ -384,7 +394,11 @@ def early_retries(log: list[Logged]) -> list[str]:
         before = last.get(key)
         if request.question is not None and before is not None and before.retry_after is not None:
             waited = request.at - before.done
-            if waited < before.retry_after - RETRY_AFTER_SLACK:
+            handed = request.stream != before.stream and any(
+                before.wall - lease <= at <= request.wall + 2 * lease
+                for at in (taken_over or {}).get(request.question[0], ())
+            )
+            if waited < before.retry_after - RETRY_AFTER_SLACK and not handed:
                 early.append(f"{request.question}: {waited:.2f}s after a {before.status} asking {before.retry_after}s")
         last[key] = request
     return early

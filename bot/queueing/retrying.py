@@ -67,6 +67,17 @@ class AttemptRules:
             wait = max(wait, failure.retry_after)
         return requests, wait
 
+    @staticmethod
+    def provider_wait(failure: BaseException | None) -> float:
+        """The wait the provider asked for (Retry-After) when an attempt was ``failure``, also under an
+        error raised while handling it (a lease found lapsed as the 429 was being told): 0 if none."""
+        seen, hops = failure, 0
+        while seen is not None and hops < 8:
+            if isinstance(seen, LLMUnavailableError) and seen.retry_after is not None:
+                return seen.retry_after
+            seen, hops = seen.__cause__ or seen.__context__, hops + 1
+        return 0.0
+
     def is_last_download_attempt(self, item: QueueItem) -> bool:
         """Whether a download failing in the attempt about to start gives the item up (the handler then
         asks the customer to send the file again, and the item is done): it has failed transiently for

@@ -241,7 +241,7 @@ class Worker:
             if outcome == "abandon":
                 LEASES_LOST.inc()
                 log.warning("chat %s: lease lost during update %s; the turn is abandoned", claim.chat_id, item.id)
-                await self._keep_reply_marks(serving, item)
+                await self._keep_reply_marks(serving, item, retry_in=self._retrying.provider_wait(serving.failure))
                 with contextlib.suppress(TransientError):
                     await self._queue.hand_back(claim)
                 return
@@ -335,16 +335,16 @@ class Worker:
         log.error("%s failed (attempt %d)", what, started, exc_info=failure)
         return "retry"
 
-    async def _keep_reply_marks(self, serving: Serving, item: QueueItem) -> None:
-        """Record the replies that went out under a lease this worker lost or could not confirm, tried
-        for up to one lease: the queue takes them unless another worker holds the chat (scripts'
-        ``nobody_else_holds``), so the next holder does not send them again. The item itself is left
-        to the next holder."""
+    async def _keep_reply_marks(self, serving: Serving, item: QueueItem, *, retry_in: float = 0.0) -> None:
+        """Record the replies that went out under a lease this worker lost or could not confirm, and the
+        provider's ``retry_in`` (Retry-After) its attempt was told, tried for up to one lease: the queue
+        takes them unless another worker holds the chat (scripts' ``nobody_else_holds``), so the next
+        holder neither sends them again nor asks the model sooner. The item is left to the next holder."""
         replied = serving.fence.take_deferred_replies()
         deadline = time.monotonic() + self._lease
-        while replied:
+        while replied or retry_in > 0:
             try:
-                await self._queue.note(serving.claim, item, "set_aside", replied=replied)
+                await self._queue.note(serving.claim, item, "set_aside", replied=replied, retry_in=retry_in)
                 return
             except TransientError as exc:
                 if time.monotonic() >= deadline or self._stopping.is_set():

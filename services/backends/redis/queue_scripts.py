@@ -128,7 +128,8 @@ return take_head(KEYS[1], KEYS[2], KEYS[3])
 # sooner than this many ms (0: at once), replied ttl, replied score, turn ids whose replies went out...
 # An attempt is counted once: the same note sent again (a re-send after a lost reply) or a second note
 # of one attempt (set aside while backing off) only writes the reply marks. A lapsed lease that nobody
-# else took still takes the reply marks (they record what was sent), nothing else.
+# else took still takes the reply marks (they record what was sent) and the wait (the provider's
+# Retry-After, which holds for whoever asks next), nothing else.
 NOTE = (
     LUA_NOW
     + LUA_MARK_REPLIED
@@ -136,7 +137,10 @@ NOTE = (
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[1] then return LEASE_LOST end
 if #ARGV > 8 then mark_replied(KEYS[3], ARGV[8], tonumber(ARGV[7]), {unpack(ARGV, 9)}) end
-if not holder then return LEASE_LOST end  -- lapsed, nobody else took the chat: only the reply marks
+if not holder then  -- lapsed, nobody else took the chat: only the reply marks and the wait
+  if tonumber(ARGV[6]) > 0 then redis.call('HSET', KEYS[2], 'w:' .. ARGV[2], now + tonumber(ARGV[6])) end
+  return LEASE_LOST
+end
 if redis.call('HGET', KEYS[2], 'n:' .. ARGV[2]) == ARGV[4] then return NOTHING end
 redis.call('HSET', KEYS[2], 'n:' .. ARGV[2], ARGV[4])
 if tonumber(ARGV[5]) > 0 then redis.call('HINCRBY', KEYS[2], 'r:' .. ARGV[2], ARGV[5]) end

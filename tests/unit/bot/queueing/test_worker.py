@@ -559,3 +559,31 @@ async def test_a_webhook_worker_serves_the_chats_it_receives_and_queues_the_rest
     assert set(seen) == {"slow", "after slow", "other chat", "idle again"}
     assert 7 not in claims, "a chat taken at intake is never claimed"
     assert 8 in claims, "the chat queued for want of a slot is claimed"
+
+
+async def test_a_turn_abandoned_after_a_429_keeps_the_providers_wait_for_the_next_holder(bot: Bot) -> None:
+    """Under load the lease lapses while the model answers 429 (Retry-After 1 s): the handler's notice
+    finds its fence expired (LeaseLostError, raised while handling the 429) and the turn is abandoned,
+    nobody else holding the chat. The wait goes on the item, so the next holder (any worker, whose
+    process never saw the 429) does not ask the model again sooner (it asked at once before)."""
+    redis = fakeredis.FakeAsyncRedis()
+    queue = RedisWorkQueue(redis=redis, keys=KEYS, lease_ms=5000)
+    served_again = asyncio.Event()
+    times: list[float] = []
+
+    async def on_message(message: Message, fence: Fence) -> None:
+        times.append(asyncio.get_running_loop().time())
+        if len(times) > 1:
+            served_again.set()
+            return
+        try:
+            raise LLMUnavailableError("LLM provider answered HTTP 429", status=429, retry_after=1.0)
+        except LLMUnavailableError:
+            await redis.delete(KEYS.chat(9).lease)  # the lease lapsed meanwhile
+            raise LeaseLostError("the lease may have expired; nothing is sent")  # noqa: B904
+
+    dispatcher = Dispatcher()
+    dispatcher.message.register(on_message)
+    await queue.enqueue(9, "u1", update_json(1, 9, "asked while the provider says wait"), order=1)
+    await run_until(make_worker(queue, dispatcher, bot), served_again)
+    assert times[1] - times[0] >= 0.95, f"asked again {times[1] - times[0]:.2f}s after a 429 asking 1s"
