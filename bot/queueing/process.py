@@ -125,6 +125,7 @@ class QueuedProcess:
             for started in (self._webhook, self._ops):
                 if started is not None:
                     await started.cleanup()
+            self._webhook = self._ops = None  # cleaned up: ``stop`` has nothing of them left to stop
             tries = tries if setting == "METRICS_PORT" else 1
             raise cannot_listen(setting, host, port, exc, tries=tries) from None
 
@@ -172,7 +173,8 @@ class QueuedProcess:
 
     async def stop(self) -> None:
         """The intake first (Telegram retries elsewhere), the background tasks, then the worker's turns
-        finish; the engine and the ops server last."""
+        finish; the engine, the media reader and the ops server last. Also after a ``start`` that
+        failed part way: what it started is stopped."""
         log.info("stopping: no new work is taken")
         if self._webhook is not None:
             await self._webhook.cleanup()
@@ -182,7 +184,7 @@ class QueuedProcess:
             self._poller.stop()
         self.worker.stop()
         await self.supervisor.wait("worker", *(["poller"] if self._poller is not None else []))
-        await self.app.chat.close()
+        await self.app.core.close()  # the engine and the media reader (the dispatcher's shutdown never runs here)
         if self._ops is not None:
             await self._ops.cleanup()
         log.info("stopped")
