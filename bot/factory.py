@@ -29,7 +29,9 @@ from bot.metrics import (
     watch_knowledge,
 )
 from bot.provider_health import ProviderWatch, probe_while_refused
+from bot.serving.deadlines import watch_deadlines
 from bot.serving.fastpath import json_codec
+from bot.serving.startup import with_startup_retries
 from bot.settings import BotSettings
 from bot.settings import Settings as Settings  # re-exported: importers of bot.factory.Settings keep working
 from bot.telegram.albums import AlbumDispatcher
@@ -123,6 +125,27 @@ class App(Generic[AppBackend]):
     def probe(self) -> Callable[[], Awaitable[None]]:
         """The provider probe, a background task of every mode (``provider_probe``)."""
         return provider_probe(self.settings, self.provider)
+
+    def background_tasks(
+        self, overdue: Callable[[int], Awaitable[None]], *, every: float = 1.0
+    ) -> dict[str, Callable[[], Awaitable[None]]]:
+        """Every mode's background tasks, by name, for its runner to supervise: the provider probe,
+        with KNOWLEDGE_DIR the knowledge refresh (each process reads the folder and swaps its own
+        index), with handoff on the handoff deadlines, checked each ``every`` s (``overdue``: what is
+        done with a due one: handled at once in-process, queued in queued mode)."""
+        tasks = {"provider-probe": self.probe()}
+        if self.knowledge is not None:
+            tasks["knowledge-refresh"] = self.knowledge.run
+        if self.desk.enabled:
+            handoffs = self.backend.handoffs
+            tasks["handoff-deadlines"] = lambda: watch_deadlines(handoffs, overdue, every)
+        return tasks
+
+    async def connect(self) -> None:
+        """Every mode's start-up with Telegram: ``getMe`` and the command menu, each with the start-up
+        retries (StartupError when Telegram never answers)."""
+        await with_startup_retries("connecting to Telegram", self.bot.get_me)
+        await with_startup_retries("registering the bot commands", lambda: set_commands(self.bot, self.settings.bot))
 
 
 def build_core(settings: Settings, backend: Backend) -> Core:

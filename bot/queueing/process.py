@@ -12,13 +12,13 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from bot.factory import App, set_commands
+from bot.factory import App
 from bot.metrics import DEAD_LETTERS_WAITING, HANDOFFS_OPEN, QUEUE_DUE, QUEUE_OLDEST_AGE
 from bot.queueing.giving_up import tell_given_up
 from bot.queueing.intake import Intake, Poller, operator_route, webhook_handler
 from bot.queueing.supervisor import Supervisor
 from bot.queueing.worker import Worker, worker_identity
-from bot.serving.deadlines import OVERDUE_PREFIX, enqueue_overdue, watch_deadlines
+from bot.serving.deadlines import OVERDUE_PREFIX, enqueue_overdue
 from bot.serving.fastpath import freeze_startup_heap
 from bot.serving.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.serving.startup import cannot_listen, with_startup_retries
@@ -103,8 +103,7 @@ class QueuedProcess:
         (a port in use is a start-up error, before any work is taken), then the tasks."""
         app = self.app
         await with_startup_retries("connecting to Redis", app.backend.ping)
-        await with_startup_retries("connecting to Telegram", app.bot.get_me)
-        await with_startup_retries("registering the bot commands", lambda: set_commands(app.bot, app.settings.bot))
+        await app.connect()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
@@ -134,12 +133,9 @@ class QueuedProcess:
         self.supervisor.start("worker", self.worker.run)
         handoffs = app.backend.handoffs if desk.enabled else None
         self._beside_task("gauges", lambda: queue_gauges(queue, app.backend.dead_letters, handoffs))
-        self._beside_task("provider-probe", app.probe())
-        if app.knowledge is not None:  # every worker reads the folder itself and swaps its own index
-            self._beside_task("knowledge-refresh", app.knowledge.run)
-        if desk.enabled:  # every worker watches (each due handoff is queued once: its deadline goes)
-            overdue = enqueue_overdue(queue)
-            self._beside_task("handoff-deadlines", lambda: watch_deadlines(app.backend.handoffs, overdue))
+        # every worker runs them (each due handoff is queued once: its deadline goes)
+        for name, run in app.background_tasks(enqueue_overdue(queue)).items():
+            self._beside_task(name, run)
         settings = app.settings.bot
         if self._webhook is not None:
             log.info(

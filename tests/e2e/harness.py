@@ -93,7 +93,7 @@ async def start_bot(settings: Settings) -> RunningBot:
     """The bot in this process with the backend its settings choose (Redis with a REDIS_URL)."""
     app = build_app(settings, await open_backend(settings))
     running = RunningBot(settings, app.backend, app.chat, app.bot, app.dispatcher, provider=app.provider)
-    watch_handoffs(running.dispatcher, running.bot, every=0.1)  # as run_polling does
+    watch_handoffs(app, every=0.1)  # as run_polling does
     if app.knowledge is not None:  # as run_beside runs it
         running.knowledge = app.knowledge
         running.refresh = asyncio.create_task(app.knowledge.run())
