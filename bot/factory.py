@@ -29,7 +29,9 @@ from bot.metrics import (
     watch_knowledge,
 )
 from bot.provider_health import ProviderWatch, probe_while_refused
+from bot.serving.deadlines import watch_deadlines
 from bot.serving.fastpath import json_codec
+from bot.serving.startup import with_startup_retries
 from bot.settings import BotSettings
 from bot.settings import Settings as Settings  # re-exported: importers of bot.factory.Settings keep working
 from bot.telegram.albums import AlbumDispatcher
@@ -124,6 +126,27 @@ class App(Generic[AppBackend]):
         """The provider probe, a background task of every mode (``provider_probe``)."""
         return provider_probe(self.settings, self.provider)
 
+    def background_tasks(
+        self, overdue: Callable[[int], Awaitable[None]], *, every: float = 1.0
+    ) -> dict[str, Callable[[], Awaitable[None]]]:
+        """Every mode's background tasks, by name, for its runner to supervise: the provider probe,
+        with KNOWLEDGE_DIR the knowledge refresh (each process reads the folder and swaps its own
+        index), with handoff on the handoff deadlines, checked each ``every`` s (``overdue``: what is
+        done with a due one: handled at once in-process, queued in queued mode)."""
+        tasks = {"provider-probe": self.probe()}
+        if self.knowledge is not None:
+            tasks["knowledge-refresh"] = self.knowledge.run
+        if self.desk.enabled:
+            handoffs = self.backend.handoffs
+            tasks["handoff-deadlines"] = lambda: watch_deadlines(handoffs, overdue, every)
+        return tasks
+
+    async def connect(self) -> None:
+        """Every mode's start-up with Telegram: ``getMe`` and the command menu, each with the start-up
+        retries (StartupError when Telegram never answers)."""
+        await with_startup_retries("connecting to Telegram", self.bot.get_me)
+        await with_startup_retries("registering the bot commands", lambda: set_commands(self.bot, self.settings.bot))
+
 
 def build_core(settings: Settings, backend: Backend) -> Core:
     """Knowledge (its full-text index loaded: a folder mistake is a ConfigurationError here), then the
@@ -141,10 +164,14 @@ def build_app(settings: Settings) -> App[InMemoryBackend | RedisBackend]: ...
 @overload
 def build_app(settings: Settings, backend: BackendT) -> App[BackendT]: ...
 def build_app(settings: Settings, backend: Backend | None = None) -> App[Backend]:
-    """The application from the settings: the backend they choose (``build_backend``; queued mode opens
-    its Redis first, asking whether it is a cluster, and passes it in), the core, the aiogram Bot (no
-    request made yet) and the Dispatcher with its handlers, middlewares and the core's components."""
-    backend = backend if backend is not None else build_backend(settings)
+    """The application from the settings: on ``backend``, or without one the in-process backend (with
+    REDIS_URL a ConfigurationError: ``bot.backends.open_backend`` opens Redis first, resolving
+    REDIS_CLUSTER, and its backend is passed in), the core, the aiogram Bot (no request made yet) and
+    the Dispatcher with its handlers, middlewares and the core's components."""
+    if backend is None:
+        if settings.redis.redis_url is not None:
+            raise ConfigurationError("with REDIS_URL the backend is opened first (open_backend) and passed in")
+        backend = build_backend(settings)
     core = build_core(settings, backend)
     bot = build_bot(settings.bot)
     dispatcher = build_dispatcher(
@@ -238,22 +265,21 @@ def build_engine(
     settings: Settings,
     store: SessionStore,
     *,
-    provider: ProviderWatch | None = None,
+    provider: ProviderWatch,
     knowledge: KnowledgeSource | None = None,
     gaps: KnowledgeGaps | None = None,
     memos: MediaMemos | None = None,
 ) -> ChatService:
     """The engine as the bot runs it, on the backend's store: every turn and every LLM call in flight
-    lands in the metrics, a refused summary call in ``provider`` (None: a watch of its own), and every
+    lands in the metrics, a refused summary call in ``provider`` (the app's one watch), and every
     request the provider accepts clears its refusal (a turn that made no model call clears nothing).
     With ``OPERATOR_CHAT_ID`` the model is offered the handoff tool."""
-    watch = provider if provider is not None else ProviderWatch()
     llm = build_llm_client(
         settings.llm,
         settings.memory,
         cache_key_secret=cache_key_secret(settings),
         on_in_flight=LLM_IN_FLIGHT.set,
-        on_accepted=watch.accepted,
+        on_accepted=provider.accepted,
     )
     role = instruction_role(llm)
     counter = TokenCounter.for_encoding(settings.memory.tokenizer_encoding)
@@ -268,7 +294,7 @@ def build_engine(
         observer=PrometheusObserver(drift_warn_ratio=settings.bot.token_drift_warn_ratio),
         handoff=settings.bot.handoff_enabled,
         summary_response_format=settings.llm.summary_response_format,
-        summary_observers=summary_observers(watch),
+        summary_observers=summary_observers(provider),
         knowledge=knowledge,
         knowledge_settings=settings.knowledge,
         gaps=gaps,
@@ -331,15 +357,15 @@ def build_dispatcher(
     settings: BotSettings,
     *,
     backend: Backend,
+    provider: ProviderWatch,
     media: MediaReader | None = None,
     knowledge: KnowledgeSource | None = None,
-    provider: ProviderWatch | None = None,
 ) -> Dispatcher:
     """Handlers get ``chat`` (the engine), ``settings``, ``limiter`` and ``backend`` (for /forget,
     which deletes every record of the chat through ``backend.forget_chat``), ``desk`` (handoff to an
     operator; off without ``OPERATOR_CHAT_ID``), ``links`` (the hosts replies may link to:
     SAFE_LINK_HOSTS and the documents' own links of ``knowledge``), ``provider`` (the error handler
-    reports a refused chat call to it; None: a watch of its own), and ``say`` (the customer's texts)
+    reports a refused chat call to it: the engine's watch, required), and ``say`` (the customer's texts)
     from the language middleware."""
     # SimpleEventIsolation: updates of one chat are handled one at a time, in order, within this process
     # (across processes the work queue's per-chat lease does the same)
@@ -353,7 +379,7 @@ def build_dispatcher(
         media_reader=media,
         albums=backend.albums,
         links=LinkPolicy(settings.safe_link_hosts, knowledge),
-        provider=provider if provider is not None else ProviderWatch(),
+        provider=provider,
     )
     dispatcher.update.outer_middleware(DownloadNoticeMiddleware())
     dispatcher.message.outer_middleware(LanguageMiddleware(settings))

@@ -7,34 +7,36 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from aiogram import Bot, Dispatcher
+from aiogram import Dispatcher
 from aiohttp import web
 
-from bot.factory import App, Settings, build_app, set_commands
+from bot.factory import App, Settings, build_app
 from bot.provider_health import ProviderWatch
-from bot.serving.deadlines import watch_deadlines
 from bot.serving.fastpath import freeze_startup_heap
 from bot.serving.ops import ReadyCheck, add_health_routes, start_ops_server
-from bot.serving.startup import cannot_listen, metrics_port_error, with_startup_retries
+from bot.serving.startup import cannot_listen, metrics_port_error
 from bot.serving.webhook import build_webhook_app
-from bot.telegram.desk import HandoffDesk
 from services.core.errors import StoreError, SupportBotError
 from services.ports.backend import Backend
 
 log = logging.getLogger("bot")
 
 
-def watch_handoffs(dispatcher: Dispatcher, bot: Bot, every: float = 1.0) -> None:
-    """In-process mode: the handoff reply deadlines are watched while the dispatcher runs (one
-    process, no leases: an overdue handoff is handled at once)."""
-    desk: HandoffDesk = dispatcher["desk"]
-    if not desk.enabled:
-        return
+def at_once(app: App[Backend]) -> Callable[[int], Awaitable[None]]:
+    """In-process mode (one process, no leases): an overdue handoff is handled at once."""
+    desk, bot = app.desk, app.bot
 
     async def act(chat_id: int) -> None:
         await desk.overdue(bot, chat_id, None)
 
-    run_beside(dispatcher, "handoff-deadlines", lambda: watch_deadlines(desk.store, act, every), every)
+    return act
+
+
+def watch_handoffs(app: App[Backend], every: float = 1.0) -> None:
+    """Only the handoff reply deadlines (of ``App.background_tasks``), watched while the dispatcher runs."""
+    run = app.background_tasks(at_once(app), every=every).get("handoff-deadlines")
+    if run is not None:
+        run_beside(app.dispatcher, "handoff-deadlines", run, every)
 
 
 def run_beside(dispatcher: Dispatcher, name: str, run: Callable[[], Awaitable[None]], backoff: float = 1.0) -> None:
@@ -65,12 +67,10 @@ def run_beside(dispatcher: Dispatcher, name: str, run: Callable[[], Awaitable[No
 
 
 def run_alongside(app: App[Backend], *, every: float = 1.0) -> None:
-    """The background tasks of the in-process modes, run while the dispatcher runs: the handoff
-    deadlines (``watch_handoffs``), the provider probe and, with KNOWLEDGE_DIR, the knowledge refresh."""
-    watch_handoffs(app.dispatcher, app.bot, every)
-    run_beside(app.dispatcher, "provider-probe", app.probe())
-    if app.knowledge is not None:
-        run_beside(app.dispatcher, "knowledge-refresh", app.knowledge.run)
+    """The background tasks of every mode (``App.background_tasks``: provider probe, knowledge refresh,
+    handoff deadlines handled at once), run while the dispatcher runs."""
+    for name, run in app.background_tasks(at_once(app), every=every).items():
+        run_beside(app.dispatcher, name, run, every)
 
 
 def readiness(backend: Backend, running: Callable[[], bool], provider: ProviderWatch) -> ReadyCheck:
@@ -85,22 +85,21 @@ def readiness(backend: Backend, running: Callable[[], bool], provider: ProviderW
     return ready
 
 
-async def connect(bot: Bot) -> None:
-    """``getMe`` with the start-up retries; the bot's session is closed when it never answers."""
+async def connect(app: App[Backend]) -> None:
+    """``App.connect`` (getMe, the command menu); the bot's session is closed when Telegram never answers."""
     try:
-        await with_startup_retries("connecting to Telegram", bot.get_me)
+        await app.connect()
     except SupportBotError:
-        await bot.session.close()
+        await app.bot.session.close()
         raise
 
 
 async def run_polling(settings: Settings) -> None:
     app = build_app(settings)
     bot, dispatcher = app.bot, app.dispatcher
-    await connect(bot)
+    await connect(app)
     run_alongside(app)
     await bot.delete_webhook(drop_pending_updates=False)  # getUpdates is refused while a webhook is set
-    await set_commands(bot, settings.bot)
     polling = asyncio.Event()
     dispatcher.startup.register(polling.set)
     dispatcher.shutdown.register(polling.clear)
@@ -129,8 +128,7 @@ def run_webhook(settings: Settings) -> None:
     run_alongside(app)
 
     async def on_startup() -> None:
-        await connect(bot)
-        await set_commands(bot, settings.bot)
+        await connect(app)
         freeze_startup_heap()
         log.info(
             "webhook server on %s:%s%s", settings.bot.webhook_host, settings.bot.webhook_port, settings.bot.webhook_path

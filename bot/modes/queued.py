@@ -23,9 +23,11 @@ async def run_queued(settings: Settings) -> None:
         app = build_app(settings, backend)
         closing.push_async_callback(quietly, app.bot.session.close)
         process = QueuedProcess(app)
-        await process.start()
-        failed = await process.wait()
-        await process.stop()
+        try:  # a start that fails part way (after listening) still stops what it started
+            await process.start()
+            failed = await process.wait()
+        finally:
+            await process.stop()
         if failed:
             raise StartupError(f"a task kept failing: {process.failure}")
 

@@ -12,13 +12,13 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from bot.factory import App, set_commands
+from bot.factory import App
 from bot.metrics import DEAD_LETTERS_WAITING, HANDOFFS_OPEN, QUEUE_DUE, QUEUE_OLDEST_AGE
 from bot.queueing.giving_up import tell_given_up
 from bot.queueing.intake import Intake, Poller, operator_route, webhook_handler
 from bot.queueing.supervisor import Supervisor
 from bot.queueing.worker import Worker, worker_identity
-from bot.serving.deadlines import OVERDUE_PREFIX, enqueue_overdue, watch_deadlines
+from bot.serving.deadlines import OVERDUE_PREFIX, enqueue_overdue
 from bot.serving.fastpath import freeze_startup_heap
 from bot.serving.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.serving.startup import cannot_listen, with_startup_retries
@@ -103,8 +103,7 @@ class QueuedProcess:
         (a port in use is a start-up error, before any work is taken), then the tasks."""
         app = self.app
         await with_startup_retries("connecting to Redis", app.backend.ping)
-        await with_startup_retries("connecting to Telegram", app.bot.get_me)
-        await with_startup_retries("registering the bot commands", lambda: set_commands(app.bot, app.settings.bot))
+        await app.connect()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
@@ -125,6 +124,7 @@ class QueuedProcess:
             for started in (self._webhook, self._ops):
                 if started is not None:
                     await started.cleanup()
+            self._webhook = self._ops = None  # cleaned up: ``stop`` has nothing of them left to stop
             tries = tries if setting == "METRICS_PORT" else 1
             raise cannot_listen(setting, host, port, exc, tries=tries) from None
 
@@ -133,12 +133,9 @@ class QueuedProcess:
         self.supervisor.start("worker", self.worker.run)
         handoffs = app.backend.handoffs if desk.enabled else None
         self._beside_task("gauges", lambda: queue_gauges(queue, app.backend.dead_letters, handoffs))
-        self._beside_task("provider-probe", app.probe())
-        if app.knowledge is not None:  # every worker reads the folder itself and swaps its own index
-            self._beside_task("knowledge-refresh", app.knowledge.run)
-        if desk.enabled:  # every worker watches (each due handoff is queued once: its deadline goes)
-            overdue = enqueue_overdue(queue)
-            self._beside_task("handoff-deadlines", lambda: watch_deadlines(app.backend.handoffs, overdue))
+        # every worker runs them (each due handoff is queued once: its deadline goes)
+        for name, run in app.background_tasks(enqueue_overdue(queue)).items():
+            self._beside_task(name, run)
         settings = app.settings.bot
         if self._webhook is not None:
             log.info(
@@ -172,7 +169,8 @@ class QueuedProcess:
 
     async def stop(self) -> None:
         """The intake first (Telegram retries elsewhere), the background tasks, then the worker's turns
-        finish; the engine and the ops server last."""
+        finish; the engine, the media reader and the ops server last. Also after a ``start`` that
+        failed part way: what it started is stopped."""
         log.info("stopping: no new work is taken")
         if self._webhook is not None:
             await self._webhook.cleanup()
@@ -182,7 +180,7 @@ class QueuedProcess:
             self._poller.stop()
         self.worker.stop()
         await self.supervisor.wait("worker", *(["poller"] if self._poller is not None else []))
-        await self.app.chat.close()
+        await self.app.core.close()  # the engine and the media reader (the dispatcher's shutdown never runs here)
         if self._ops is not None:
             await self._ops.cleanup()
         log.info("stopped")

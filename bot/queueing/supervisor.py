@@ -90,9 +90,11 @@ class Supervisor:
                 await task
 
     async def wait(self, *names: str) -> None:
-        """Wait for the named tasks to finish on their own (e.g. after their stop() method)."""
+        """Wait for the named tasks to finish on their own (e.g. after their stop() method); a name
+        never started is skipped (a start that failed before it)."""
         for name in names:
-            task = self._tasks[name].task
+            supervised = self._tasks.get(name)
+            task = supervised.task if supervised is not None else None
             if task is not None:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task

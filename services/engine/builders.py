@@ -6,7 +6,7 @@ the tests use them alone."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,7 @@ from services.core.retry import RetryPolicy
 from services.core.tokens import TokenCounter
 from services.engine.chat import ChatService
 from services.engine.grounding import Grounding
+from services.engine.turn_steps import TurnStep
 from services.llm.client import Call, LLMClient
 from services.llm.dialect import Dialect
 from services.media.notes import ImageNotes
@@ -189,14 +190,18 @@ def build_chat_service(
     knowledge_settings: KnowledgeSettings | None = None,
     gaps: KnowledgeGaps | None = None,
     notes: ImageNotes | None = None,
+    after_answer: Sequence[TurnStep] = (),
 ) -> ChatService:
-    """A ChatService wired from settings. Raises ConfigurationError for an unusable budget."""
+    """A ChatService from settings (``after_answer``: ChatService's); ConfigurationError for an unusable budget."""
     counter = counter or TokenCounter.for_encoding(memory.tokenizer_encoding)
     prompts = prompts or default_registry()
-    options = knowledge_settings or KnowledgeSettings()
     role = instruction_role
     chat_prompt = prompts.get("support_chat", memory.chat_prompt_version)  # named first when unknown
-    rules = "" if knowledge is None else knowledge_rules(handoff=handoff, whole=options.knowledge_static_tokens > 0)
+    grounding, rules = None, ""
+    if knowledge is not None:
+        options = knowledge_settings if knowledge_settings is not None else KnowledgeSettings()
+        grounding = build_grounding(knowledge, options, counter=counter, role=role, gaps=gaps)
+        rules = knowledge_rules(handoff=handoff, whole=options.knowledge_static_tokens > 0)
     return ChatService(
         store=store,
         llm=llm,
@@ -225,10 +230,9 @@ def build_chat_service(
         max_message_chars=memory.max_message_chars,
         observer=observer,
         handoff_tool=handoff,
-        grounding=None
-        if knowledge is None
-        else build_grounding(knowledge, options, counter=counter, role=role, gaps=gaps),
+        grounding=grounding,
         notes=notes,
+        after_answer=after_answer,
     )
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from prompts.support_chat import HANDOFF_MARK, HANDOFF_TOOL_SPEC
 from services.core.errors import ConfigurationError, CorruptSessionError, MessageTooLongError, StoreError
@@ -16,12 +17,11 @@ from services.core.turn_media import TurnMedia
 from services.core.turns import CompactionReport, NoObserver, PendingTurn, TurnResult
 from services.engine.grounding import Grounding
 from services.engine.turn_steps import (
-    Answer,
-    Commit,
-    FitWindow,
-    Reply,
     TurnDraft,
+    TurnParts,
     TurnRequest,
+    TurnStep,
+    offered_tools,
     quarantine,
     run_turn,
     turn_steps,
@@ -68,7 +68,10 @@ class ChatService:
         grounding: Grounding | None = None,
         notes: ImageNotes | None = None,
         note_wait: float = NOTE_WAIT_SECONDS,
+        after_answer: Sequence[TurnStep] = (),
     ) -> None:
+        """``after_answer``: steps run between the model's answer and the reply made of it (a tool
+        loop); the tools they name (their ``tools``) are offered to the model with the handoff's."""
         self._store = store
         self.summarizer = summarizer
         self._llm = llm
@@ -84,20 +87,36 @@ class ChatService:
         self._max_message_chars = max_message_chars
         self._observer = observer or NoObserver()
         self._windows = TurnWindow(instruction=self._instruction, budget=self._budget, counter=counter)
+        history_room = self._history_room(budget, summary_max_tokens, grounding)
+        self.compactor = Compactor(store=store, summarizer=summarizer, policy=policy, history_room=history_room)
+        parts = TurnParts(
+            store=store,
+            windows=self._windows,
+            compactor=self.compactor,
+            summary_part=self._summary_part,
+            llm=llm,
+            counter=counter,
+            grounding=grounding,
+            notes=notes,
+            note_wait=note_wait,
+        )
+        self.steps = turn_steps(parts, after_answer=after_answer)
+        """The turn's steps, in order."""
+        self._tools: tuple[dict[str, Any], ...] = (
+            *((HANDOFF_TOOL_SPEC,) if handoff_tool else ()),
+            *offered_tools(self.steps),
+        )
+
+    def _history_room(self, budget: int, summary_max_tokens: int, grounding: Grounding | None) -> int:
+        """The tokens left for the history; ConfigurationError when none are."""
         history_room = self._budget - fixed_cost(self._instruction, []) - summary_max_tokens
         if history_room <= 0:
             raise ConfigurationError(
                 f"CHAT_INPUT_TOKEN_BUDGET={budget} leaves no room for history: the instruction takes "
                 f"{self._instruction.tokens} tokens, SUMMARY_MAX_TOKENS={summary_max_tokens}"
-                + (f" and KNOWLEDGE_TOKEN_BUDGET={knowledge_room}" if grounding is not None else "")
+                + (f" and KNOWLEDGE_TOKEN_BUDGET={grounding.budget}" if grounding is not None else "")
             )
-        self.compactor = Compactor(store=store, summarizer=summarizer, policy=policy, history_room=history_room)
-        fit = FitWindow(store=store, windows=self._windows, compactor=self.compactor, summary_part=self._summary_part)
-        tools = (HANDOFF_TOOL_SPEC,) if handoff_tool else ()
-        answer = Answer(llm=llm, counter=counter, tools=tools, notes=notes, note_wait=note_wait)
-        reply = Reply(counter)
-        self.steps = turn_steps(fit=fit, answer=answer, reply=reply, commit=Commit(store), grounding=grounding)
-        """The turn's steps, in order."""
+        return history_room
 
     async def handle(
         self,
@@ -253,7 +272,7 @@ class ChatService:
         them), the history keeps notes."""
         self._check_length(text)
         text = clean_text(text)
-        request = TurnRequest(chat_id, text, media, on_delta, turn_id, fence)
+        request = TurnRequest(chat_id, text, media, on_delta, turn_id, fence, tools=self._tools)
         new_part = turn_part(self._counter, text, media)
         draft = TurnDraft(request, 1, self._commit_attempts, new_part, loaded=loaded)
         return await run_turn(self.steps, draft, on_restart)

@@ -1,16 +1,16 @@
-"""The steps of one turn, in the order ``turn_steps`` lists them, each reading and filling a
-``TurnDraft``: FitWindow (session loaded, quarantined if unreadable, history compacted if it does
-not fit), Ground (knowledge placed in the room kept for it), Answer (the model's completion, the
-image note beside it), Reply (handoff or text with checked citations), Commit (a concurrent update
-raises RetryTurn: the steps run again on a new draft), RecordGap; then ``turn_result``. One more
-step is one class here and one entry in ``turn_steps``."""
+"""A turn's steps, listed once by ``turn_steps``, each filling a ``TurnDraft``: FitWindow, Ground,
+Answer, the ``after_answer`` steps (ChatService's argument: e.g. a tool loop), Reply, Commit,
+RecordGap; then ``turn_result``. A step offers the model tools by its ``tools`` attribute and counts
+each model call with ``TurnDraft.count``. Retry boundary: a concurrent update at Commit runs every
+step again on a new draft, so the steps before Commit must have no outside side effect, or keep its
+result on the request (``once``) so a retry reuses it instead of doing it again."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from prompts.support_chat import HANDOFF_MARK
@@ -24,7 +24,16 @@ from services.core.errors import (
     MediaError,
 )
 from services.core.fence import Fence
-from services.core.records import Compaction, Completion, NewMessage, OnDelta, OnRestart, PromptPart, Session
+from services.core.records import (
+    Compaction,
+    Completion,
+    NewMessage,
+    OnDelta,
+    OnRestart,
+    PromptPart,
+    Session,
+    Usage,
+)
 from services.core.tokens import TokenCounter
 from services.core.turn_media import TurnMedia
 from services.core.turns import CompactionReport, TurnResult
@@ -61,6 +70,10 @@ class TurnRequest:
     on_delta: OnDelta | None
     turn_id: str | None
     fence: Fence | None
+    tools: tuple[dict[str, Any], ...] = ()
+    """The tools the model is offered (the handoff, those the steps name): ``TurnDraft.tools`` starts so."""
+    kept: dict[str, Any] = field(default_factory=dict, compare=False)
+    """What a step with an outside side effect did, by its key (``once``): kept across attempts."""
 
 
 @dataclass(slots=True)
@@ -88,14 +101,54 @@ class TurnDraft:
     handoff: str | None = None
     cited: tuple[str, ...] = ()
     commit: CommitResult | None = None
+    tools: tuple[dict[str, Any], ...] | None = None
+    """The tools offered to the model this attempt (None: the request's); a step may add to them."""
+    usage: Usage | None = None
+    """The usage of every model call of this attempt, summed (``count``)."""
+    llm_seconds: float = 0.0
+
+    def offered(self) -> tuple[dict[str, Any], ...]:
+        """The tools the model is offered: the request's, and any a step added (``tools``)."""
+        return self.request.tools if self.tools is None else self.tools
+
+    def count(self, completion: Completion) -> None:
+        """A model call of the turn: its usage and seconds added to the turn's (a tool loop's every call)."""
+        self.llm_seconds += completion.seconds
+        if completion.usage is None:
+            return
+        before = self.usage or Usage()
+        more = completion.usage
+        self.usage = Usage(
+            before.prompt_tokens + more.prompt_tokens,
+            before.completion_tokens + more.completion_tokens,
+            before.cached_tokens + more.cached_tokens,
+        )
 
     def retry(self) -> TurnDraft:
-        """The next attempt, after a concurrent update: the session is loaded again."""
+        """The next attempt, after a concurrent update: the session is loaded again and every step runs
+        again; only the request (and what steps kept on it: ``once``) carries over."""
         return TurnDraft(self.request, self.attempt + 1, self.attempts, self.new_part, quarantined=self.quarantined)
 
 
 class TurnStep(Protocol):
+    """One step of a turn. A step that offers the model tools also has ``tools`` (a tuple of specs)."""
+
     async def run(self, draft: TurnDraft) -> None: ...
+
+
+async def once(draft: TurnDraft, key: str, action: Callable[[], Awaitable[T]]) -> T:
+    """``action``'s result, made on the turn's first attempt that reaches it and kept on the request:
+    a retry after a concurrent update reuses it (for a step with an outside side effect)."""
+    kept = draft.request.kept
+    if key not in kept:
+        kept[key] = await action()
+    result: T = kept[key]
+    return result
+
+
+def offered_tools(steps: Sequence[object]) -> tuple[dict[str, Any], ...]:
+    """The tools the ``steps`` name (a step's ``tools`` attribute), in order."""
+    return tuple(tool for step in steps for tool in getattr(step, "tools", ()))
 
 
 class RetryTurn(Exception):
@@ -180,13 +233,11 @@ class Answer:
         *,
         llm: ChatModel,
         counter: TokenCounter,
-        tools: Sequence[dict[str, Any]],
         notes: ImageNotes | None,
         note_wait: float,
     ) -> None:
         self._llm = llm
         self._counter = counter
-        self._tools = tuple(tools)
         self._notes = notes
         self._note_wait = note_wait
 
@@ -205,15 +256,16 @@ class Answer:
                 await cancel_quietly(noting)
             raise
         notes = await notes_within(noting, request.chat_id, self._note_wait) if noting is not None else ()
+        draft.count(completion)
         draft.completion = completion
         draft.stored = stored_part(self._counter, request.text, media, notes)
 
     async def _complete(self, draft: TurnDraft) -> Completion:
         messages, chat_id = need(draft.window, "window").messages, draft.request.chat_id
-        on_delta = draft.request.on_delta
+        on_delta, tools = draft.request.on_delta, draft.offered()
         try:
-            if self._tools:
-                return await self._llm.chat(messages, on_delta=on_delta, tools=self._tools, chat_id=chat_id)
+            if tools:
+                return await self._llm.chat(messages, on_delta=on_delta, tools=tools, chat_id=chat_id)
             return await self._llm.chat(messages, on_delta=on_delta, chat_id=chat_id)
         except LLMRequestRejectedError as exc:
             if not draft.new_part.images:
@@ -282,13 +334,37 @@ class RecordGap:
             await self._grounding.record_gap(draft.request.chat_id, draft.request.text)
 
 
-def turn_steps(
-    *, fit: FitWindow, answer: Answer, reply: Reply, commit: Commit, grounding: Grounding | None
-) -> tuple[TurnStep, ...]:
-    """The steps of a turn, in order (the knowledge steps only with a knowledge base)."""
-    if grounding is None:
-        return (fit, answer, reply, commit)
-    return (fit, Ground(grounding), answer, reply, commit, RecordGap(grounding))
+@dataclass(frozen=True)
+class TurnParts:
+    """What the steps are made of (ChatService's): ``turn_steps`` builds every step from them."""
+
+    store: SessionStore
+    windows: TurnWindow
+    compactor: Compactor
+    summary_part: Callable[[Session], PromptPart | None]
+    llm: ChatModel
+    counter: TokenCounter
+    grounding: Grounding | None
+    notes: ImageNotes | None
+    note_wait: float
+
+
+def turn_steps(parts: TurnParts, *, after_answer: Sequence[TurnStep] = ()) -> tuple[TurnStep, ...]:
+    """The steps of a turn, in order, in one list: the knowledge steps only with a knowledge base,
+    ``after_answer`` (e.g. a tool loop) between the model's answer and the reply made of it."""
+    grounding = parts.grounding
+    store, counter = parts.store, parts.counter
+    fit = FitWindow(store=store, windows=parts.windows, compactor=parts.compactor, summary_part=parts.summary_part)
+    answer = Answer(llm=parts.llm, counter=counter, notes=parts.notes, note_wait=parts.note_wait)
+    return (
+        fit,
+        *([Ground(grounding)] if grounding is not None else []),
+        answer,
+        *after_answer,
+        Reply(counter),
+        Commit(store),
+        *([RecordGap(grounding)] if grounding is not None else []),
+    )
 
 
 async def run_turn(steps: Sequence[TurnStep], draft: TurnDraft, on_restart: OnRestart | None) -> TurnResult:
@@ -310,7 +386,7 @@ def turn_result(draft: TurnDraft) -> TurnResult:
     """The committed turn's result, from what its steps wrote."""
     session, window, commit = need(draft.session, "session"), need(draft.window, "window"), need(draft.commit, "commit")
     stored, reply = need(draft.stored, "stored message"), need(draft.reply, "reply")
-    completion = need(draft.completion, "completion")
+    need(draft.completion, "completion")
     compaction = draft.compaction
     folded = compaction.fold_count if compaction else 0
     result = TurnResult(
@@ -324,8 +400,8 @@ def turn_result(draft: TurnDraft) -> TurnResult:
         stored_messages=0 if commit.duplicate else len(session.messages) - folded + 2,
         history_tokens=sum(m.tokens for m in session.messages[folded:]) + stored.tokens + reply.tokens,
         summary_present=compaction is not None or session.summary is not None,
-        usage=completion.usage,
-        llm_seconds=completion.seconds,
+        usage=draft.usage,
+        llm_seconds=draft.llm_seconds,
         forced_compaction=draft.forced,
         attempts=draft.attempt,
         quarantined=draft.quarantined,

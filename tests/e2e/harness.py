@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from aiogram import Bot, Dispatcher
 
+from bot.backends import open_backend
 from bot.factory import Settings, build_app
 from bot.modes.inprocess import watch_handoffs
 from bot.provider_health import ProviderWatch
@@ -90,9 +91,9 @@ class RunningBot:
 
 async def start_bot(settings: Settings) -> RunningBot:
     """The bot in this process with the backend its settings choose (Redis with a REDIS_URL)."""
-    app = build_app(settings)
+    app = build_app(settings, await open_backend(settings))
     running = RunningBot(settings, app.backend, app.chat, app.bot, app.dispatcher, provider=app.provider)
-    watch_handoffs(running.dispatcher, running.bot, every=0.1)  # as run_polling does
+    watch_handoffs(app, every=0.1)  # as run_polling does
     if app.knowledge is not None:  # as run_beside runs it
         running.knowledge = app.knowledge
         running.refresh = asyncio.create_task(app.knowledge.run())

@@ -14,6 +14,7 @@ import pytest
 from redis.asyncio import Redis
 
 from bot.factory import build_bot, build_desk, build_engine
+from bot.provider_health import ProviderWatch
 from bot.telegram.texts import TEXTS, Texts
 from prompts.support_chat import HANDOFF_TOOL
 from services.backends.memory import InMemoryBackend, InMemoryHandoffStore
@@ -259,7 +260,7 @@ async def test_a_start_redone_after_a_failure_posts_the_ticket_once(
     settings = make_settings(telegram.base_url, stub_llm.base_url, None, bot={"operator_chat_id": GROUP})
     backend = InMemoryBackend()
     backend.handoffs = StartFailsOnce()
-    chat = build_engine(settings, backend.store)
+    chat = build_engine(settings, backend.store, provider=ProviderWatch())
     desk = build_desk(chat, settings.bot, backend)
     bot = build_bot(settings.bot)
     try:

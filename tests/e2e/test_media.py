@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 
 from bot.backends import build_backend
 from bot.factory import build_bot, build_dispatcher, build_engine
+from bot.provider_health import ProviderWatch
 from bot.telegram.albums import record_album_photo
 from tests.conftest import RedisServer
 from tests.e2e.harness import TOKEN, RunningBot, make_settings, start_bot
@@ -396,10 +397,10 @@ async def test_a_dispatcher_built_without_a_media_reader_keeps_the_text_only_rep
     handler's annotation promises a MediaReader."""
     settings = make_settings(telegram.base_url, stub_llm.base_url, redis_server.url)
     backend = build_backend(settings)
-    chat = build_engine(settings, backend.store, memos=backend.memos)
-    bot = RunningBot(
-        settings, backend, chat, build_bot(settings.bot), build_dispatcher(chat, settings.bot, backend=backend)
-    )
+    provider = ProviderWatch()
+    chat = build_engine(settings, backend.store, provider=provider, memos=backend.memos)
+    dispatcher = build_dispatcher(chat, settings.bot, backend=backend, provider=provider)
+    bot = RunningBot(settings, backend, chat, build_bot(settings.bot), dispatcher)
     await bot.start()
     try:
         telegram.push(telegram.photo_message(CHAT, jpeg()))

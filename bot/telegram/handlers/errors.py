@@ -74,22 +74,24 @@ async def on_error(
     event: ErrorEvent,
     bot: Bot,
     settings: BotSettings,
+    provider: ProviderWatch,
     queued: bool = False,
     transient_failures: int = 0,
     final_attempt: bool = True,
     fence: Fence | None = None,
     last_download_attempt: bool = False,
     download_notice: DownloadNotice | None = None,
-    provider: ProviderWatch | None = None,
 ) -> bool:
     """In queued mode only the customer's own failures are answered here; everything else goes back
-    to the worker, which retries it (transient), or counts it and finally dead-letters it. Two
-    transient failures the customer hears of at once, like this, while they are retried: the model
-    unavailable, and their file not downloadable (given up, with a request to resend it, on the
-    attempt the worker marks ``last_download_attempt``: MEDIA_DOWNLOAD_GIVE_UP_SECONDS)."""
+        to the worker, which retries it (transient), or counts it and finally dead-letters it. Two
+        transient failures the customer hears of at once, like this, while they are retried: the model
+        unavailable, and their file not downloadable (given up, with a request to resend it, on the
+        attempt the worker marks ``last_download_attempt``: MEDIA_DOWNLOAD_GIVE_UP_SECONDS). ``provider``
+    (the dispatcher's, required: a dispatcher without one fails every error, not silently) hears of a
+    refused chat call."""
     exc = event.exception
     ERRORS.labels(type(exc).__name__).inc()
-    if isinstance(exc, LLMConfigurationError) and provider is not None:
+    if isinstance(exc, LLMConfigurationError):
         provider.refused("chat", exc.status, str(exc))  # the operator must act: ERROR line, metric, /readyz
     update = event.update
     if not queued:

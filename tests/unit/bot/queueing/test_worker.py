@@ -14,6 +14,7 @@ from aiogram.methods import SendMessage
 from aiogram.types import Message
 
 from bot.factory import build_bot, build_dispatcher
+from bot.provider_health import ProviderWatch
 from bot.queueing.intake import Intake
 from bot.queueing.worker import Worker
 from bot.settings import BotSettings
@@ -253,7 +254,7 @@ async def run_with_error_router(
     chat = FailingChat(error)
     settings = BotSettings(_env_file=None, bot_token=TOKEN, telegram_api_url=telegram.base_url)  # type: ignore[call-arg]
     bot = build_bot(settings)
-    dispatcher = build_dispatcher(chat, settings, backend=InMemoryBackend())  # type: ignore[arg-type]
+    dispatcher = build_dispatcher(chat, settings, backend=InMemoryBackend(), provider=ProviderWatch())  # type: ignore[arg-type]
     worker = make_worker(queue, dispatcher, bot, **options)
     dead = RedisDeadLetters(redis=redis, keys=KEYS)
     await queue.enqueue(9, "u1", update_json(1, 9, "help"), order=1)

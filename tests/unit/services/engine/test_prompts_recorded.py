@@ -40,6 +40,7 @@ from services.core.turn_media import TurnImage, TurnMedia
 from services.core.turns import CompactionReport, TurnResult
 from services.engine.chat import ChatService
 from services.engine.grounding import Grounding
+from services.engine.turn_steps import TurnStep
 from services.knowledge.snapshot import IndexSnapshot
 from services.media.image_tokens import image_cost
 from services.media.notes import ImageNotes
@@ -149,7 +150,13 @@ class Source:
 
 
 def build(
-    model: RecordingModel, store: RedisSessionStore, counter: TokenCounter, *, static: bool, notes: bool
+    model: RecordingModel,
+    store: RedisSessionStore,
+    counter: TokenCounter,
+    *,
+    static: bool,
+    notes: bool,
+    after_answer: Sequence[TurnStep] = (),
 ) -> ChatService:
     registry = default_registry()
     summarizer = Summarizer(llm=model, counter=counter, prompt=registry.get("summary"), max_tokens=200)
@@ -178,6 +185,7 @@ def build(
         )
         if notes
         else None,
+        after_answer=after_answer,
     )
 
 
