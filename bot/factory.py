@@ -1,7 +1,8 @@
 """The only composition root: ``build_app`` turns the settings and a backend into the application
 (``App``: knowledge, model client, chat engine, media reader, provider watch, aiogram Bot and
 Dispatcher), every observer given to its component's constructor; the modes only start, wait and stop
-it. Nothing else builds a component from settings or looks at a backend's concrete type."""
+it. The backend comes from ``bot/backends.py``; queued mode's own parts (workers, intake, poller) are
+built by ``bot/queueing/process.py`` around the app."""
 
 from __future__ import annotations
 
@@ -97,7 +98,8 @@ class Core:
 @dataclass(frozen=True)
 class App(Generic[AppBackend]):
     """One bot process's application, built by ``build_app``. The modes start, wait for and stop it;
-    the dispatcher's shutdown closes the engine, the media reader and the backend."""
+    in-process, the dispatcher's shutdown closes the engine, the media reader and the backend; queued
+    mode's ``QueuedProcess.stop`` closes them in its own order."""
 
     settings: Settings
     backend: AppBackend

@@ -168,7 +168,7 @@ class ChatService:
                 status, session = await self._store.load_turn(chat_id, turn_id)
             except CorruptSessionError:
                 # the session is unreadable, but the turn's own record may not be: a reply committed
-                # and not yet sent is still sent (respond() quarantines the session when it loads it)
+                # and not yet sent is still sent (the FitWindow step quarantines the session when it loads it)
                 known = await self._turn_status_or_quarantine(chat_id, turn_id, fence)
                 quarantined = known is None
                 status = known or TurnStatus()
