@@ -146,6 +146,7 @@ FLOORS: dict[str, set[str]] = {
     "services.knowledge": {"services.core", "services.ports"},
     "services.memory": {"services.core", "services.ports", "prompts"},
     "services.media": {"services.core", "services.ports", "services.knowledge", "services.llm", "services.settings"},
+    "services.actions": {"services.core", "services.ports"},
     "services.backends": {"services.core", "services.ports", "services.knowledge"},
     "services.engine": {
         "services.core",
@@ -154,6 +155,7 @@ FLOORS: dict[str, set[str]] = {
         "services.memory",
         "services.knowledge",
         "services.media",
+        "services.actions",
         "services.settings",
         "prompts",
     },
