@@ -194,11 +194,8 @@ def keyboards(telegram: ActionsTelegram, chat_id: int) -> list[Keyboard]:
 
 
 def choose(keyboard: list[dict[str, Any]], which: str) -> dict[str, Any]:
-    """``which`` is "yes" (confirm / approve: the first button) or "no" (cancel / reject: the second),
-    unless a button's text says it in English."""
-    words = {"yes": ("confirm", "approve", "yes"), "no": ("cancel", "reject", "decline", "no")}[which]
-    named = [b for b in keyboard if any(w in str(b.get("text", "")).lower() for w in words)]
-    return named[0] if named else keyboard[0 if which == "yes" else 1]
+    """``which`` is "yes" (Confirm / Approve: the first button) or "no" (Cancel / Reject: the second)."""
+    return keyboard[0 if which == "yes" else 1]
 
 
 def press_update(telegram: StubTelegram, keyboard: Keyboard, data: str, user_id: int) -> dict[str, Any]:

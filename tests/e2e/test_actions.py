@@ -26,7 +26,7 @@ from tests.e2e.test_faults import redis_holds
 from tests.stubs.shop_api import FENCE_TEXT
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-BUDGET = 3000
+BUDGET = 4500
 MIA, NOAH, AVA, LIAM, EMMA, OLIVER, SOFIA = range(880001, 880008)
 
 
@@ -56,7 +56,7 @@ async def test_an_order_status_question_is_answered_from_the_api(world: World) -
     assert request.idempotency_key is None, "a read carries no Idempotency-Key"
     last = world.llm.chat_requests[-1]
     assert any(m.get("role") == "tool" and "shipped" in str(m.get("content")) for m in last["messages"])
-    assert [t["function"]["name"] for t in last["tools"]][:6] == [
+    assert [t["function"]["name"] for t in last["tools"] if t["function"]["name"] != "handoff_to_operator"] == [
         "order_status", "order_lookup", "order_status_local", "cancel_order", "change_address", "refund_order",
     ]  # fmt: skip
 
