@@ -30,13 +30,16 @@ GROUP = -100777
 OPERATOR = 4242001
 ID = {"type": "string", "pattern": "^[0-9]{4,12}$", "description": "the order number"}
 SECRET_HEADERS = {"Authorization": "Bearer ${SHOP_API_TOKEN}", "X-Customer-Telegram-Id": "{customer.telegram_id}"}
+MIRROR = "shop-mirror.example.com"
+FAKE_HOSTS = Path(__file__).parent / "fake_hosts"
+"""A sitecustomize answering PROOF_FAKE_HOSTS' names (the workers resolve MIRROR to 127.0.0.1)."""
 RESULT = ["order_id", "status", "eta", "items.*.name", "total", "refund"]
 
 
 def actions_file(shop: ShopApi, path: Path) -> Path:
     """The actions file of the tests: the shop's tools, plus a lenient lookup (no pattern: what an
-    argument like ``../admin`` becomes on the wire) and one through ``localhost`` not marked private."""
-    port = shop.host.rsplit(":", 1)[1]
+    argument like ``../admin`` becomes on the wire) and one through a name resolving to 127.0.0.1 and
+    not marked private (the shop's mirror port: a listener that counts connections)."""
     base = f"{shop.base_url}/api/orders"
     body = {"customer_id": "{customer.telegram_id}"}
     tools: dict[str, Any] = {
@@ -44,9 +47,9 @@ def actions_file(shop: ShopApi, path: Path) -> Path:
                               base + "/{order_id}", {"order_id": ID}, result=RESULT),
         "order_lookup": _tool("Look an order up by a reference the customer gives", "GET", base + "/{order_ref}",
                               {"order_ref": {"type": "string", "maxLength": 80}}, result=RESULT),
-        "order_status_local": _tool("Order status through the local mirror", "GET",
-                                    f"https://localhost:{port}/api/orders/{{order_id}}", {"order_id": ID},
-                                    result=RESULT),
+        "order_status_mirror": _tool("Order status through the mirror", "GET",
+                                     f"https://{MIRROR}:{shop.mirror_port}/api/orders/{{order_id}}",
+                                     {"order_id": ID}, result=RESULT),
         "cancel_order": _tool("Cancel one of the customer's orders that has not shipped yet", "POST",
                               base + "/{order_id}/cancel", {"order_id": ID, "reason": {"type": "string",
                               "maxLength": 200}}, risk="write", confirm="Cancel order {order_id}?",
@@ -66,7 +69,7 @@ def actions_file(shop: ShopApi, path: Path) -> Path:
     hosts = [
         {"host": shop.host, "private": True},
         {"host": shop.elsewhere_url.removeprefix("http://"), "private": True},  # the redirect's target
-        {"host": f"localhost:{port}"},  # resolves to 127.0.0.1 and is not marked private
+        {"host": f"{MIRROR}:{shop.mirror_port}"},  # resolves to 127.0.0.1 (FAKE_HOSTS), not marked private
     ]
     path.write_text(json.dumps({"hosts": hosts, "tools": tools}, indent=2), encoding="utf-8")  # JSON is YAML
     return path
@@ -282,6 +285,8 @@ def actions_env(
         DRAFTS_ENABLED="false",
         OPERATOR_CHAT_ID=str(GROUP),
         LOG_LEVEL="DEBUG",
+        PYTHONPATH=str(FAKE_HOSTS),
+        PROOF_FAKE_HOSTS=f"{MIRROR}=127.0.0.1",
         **extra,
     )
 

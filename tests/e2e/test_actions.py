@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 import pytest
@@ -57,7 +58,7 @@ async def test_an_order_status_question_is_answered_from_the_api(world: World) -
     last = world.llm.chat_requests[-1]
     assert any(m.get("role") == "tool" and "shipped" in str(m.get("content")) for m in last["messages"])
     assert [t["function"]["name"] for t in last["tools"] if t["function"]["name"] != "handoff_to_operator"] == [
-        "order_status", "order_lookup", "order_status_local", "cancel_order", "change_address", "refund_order",
+        "order_status", "order_lookup", "order_status_mirror", "cancel_order", "change_address", "refund_order",
     ]  # fmt: skip
 
 
@@ -105,28 +106,50 @@ async def test_a_redirect_is_not_followed(world: World) -> None:
 
 
 async def test_a_host_resolving_to_loopback_needs_private(world: World) -> None:
+    """The mirror's name resolves to 127.0.0.1 in the worker (as an /etc/hosts line would make it) and is
+    not marked private: the address is refused before any connection."""
     mark = len(world.shop.log)
-    await ask(world, LIAM, "Check 8802 on the mirror", call("order_status_local", order_id="8802"))
-    assert world.shop.log[mark:] == [], "localhost resolves to 127.0.0.1: refused without private: true"
+    await ask(world, LIAM, "Check 8802 on the mirror", call("order_status_mirror", order_id="8802"))
+    assert world.shop.mirror_connections == 0 and world.shop.log[mark:] == []
+    assert tool_results(world.llm.chat_requests[-1]), "the model was told"
 
 
-async def test_an_undeclared_host_is_refused_before_start(world: World, tmp_path: Path) -> None:
-    spec = json.loads((world.workdir / "actions.yaml").read_text())
-    spec["tools"]["order_status"]["url"] = "https://api.undeclared.example/orders/{order_id}"
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(json.dumps(spec))
+def write_changed(source: Path, path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    spec = json.loads(source.read_text())
+    change(spec)
+    path.write_text(json.dumps(spec))
+
+
+async def refused_file(world: World, path: Path, change: Callable[[dict[str, Any]], None], name: str) -> None:
+    """``actions check`` exits 2 naming ``name``, and the bot refuses to start on the file."""
+    write_changed(world.workdir / "actions.yaml", path, change)
     check = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", "actions", "check", str(bad),
+        sys.executable, "-m", "bot", "actions", "check", str(path),
         env=world.env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     output = (await asyncio.wait_for(check.communicate(), 60))[0].decode()
-    assert check.returncode == 2 and "order_status" in output and "url" in output, output
+    assert check.returncode == 2 and name in output, output
     bot = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bot", env=world.env | {"ACTIONS_FILE": str(bad), "WEBHOOK_PORT": str(free_port())},
+        sys.executable, "-m", "bot", env=world.env | {"ACTIONS_FILE": str(path), "WEBHOOK_PORT": str(free_port())},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     output = (await asyncio.wait_for(bot.communicate(), 60))[0].decode()
-    assert bot.returncode != 0 and "order_status" in output and SHOP_TOKEN not in output, output
+    assert bot.returncode != 0 and name in output and SHOP_TOKEN not in output, output
+
+
+async def test_an_undeclared_host_or_localhost_not_private_is_refused_before_start(
+    world: World, tmp_path: Path
+) -> None:
+    def undeclared(spec: dict[str, Any]) -> None:
+        spec["tools"]["order_status"]["url"] = "https://api.undeclared.example/orders/{order_id}"
+
+    def localhost(spec: dict[str, Any]) -> None:
+        port = world.shop.host.rsplit(":", 1)[1]
+        spec["hosts"].append({"host": f"localhost:{port}"})
+        spec["tools"]["order_status"]["url"] = f"https://localhost:{port}/api/orders/{{order_id}}"
+
+    await refused_file(world, tmp_path / "undeclared.yaml", undeclared, "order_status")
+    await refused_file(world, tmp_path / "localhost.yaml", localhost, "localhost")
 
 
 @pytest.mark.parametrize("fault", ["slow", "500", "oversize", "malformed"])

@@ -66,11 +66,16 @@ class ShopApi:
     """Idempotency-Key → requests answered from the record (a retry the shop deduplicated)."""
     elsewhere: list[str] = field(default_factory=list)
     """Requests that reached the other server (the target of the redirect): none, if redirects are refused."""
+    mirror_connections: int = 0
+    """TCP connections to the mirror port (``mirror_port``): a listener that only counts, standing where
+    a name resolving to loopback points; a bot that refuses the address never connects."""
     base_url: str = ""
     elsewhere_url: str = ""
+    mirror_port: int = 0
     data: dict[str, Any] = field(default_factory=dict)
     _recorded: dict[str, tuple[int, Any]] = field(default_factory=dict)
     _runners: list[web.AppRunner] = field(default_factory=list)
+    _mirror: asyncio.Server | None = None
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
@@ -86,6 +91,7 @@ class ShopApi:
         self.replayed.clear()
         self.elsewhere.clear()
         self._recorded.clear()
+        self.mirror_connections = 0
 
     def state(self) -> dict[str, Any]:
         """A deep copy of users, products and orders (compare with an expected end state)."""
@@ -123,7 +129,13 @@ class ShopApi:
         other = web.Application()
         other.router.add_route("*", "/{tail:.*}", self._other_server)
         self.elsewhere_url = await self._serve(other)
+        self._mirror = await asyncio.start_server(self._counted, "127.0.0.1", 0)
+        self.mirror_port = int(self._mirror.sockets[0].getsockname()[1])
         return self.base_url
+
+    async def _counted(self, _reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.mirror_connections += 1
+        writer.close()
 
     async def _serve(self, app: web.Application) -> str:
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
@@ -135,6 +147,8 @@ class ShopApi:
 
     async def stop(self) -> None:
         self._stopping.set()
+        if self._mirror is not None:
+            self._mirror.close()
         for runner in self._runners:
             await runner.cleanup()
 

@@ -130,3 +130,16 @@ async def test_paths_are_recorded_as_sent(shop: ShopApi) -> None:
     status, _ = await call(shop, "GET", "/api/orders/..%2Fadmin")
     assert status == 404 and shop.log[-1].path == "/api/orders/..%2Fadmin"
     assert (await call(shop, "GET", "/admin"))[0] == 404
+
+
+async def test_the_mirror_port_counts_connections(shop: ShopApi) -> None:
+    import asyncio
+
+    _reader, writer = await asyncio.open_connection("127.0.0.1", shop.mirror_port)
+    writer.close()
+    await writer.wait_closed()
+    for _ in range(100):
+        if shop.mirror_connections:
+            break
+        await asyncio.sleep(0.01)
+    assert shop.mirror_connections == 1
