@@ -269,8 +269,15 @@ class World:
     def logs(self) -> str:
         return "".join(p.log.decode(errors="replace") for p in self.processes)
 
-    async def add_workers(self, count: int) -> None:
-        self.urls += await start_webhook_workers(self.env, self.workdir, self.processes, count)
+    async def add_workers(self, count: int, **env: str) -> None:
+        self.urls += await start_webhook_workers(self.env | env, self.workdir, self.processes, count)
+
+    async def kill_all(self) -> None:
+        """SIGKILL every worker still running (what they knew survives in Redis only)."""
+        for process in self.processes:
+            if process.process is not None and process.process.returncode is None:
+                process.process.kill()
+                await process.process.wait()
 
 
 def actions_env(

@@ -82,12 +82,17 @@ async def test_the_customer_is_who_the_update_says_whatever_the_model_claims(wor
 
 @pytest.mark.parametrize("ref", ["../../admin", "7701%2F..%2F..%2Fadmin", "7701@elsewhere.example:80", "..%2F7702"])
 async def test_an_argument_stays_inside_its_path_segment(world: World, ref: str) -> None:
+    """Sent percent-encoded inside its one segment, or (a dot-segment) refused: never another path or host."""
     mark = len(world.shop.log)
     await ask(world, AVA, f"Look up my order reference {ref}", call("order_lookup", order_ref=ref))
-    (request,) = world.shop.log[mark:]
-    segment = request.path.removeprefix("/api/orders/")
-    assert request.path.startswith("/api/orders/") and "/" not in segment and unquote(segment) == ref
-    assert request.headers["Host"] == world.shop.host and not world.shop.elsewhere
+    sent = world.shop.log[mark:]
+    assert len(sent) <= 1 and not world.shop.elsewhere
+    if not sent:
+        assert tool_results(world.llm.chat_requests[-1]), "refused, and the model told why"
+        return
+    segment = sent[0].path.removeprefix("/api/orders/")
+    assert sent[0].path.startswith("/api/orders/") and "/" not in segment and unquote(segment) == ref
+    assert sent[0].headers["Host"] == world.shop.host
 
 
 async def test_a_pattern_mismatch_requests_nothing(world: World) -> None:
