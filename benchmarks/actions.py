@@ -5,9 +5,9 @@ the shop's end state compared with the expected one exactly.
 
     .venv/bin/python -m benchmarks.actions [--conversations N]
 
-The real bot in this process (aiogram polling against the stub Bot API, the real ChatService), the
-stub model scripted (tests/e2e/actions_world.py), the shop of tests/stubs/shop_api.py. Tools tokens:
-o200k of the ``tools`` JSON, beside the stub's usage."""
+The real bot in this process (aiogram polling, the real ChatService) against the stub Bot API, the
+scripted stub model (tests/e2e/actions_world.py) and the shop (tests/stubs/shop_api.py); the tools
+block counted by the cookbook's rule beside the stub's usage."""
 
 from __future__ import annotations
 
@@ -141,11 +141,20 @@ class Cost:
         sent = bench.llm.requests[requests:]
         self.requests += len(sent)
         self.prompt_tokens += sum(u["prompt_tokens"] for u in bench.llm.usages[usages:])
-        self.tools_tokens += sum(tokens.count_text(json.dumps(r["tools"])) for r in sent if r.get("tools"))
+        self.tools_tokens += sum(tools_tokens(tokens, r["tools"]) for r in sent if r.get("tools"))
         self.conversations += 1
 
     def per(self, value: int) -> str:
         return f"{value / max(1, self.conversations):.1f}"
+
+
+def tools_tokens(tokens: TokenCounter, tools: list[dict[str, Any]]) -> int:
+    """The tools block's prompt tokens by the cookbook's rule, as the bot budgets them (the stub's usage
+    counts the messages only)."""
+    from services.core import tokens as rules
+
+    count = getattr(rules, "count_tools", None)  # the engine's, from issue 39 on
+    return int(count(tokens, tools)) if count is not None else tokens.count_text(json.dumps(tools))
 
 
 async def with_actions(bench: Bench, user: str, order_id: str, cost: Cost, tokens: TokenCounter) -> None:
@@ -253,7 +262,9 @@ def report(costs: dict[str, Cost], outcomes: list[Outcome], effects: dict[str, i
         f"{'':34}{'with actions':>14}{'by handoff':>14}",
         f"{'model requests':34}{a.per(a.requests):>14}{h.per(h.requests):>14}",
         f"{'prompt tokens (stub usage)':34}{a.per(a.prompt_tokens):>14}{h.per(h.prompt_tokens):>14}",
-        f"{'tools JSON tokens (o200k)':34}{a.per(a.tools_tokens):>14}{h.per(h.tools_tokens):>14}",
+        f"{'tools block tokens (cookbook)':34}{a.per(a.tools_tokens):>14}{h.per(h.tools_tokens):>14}",
+        f"{'prompt tokens with the tools':34}{a.per(a.prompt_tokens + a.tools_tokens):>14}"
+        f"{h.per(h.prompt_tokens + h.tools_tokens):>14}",
         f"{'operator messages':34}{a.per(a.operator_messages):>14}{h.per(h.operator_messages):>14}",
         f"(b) scripted tasks: {sum(o.passed for o in outcomes)}/{len(outcomes)} end states exact",
     ]
