@@ -98,19 +98,22 @@ async def test_a_typed_yes_confirms_nothing(world: World) -> None:
 
 
 async def test_a_retried_turn_after_the_request_does_not_send_it_again(world: World) -> None:
-    """The model's answer after the write fails once (HTTP 500): the turn is tried again, and the write
-    is not."""
+    """The model's answer after the write fails once (HTTP 500, a transient failure: the update is tried
+    again): the write is not sent again, and the customer is told its recorded result."""
     address = {"address1": "1 New Street", "city": "Denver", "zip": "80203", "country": "US"}
     world.model.on("Send 8801 to 1 New Street, Denver", call("change_address", order_id="8801", **address))
     await world.say(LIAM, "Send 8801 to 1 New Street, Denver")
     await world.wait_keyboard(LIAM, 1)
+    count = len(world.telegram.texts_to(LIAM))
     world.llm.chat_replies.append(500)
     await world.press(LIAM, "yes")
-    await eventually(lambda: _true(bool(world.shop.effects)), within=60, what="the address change")
+    await eventually(lambda: _true(bool(world.shop.writes()[-1:])), within=60, what="the address change")
     await settle(world, LIAM, "retried")
     (key,) = {r.idempotency_key for r in world.shop.writes() if "8801" in r.path}
     assert key is not None and world.shop.effects[key] == 1 and len(world.shop.with_key(key)) == 1
     assert world.shop.state()["orders"]["8801"]["address"] == address
+    told = world.telegram.texts_to(LIAM)[count:]
+    assert any(t.startswith("From the order service:") and "1 New Street" in t for t in told), told
 
 
 async def test_a_worker_killed_after_the_request_returned_does_not_send_it_again(
