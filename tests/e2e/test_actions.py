@@ -212,9 +212,16 @@ async def test_the_secret_reached_the_shop_and_nothing_else(world: World) -> Non
 
 
 async def test_prompts_within_budget_and_the_tools_block_identical(world: World) -> None:
+    """Every chat request's tools block is the same bytes; the largest prompt the stub billed (its
+    messages) plus the tools block (the cookbook's rule) and the calls' text stays within the budget."""
     chats = world.llm.chat_requests
     assert len(chats) >= 15
     assert {json.dumps(r.get("tools"), sort_keys=False) for r in chats} == {json.dumps(chats[0]["tools"])}
     assert chats[0]["tools"], "the tools were offered"
+    from services.core.tokens import TokenCounter, count_tools  # count_tools: the engine's (issue 39)
+
+    counter = TokenCounter.for_encoding("o200k_base")
+    tools = count_tools(counter, chats[0]["tools"])
+    calls = max(counter.count_text(json.dumps([m.get("tool_calls") for m in r["messages"]])) for r in chats)
     worst = max(u["prompt_tokens"] for u in world.llm.usages)
-    assert worst <= BUDGET, f"a prompt of {worst} tokens, budget {BUDGET}"
+    assert worst + tools + calls <= BUDGET, f"messages {worst} + tools {tools} + calls {calls}, budget {BUDGET}"
