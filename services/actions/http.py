@@ -76,7 +76,7 @@ class ActionHttp:
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         """``resolve``: the one lookup per request (default: the system's); ``ssl_context``: the CAs
-        trusted (default: aiohttp's, the system's), the host name always verified."""
+        trusted (default: the system's), the host name always verified."""
         if ssl_context is not None and not (
             ssl_context.check_hostname and ssl_context.verify_mode == ssl.CERT_REQUIRED
         ):
@@ -86,7 +86,7 @@ class ActionHttp:
         self._total_timeout = total_timeout
         self._max_bytes = max_bytes
         self._resolve = resolve or system_resolve
-        self._ssl: ssl.SSLContext | bool = ssl_context or True
+        self._ssl = ssl_context
         self._limit = asyncio.Semaphore(CONCURRENCY)
         self._client: aiohttp.ClientSession | None = None
 
@@ -153,7 +153,11 @@ class ActionHttp:
     def _session(self) -> aiohttp.ClientSession:
         if self._client is None:
             connector = aiohttp.TCPConnector(
-                resolver=_CheckedResolver(), use_dns_cache=False, limit=CONCURRENCY, ssl=self._ssl
+                resolver=_CheckedResolver(),
+                use_dns_cache=False,
+                limit=CONCURRENCY,
+                # always a context: aiohttp 3.9 reads ssl=True as "do not verify"
+                ssl=self._ssl or ssl.create_default_context(),
             )
             timeout = aiohttp.ClientTimeout(
                 total=self._total_timeout,
@@ -168,6 +172,10 @@ class ActionHttp:
                 auto_decompress=False,
                 cookie_jar=aiohttp.DummyCookieJar(),
             )
+            if hasattr(self._client, "_retry_connection"):
+                # aiohttp sends an idempotent method (PUT, DELETE, GET...) again when a connection
+                # drops; a write here is sent once, its retry is the engine's, with the same key
+                self._client._retry_connection = False
         return self._client
 
 

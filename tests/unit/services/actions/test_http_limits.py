@@ -148,3 +148,24 @@ async def test_requests_in_flight_are_bounded() -> None:
 async def test_a_header_with_a_line_break_is_refused_without_its_value() -> None:
     result = await call(hang, Authorization="Bearer SECRET-VALUE\r\nX-Injected: 1")
     assert result.kind == "refused" and "SECRET-VALUE" not in result.reason
+
+
+async def test_a_dropped_connection_is_never_retried() -> None:
+    """aiohttp by itself sends an idempotent method (PUT, DELETE, GET...) again once when the
+    connection drops; here every request reaches the server once, whatever its method."""
+
+    async def dropping(request: web.Request) -> web.StreamResponse:
+        assert request.transport is not None
+        request.transport.close()
+        return web.Response(text="never read")
+
+    async with serve(dropping) as server:
+        http = ActionHttp([HostRule("127.0.0.1", server.port, private=True)], total_timeout=20.0, max_bytes=100)
+        try:
+            for method in ("PUT", "DELETE", "GET", "POST"):
+                request = PreparedRequest(method, f"http://127.0.0.1:{server.port}/{method}", body=b"{}")
+                result = await asyncio.wait_for(http.send(request), DEADLINE)
+                assert result.kind == "unreachable" and "broke" in result.reason
+        finally:
+            await http.close()
+    assert server.requests == ["/PUT", "/DELETE", "/GET", "/POST"]
