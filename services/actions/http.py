@@ -2,7 +2,9 @@
 declared, resolved once and every address checked (network.py); aiohttp then connects to those
 checked addresses only (a resolver that serves them, no DNS cache, no proxy from the environment,
 no cookies kept), with TLS verified against the host name. No redirect is followed, nothing is
-retried; time, bytes (decoded bytes too) and requests in flight are bounded."""
+retried (aiohttp's private ``_retry_connection`` is switched off: it resends an idempotent method once
+when a connection drops, with no public switch); time, bytes (decoded too), requests in flight are
+bounded."""
 
 from __future__ import annotations
 
