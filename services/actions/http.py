@@ -151,6 +151,8 @@ class ActionHttp:
             raise _Failed("unreachable", f"could not connect to {target.shown}: {cause}") from None
         except aiohttp.ClientError:
             raise _Failed("unreachable", f"the connection to {target.shown} broke") from None
+        except (ValueError, UnicodeError):  # its text may hold a header's value: not kept
+            raise Refused("aiohttp could not form the request (the method or a header)") from None
 
     def _session(self) -> aiohttp.ClientSession:
         if self._client is None:
@@ -181,6 +183,9 @@ class ActionHttp:
         return self._client
 
 
+_TOKEN = frozenset("!#$%&'*+-.^_`|~")
+
+
 def _headers(request: PreparedRequest) -> dict[str, str]:
     """The request's headers, ``Accept-Encoding: identity`` in place of any the file set; a method
     or a header with a line break or NUL is refused (the value is not shown)."""
@@ -188,8 +193,10 @@ def _headers(request: PreparedRequest) -> dict[str, str]:
         raise Refused("the method is not a plain HTTP method")
     headers = {name: value for name, value in request.headers.items() if name.lower() != "accept-encoding"}
     for name, value in headers.items():
-        if any(char in name + value for char in "\r\n\0") or not name.isascii():
-            raise Refused(f"the header {name[:40]!r} holds a line break or NUL")
+        if not name or any(not (char.isascii() and (char.isalnum() or char in _TOKEN)) for char in name):
+            raise Refused("a header name is not an HTTP token")
+        if any((char < " " and char != "\t") or char == "\x7f" for char in value):
+            raise Refused(f"the header {name[:40]} holds a line break or a control character")
     headers["Accept-Encoding"] = "identity"
     return headers
 

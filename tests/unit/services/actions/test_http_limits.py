@@ -145,11 +145,6 @@ async def test_requests_in_flight_are_bounded() -> None:
     assert peak == CONCURRENCY
 
 
-async def test_a_header_with_a_line_break_is_refused_without_its_value() -> None:
-    result = await call(hang, Authorization="Bearer SECRET-VALUE\r\nX-Injected: 1")
-    assert result.kind == "refused" and "SECRET-VALUE" not in result.reason
-
-
 async def test_a_dropped_connection_is_never_retried() -> None:
     """aiohttp by itself sends an idempotent method (PUT, DELETE, GET...) again once when the
     connection drops; here every request reaches the server once, whatever its method."""
@@ -169,3 +164,24 @@ async def test_a_dropped_connection_is_never_retried() -> None:
         finally:
             await http.close()
     assert server.requests == ["/PUT", "/DELETE", "/GET", "/POST"]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"X Bad": "1"},
+        {"": "1"},
+        {"Authorization": "Bearer SECRET-VALUE\nX: 1"},
+        {"Authorization": "Bearer SECRET-VALUE\x01"},
+    ],
+)
+async def test_headers_that_cannot_be_sent_are_refused_without_their_value(headers: dict[str, str]) -> None:
+    async with serve() as server:
+        http = ActionHttp([HostRule("127.0.0.1", server.port, private=True)], total_timeout=20.0, max_bytes=100)
+        try:
+            request = PreparedRequest("GET", f"http://127.0.0.1:{server.port}/", headers=headers)
+            result = await asyncio.wait_for(http.send(request), DEADLINE)
+        finally:
+            await http.close()
+    assert result.kind == "refused" and "SECRET" not in result.reason
+    assert server.requests == []
