@@ -105,7 +105,8 @@ def _embedded(ip: ipaddress.IPv6Address) -> tuple[str, ipaddress.IPv4Address] | 
 
 def address_problem(ip: IPAddress, *, private: bool) -> str | None:
     """Why a connection to ``ip`` is not allowed (None: it is). ``private`` (the host's rule says
-    ``private: true``) allows every unicast address but the cloud metadata endpoints."""
+    ``private: true``) allows private, loopback and link-local addresses, never the cloud metadata
+    endpoints nor an unspecified, multicast or reserved address."""
     if ip in _METADATA:
         return f"{ip} is a cloud metadata address"
     wrapped = _embedded(ip) if isinstance(ip, ipaddress.IPv6Address) else None
