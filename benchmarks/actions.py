@@ -244,7 +244,9 @@ async def replay(bench: Bench) -> list[Outcome]:
             outcome.error = str(exc) or type(exc).__name__
         task.change(expected)
         outcome.diff = differences(bench.shop.state(), expected)
-        outcome.requests, outcome.shop_requests = len(bench.llm.requests) - marks[0], len(bench.shop.log) - marks[1]
+        settles = len(task.steps)  # each step's check message is one model request more
+        outcome.requests = len(bench.llm.requests) - marks[0] - settles
+        outcome.shop_requests = len(bench.shop.log) - marks[1]
         outcomes.append(outcome)
         expected = bench.shop.state()  # the next task is judged on its own change
     return outcomes
