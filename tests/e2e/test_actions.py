@@ -50,9 +50,10 @@ def requests_of(world: World, customer: int, since: int = 0) -> list[str]:
 
 
 async def test_an_order_status_question_is_answered_from_the_api(world: World) -> None:
+    mark = len(world.shop.log)
     answer = await ask(world, MIA, "Where is my order 5521?", call("order_status", order_id="5521"))
     assert "shipped" in answer and "2026-12-08" in answer and "Monitor stand" in answer
-    (request,) = world.shop.log
+    (request,) = world.shop.log[mark:]
     assert (request.method, request.path, request.customer, request.auth) == ("GET", "/api/orders/5521", "880001", "ok")
     assert request.idempotency_key is None, "a read carries no Idempotency-Key"
     last = world.llm.chat_requests[-1]
