@@ -22,9 +22,10 @@ from services.core.actions import Customer, idempotency_key
 
 
 def open_catalog(
-    path: str, *, operator_chat_configured: bool, timeout: float, max_bytes: int, err: TextIO = sys.stderr
+    path: str, *, operator_chat_configured: bool, timeout: float, max_bytes: int, err: TextIO | None = None
 ) -> Catalog | None:
-    """The catalog, or None after writing every mistake to ``err``."""
+    """The catalog, or None after writing every mistake to ``err`` (stderr)."""
+    err = err or sys.stderr
     try:
         return load_catalog(
             path, operator_chat_configured=operator_chat_configured, timeout=timeout, max_bytes=max_bytes
@@ -36,7 +37,8 @@ def open_catalog(
         return None
 
 
-def check(catalog: Catalog, out: TextIO = sys.stdout) -> int:
+def check(catalog: Catalog, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     out.write(f"ok: {len(catalog.names())} tools\n")
     return 0
 
@@ -49,7 +51,8 @@ def _who_decides(tool: CompiledTool) -> str:
     return "runs at once"
 
 
-def show(catalog: Catalog, out: TextIO = sys.stdout) -> int:
+def show(catalog: Catalog, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     for tool in catalog.tools:
         phone = "\tneeds the phone" if tool.needs_phone else ""
         out.write(
@@ -90,9 +93,10 @@ async def test(
     *,
     send: bool,
     key: str | None = None,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
 ) -> int:
     """One call as the bot makes it: checked, rendered, sent, projected. 0 when the answer was ok."""
+    out = out or sys.stdout
     tool = next((tool for tool in catalog.tools if tool.name == name), None)
     if tool is None:
         out.write(f"no tool {name!r}: the tools are {', '.join(catalog.names())}\n")

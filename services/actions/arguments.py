@@ -121,9 +121,9 @@ def validate(schema: Mapping[str, Any], arguments: Any) -> dict[str, Any] | str:
     if errors:
         return "refused: " + "; ".join(_reason(error, schema) for error in errors[:3])
     assert isinstance(arguments, dict)
-    properties = schema["properties"]
+    properties = schema.get("properties", {})
     return {
-        key: int(value) if properties[key]["type"] == "integer" and isinstance(value, float) else value
+        key: int(value) if properties.get(key, {}).get("type") == "integer" and isinstance(value, float) else value
         for key, value in arguments.items()
     }
 

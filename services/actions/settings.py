@@ -38,17 +38,20 @@ class ActionsSettings(BaseSettings):
     )
 
 
-class _Variables(BaseSettings):
-    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore", env_ignore_empty=True)
-
-
 def read_variables(names: Iterable[str]) -> dict[str, str]:
     """The ``${NAME}`` variables ACTIONS_FILE uses, read as every setting is (the environment, then
-    .env); a variable unset or empty is left out."""
+    .env); a variable unset or empty is left out. Not a settings group (the operator names them), so
+    the class is made here, out of the configuration reference's sight."""
+
+    class Variables(BaseSettings):
+        model_config = SettingsConfigDict(
+            env_file=".env", env_file_encoding="utf-8", extra="ignore", env_ignore_empty=True
+        )
+
     wanted = sorted(set(names))
     fields: dict[str, Any] = {
         f"v{index}": (str | None, Field(default=None, validation_alias=name)) for index, name in enumerate(wanted)
     }
-    values = create_model("ActionsFileVariables", __base__=_Variables, **fields)()
+    values = create_model("ActionsFileVariables", __base__=Variables, **fields)()
     found = {name: getattr(values, f"v{index}") for index, name in enumerate(wanted)}
     return {name: value for name, value in found.items() if value}
