@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from prompts.support_chat import HANDOFF_TOOL
 from services.actions import spec
@@ -254,3 +255,10 @@ def test_a_variable_with_a_line_break_is_refused_without_its_value() -> None:
         " ".join(lines)
     )
     assert all(SECRET not in line for line in lines)
+
+
+def test_the_example_of_docs_actions_md_loads() -> None:
+    text = (Path(__file__).resolve().parents[4] / "docs" / "actions.md").read_text(encoding="utf-8")
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    tools, _ = load_tools(yaml.safe_load(block), variables=VARIABLES, operator_chat_configured=True)
+    assert [t.name for t in tools] == ["order_status", "cancel_order", "refund"]
