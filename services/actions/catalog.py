@@ -108,9 +108,9 @@ class Catalog:
         return outcome_of(tool, found.spec.result, checked, result, idempotency_key=key)
 
     async def _send(self, request: PreparedRequest) -> HttpResult:
-        if self._sender is None:
-            self._sender = self._make_sender()
         try:
+            if self._sender is None:
+                self._sender = self._make_sender()
             return await self._sender.send(request)
         except Exception as exc:  # the sender's own bug: still an outcome, never a failed turn
             log.warning("action request failed unexpectedly (%s)", type(exc).__name__)

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from services.actions.arguments import compile_pattern
-from services.actions.placeholders import Placeholder, TemplateError, is_identifier, parse
+from services.actions.placeholders import Placeholder, TemplateError, is_identifier, parse, placeholders
 from services.actions.spec import PARAM_NAME_MAX, ParamSpec, ToolSpec, is_identity_name
 
 Problem = tuple[str, str]
@@ -137,6 +137,39 @@ def body_key_problems(value: Any, path: str = "json") -> Iterator[Problem]:
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from body_key_problems(item, f"{path}.{index}")
+
+
+_IDENTITY_WORDS = ("customer", "telegram", "userid", "chatid", "phone", "email")
+
+
+def _slots(tool: ToolSpec) -> Iterator[tuple[str, str, Any]]:
+    """(field, key, value) of every named place a value goes: query, headers, the body's keys."""
+    yield from ((f"query.{key}", key, value) for key, value in tool.query.items())
+    yield from ((f"headers.{key}", key, value) for key, value in tool.headers.items())
+    stack: list[tuple[str, Any]] = [("json", tool.body)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                yield f"{path}.{key}", str(key), item
+                stack.append((f"{path}.{key}", item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}.{index}", item) for index, item in enumerate(value))
+
+
+def identity_slot_problems(tool: ToolSpec) -> Iterator[Problem]:
+    """A place named like the customer's identity (``customer_id``, ``X-Customer-Telegram-Id``...) is
+    filled by the bot: a model argument there would let the model choose whose data is read."""
+    for field, key, value in _slots(tool):
+        plain = key.lower().replace("_", "").replace("-", "")
+        if not isinstance(value, str) or not (is_identity_name(key) or any(w in plain for w in _IDENTITY_WORDS)):
+            continue
+        try:
+            found = list(placeholders(parse(value)))
+        except TemplateError:
+            continue  # reported by placeholder_problems
+        if any(item.kind == "param" for item in found):
+            yield field, "names the customer: fill it with {customer.telegram_id} or {customer.phone}, not an argument"
 
 
 def header_problems(tool: ToolSpec) -> Iterator[Problem]:

@@ -124,6 +124,7 @@ def _tool_problems(
     yield from checks.risk_problems(spec, operator_chat)
     yield from checks.placeholder_problems(spec, variables)
     yield from checks.header_problems(spec)
+    yield from checks.identity_slot_problems(spec)
     yield from checks.body_key_problems(spec.body)
     yield from checks.result_problems(spec)
     url = url_template(spec.url, rules)

@@ -77,6 +77,14 @@ MISTAKES: dict[str, tuple[Edit, str]] = {
         lambda raw: tool(raw)["params"].update(chatId={"type": "integer"}),
         "tool order_status: params.chatId: a parameter may not name the customer",
     ),
+    "identity body field from an argument": (
+        lambda raw: tool(raw, "cancel_order")["json"].update(customer_id="{order_id}"),
+        "tool cancel_order: json.customer_id: names the customer: fill it with {customer.telegram_id}",
+    ),
+    "identity header from an argument": (
+        lambda raw: tool(raw)["headers"].update({"X-Customer-Telegram-Id": "{order_id}"}),
+        "tool order_status: headers.X-Customer-Telegram-Id: names the customer",
+    ),
     "host not declared": (
         lambda raw: tool(raw).update(url="https://evil.example.net/api/orders/{order_id}"),
         "tool order_status: url: the host evil.example.net is not in hosts",
