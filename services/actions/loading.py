@@ -164,13 +164,25 @@ def _one_tool(
     try:
         spec = ToolSpec.model_validate(raw)
     except ValidationError as exc:
-        return lines + _pydantic_lines(prefix, exc)
+        return lines + _pydantic_lines(prefix, exc) + _risk_lines(prefix, raw, operator_chat)
     lines += [f"{prefix}{field}: {what}" for field, what in _tool_problems(spec, rules, variables, operator_chat)]
     if lines:
         return lines
     url = url_template(spec.url, rules)
     assert not isinstance(url, str)
     return compile_tool(name, spec, url, variables)
+
+
+def _risk_lines(prefix: str, raw: Any, operator_chat: bool) -> list[str]:
+    """The risk rules of a tool whose format is wrong elsewhere (so every mistake shows at once)."""
+    if not isinstance(raw, dict):
+        return []
+    lines = []
+    if raw.get("risk") == "write" and "confirm" not in raw:
+        lines.append(f"{prefix}confirm: a write tool needs the text the customer confirms")
+    if raw.get("risk") == "approval" and not operator_chat:
+        lines.append(f"{prefix}risk: approval needs the operators' group: set OPERATOR_CHAT_ID, or use risk: write")
+    return lines
 
 
 def _top_lines(raw: Any) -> list[str]:

@@ -193,6 +193,8 @@ def test_every_mistake_is_reported_at_once() -> None:
         tool(raw, "cancel_order").pop("confirm")
         tool(raw, "refund").update(url="https://nowhere.example.org/r")
         raw["tools"]["broken"] = {"risk": "read"}
+        raw["tools"]["broken_write"] = {"risk": "write", "method": "GET"}
+        raw["tools"]["broken_approval"] = {"risk": "approval", "method": "GET"}
 
     lines = lines_of(edited(many), operator_chat_configured=False)
     for expected in (
@@ -202,6 +204,8 @@ def test_every_mistake_is_reported_at_once() -> None:
         "tool refund: url: the host nowhere.example.org",
         "tool broken: description: is required",
         "tool broken: url: is required",
+        "tool broken_write: confirm: a write tool needs the text the customer confirms",
+        "tool broken_approval: risk: approval needs the operators' group",
     ):
         assert any(line.startswith(expected) for line in lines), (expected, lines)
 
