@@ -48,6 +48,8 @@ def host_rule(entry: HostSpec) -> HostRule | str:
         return f"{raw!r} is not a host: write a name or an address, with :port when not 443"
     if not host or parts.path or parts.query or parts.fragment or parts.username is not None:
         return f"{raw!r} is not a host: write only the name (or address) and :port, no scheme or path"
+    if not is_ip_literal(host) and all(part.isdigit() or part.startswith("0x") for part in host.split(".") if part):
+        return f"{raw!r} is an address in a non-canonical form: write it as a.b.c.d"
     if not entry.private and is_ip_literal(host):
         return f"{raw!r} is an IP address: list it with private: true (or list the host's name)"
     if not entry.private and ("." not in host or host == "localhost" or host.endswith(LOCAL_SUFFIXES)):

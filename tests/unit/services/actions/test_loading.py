@@ -109,6 +109,14 @@ MISTAKES: dict[str, tuple[Edit, str]] = {
         lambda raw: raw["hosts"].append({"host": "192.0.2.7"}),
         "hosts.2: '192.0.2.7' is an IP address: list it with private: true",
     ),
+    "numeric host in another form": (
+        lambda raw: raw["hosts"].append({"host": "2130706433", "private": True}),
+        "hosts.2: '2130706433' is an address in a non-canonical form: write it as a.b.c.d",
+    ),
+    "short numeric host": (
+        lambda raw: raw["hosts"].append({"host": "127.1"}),
+        "hosts.2: '127.1' is an address in a non-canonical form",
+    ),
     "local name without private": (
         lambda raw: raw["hosts"].append({"host": "billing.internal"}),
         "hosts.2: 'billing.internal' is a local name: list it with private: true",
