@@ -113,3 +113,14 @@ def test_python_m_bot_actions_check(operator: Path) -> None:
         [sys.executable, "-m", "bot", "actions", "check"], cwd=operator, env=env, capture_output=True, text=True
     )
     assert (ok.returncode, ok.stdout) == (0, "ok: 3 tools\n"), ok.stderr
+
+
+def test_the_files_secrets_are_scrubbed_from_log_lines(operator: Path) -> None:
+    """The second guard: a ${NAME} value of ACTIONS_FILE is among the values every log line is scrubbed of."""
+    from bot.redaction import REDACTED, scrub, secret_values
+
+    values = secret_values(load_settings())
+    assert SECRET in values
+    assert scrub(f"a library said: Authorization: Bearer {SECRET}", values) == (
+        f"a library said: Authorization: Bearer {REDACTED}"
+    )
