@@ -5,10 +5,9 @@ environment variable's value. A file without mistakes becomes the Catalog."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import yaml
 from pydantic import TypeAdapter, ValidationError
@@ -16,6 +15,7 @@ from pydantic import TypeAdapter, ValidationError
 from services.actions import checks
 from services.actions.arguments import model_schema, validation_schema
 from services.actions.catalog import Catalog, Sender
+from services.actions.http import ActionHttp
 from services.actions.placeholders import TemplateError, parse, placeholders
 from services.actions.rendering import CompiledTool, uses_phone
 from services.actions.request import HostRule
@@ -219,9 +219,8 @@ def load_tools(
 
 
 def http_sender(hosts: list[HostRule], *, timeout: float, max_bytes: int) -> Sender:
-    """The http package's ActionHttp (services/actions/http.py), imported when the first call is sent."""
-    module = importlib.import_module("services.actions.http")
-    return cast(Sender, module.ActionHttp(hosts, total_timeout=timeout, max_bytes=max_bytes))
+    """The sender of the file's requests: ActionHttp, made when the first call is sent."""
+    return ActionHttp(hosts, total_timeout=timeout, max_bytes=max_bytes)
 
 
 def variable_names(raw: Any) -> set[str]:

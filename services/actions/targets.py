@@ -8,6 +8,7 @@ import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from services.actions.network import host_problem
 from services.actions.placeholders import Segment, TemplateError, parse
 from services.actions.request import HostRule
 from services.actions.spec import HostSpec
@@ -50,6 +51,8 @@ def host_rule(entry: HostSpec) -> HostRule | str:
         return f"{raw!r} is not a host: write only the name (or address) and :port, no scheme or path"
     if not is_ip_literal(host) and all(part.isdigit() or part.startswith("0x") for part in host.split(".") if part):
         return f"{raw!r} is an address in a non-canonical form: write it as a.b.c.d"
+    if (problem := host_problem(host)) is not None:
+        return f"{raw!r}: {problem}"
     if not entry.private and is_ip_literal(host):
         return f"{raw!r} is an IP address: list it with private: true (or list the host's name)"
     if not entry.private and ("." not in host or host == "localhost" or host.endswith(LOCAL_SUFFIXES)):
