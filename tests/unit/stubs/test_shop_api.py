@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -143,3 +144,19 @@ async def test_the_mirror_port_counts_connections(shop: ShopApi) -> None:
             break
         await asyncio.sleep(0.01)
     assert shop.mirror_connections == 1
+
+
+def test_the_actions_file_of_the_e2e_tests_loads(tmp_path: Path) -> None:
+    """tests/e2e/actions_world.py's file for this shop is one the bot accepts (with the operators' group)."""
+    from services.actions.loading import load_catalog
+    from tests.e2e.actions_world import actions_file
+
+    shop = ShopApi(token=TOKEN)
+    shop.base_url, shop.elsewhere_url, shop.mirror_port = "http://127.0.0.1:5001", "http://127.0.0.1:5002", 5003
+    path = actions_file(shop, tmp_path / "actions.yaml")
+    variables = {"SHOP_API_TOKEN": TOKEN}
+    catalog = load_catalog(path, variables=variables, operator_chat_configured=True, timeout=2, max_bytes=1000)
+    assert list(catalog.names()) == [
+        "order_status", "order_lookup", "order_status_mirror", "cancel_order", "change_address", "refund_order",
+    ]  # fmt: skip
+    assert [catalog.risk(n) for n in ("order_status", "cancel_order", "refund_order")] == ["read", "write", "approval"]
