@@ -18,7 +18,7 @@ DEFAULT = "run"
 ACTIONS = {
     "dead-letters": ("list", "show", "replay", "drop"),
     "quarantine": ("list", "show", "drop"),
-    "knowledge": ("list", "search", "gaps"),
+    "knowledge": ("list", "search", "gaps", "faq"),
     "chat": ("show",),
 }
 NEEDS_TARGET = {
@@ -28,6 +28,7 @@ NEEDS_TARGET = {
     ("quarantine", "show"): "CHAT_ID",
     ("quarantine", "drop"): "CHAT_ID",
     ("knowledge", "search"): "QUERY",
+    ("knowledge", "faq"): "export",
     ("chat", "show"): "CHAT_ID",
 }
 NUMERIC_TARGET = {"quarantine", "chat"}
@@ -37,7 +38,8 @@ DESCRIPTIONS = {
     "set-webhook": "register WEBHOOK_URL and WEBHOOK_SECRET with Telegram (once per deployment)",
     "console": "chat with the engine in this terminal, without Telegram (needs only OPENAI_API_KEY)",
     "chat": "show a chat's summary, stored turns and the passages and media each turn used (REDIS_URL)",
-    "knowledge": "the documents of KNOWLEDGE_DIR: list them, search them as a turn would, unanswered questions",
+    "knowledge": "the documents of KNOWLEDGE_DIR: list them, search them as a turn would, unanswered questions, "
+    "the learned FAQ as Markdown (faq export)",
     "dead-letters": "updates given up after their retries: list, show, replay or drop them (REDIS_URL)",
     "quarantine": "sessions moved aside because they could not be read: list, show or drop them (REDIS_URL)",
     "help": "show this help, or a command's: help COMMAND",
@@ -101,6 +103,7 @@ def build_parser() -> CommandLine:
     knowledge.add_argument(
         "--explain", action="store_true", help="search: matched terms, score parts and why passages were cut"
     )
+    knowledge.add_argument("--output", type=Path, help="faq export: write the Markdown to this file (default: print)")
     _with_actions(sub, "dead-letters", "show, replay, drop: the dead letter's ID (from list)")
     _with_actions(sub, "quarantine", "show, drop: the chat id (from list)")
     _add(sub, "help").add_argument(

@@ -4,20 +4,24 @@ python -m bot knowledge                 documents, passages, skipped files and w
 python -m bot knowledge search "query"  ranked passages with their relevance, as a turn would get them
 python -m bot knowledge search "query" --explain   and per passage the matched terms, the score parts and
                                         why passages were cut (floor, top k, token budget)
-python -m bot knowledge gaps            the most asked questions no document answered (needs REDIS_URL)
+python -m bot knowledge gaps            unanswered questions, near-duplicates grouped (REDIS_URL)
+python -m bot knowledge faq export      the learned FAQ entries as Markdown (--output FILE)
 """
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 import sys
+from pathlib import Path
 from typing import TextIO
 
-from services.core.knowledge import KnowledgeQuery, ScoredPassage
+from services.core.knowledge import FaqEntry, KnowledgeQuery, ScoredPassage
 from services.core.tokens import TokenCounter
 from services.engine.grounding import knowledge_block
 from services.knowledge.library import KnowledgeLibrary
 from services.knowledge.snapshot import Candidate
-from services.ports.knowledge import KnowledgeGaps
+from services.ports.knowledge import KnowledgeGaps, LearnedFaq
 
 
 def show(library: KnowledgeLibrary, out: TextIO = sys.stdout) -> int:
@@ -120,9 +124,44 @@ def _parts(candidate: Candidate) -> str:
     return ", ".join(parts)
 
 
-async def gaps(store: KnowledgeGaps, *, limit: int = 50, out: TextIO = sys.stdout) -> int:
-    found = await store.top(limit)
-    for question, count in found:
-        out.write(f"{count}\t{question}\n")
-    out.write(f"{len(found)} unanswered question(s) (most asked first)\n")
+async def gaps(store: KnowledgeGaps, *, out: TextIO = sys.stdout) -> int:
+    """The unanswered questions in groups of near-duplicates, most asked first, with up to three
+    examples each (the most asked questions only: GROUPED_QUESTIONS)."""
+    from services.knowledge.gap_groups import GROUPED_QUESTIONS, group_questions
+
+    grouping = group_questions(await store.top(GROUPED_QUESTIONS + 1), cap=GROUPED_QUESTIONS)
+    for group in grouping.groups:
+        out.write(f"{group.count}\t{group.examples[0]}\t({group.questions} question(s))\n")
+        for example in group.examples[1:]:
+            out.write(f"\t· {example}\n")
+    out.write(f"{len(grouping.groups)} group(s) of {grouping.questions} unanswered question(s) (most asked first)\n")
+    if grouping.left_out:
+        out.write(f"only the {GROUPED_QUESTIONS} most asked questions were grouped; rarer ones were left out\n")
+    return 0
+
+
+def faq_markdown(entries: list[FaqEntry]) -> str:
+    """One section per entry: its question as the heading, the other questions, the answer; a file
+    of KNOWLEDGE_DIR (the Markdown reader cuts a heading with its text into one passage)."""
+    parts = [
+        "---\ntitle: FAQ, answered by the support team\n---\n\n"
+        "<!-- python -m bot knowledge faq export: the learned FAQ entries -->\n"
+    ]
+    for entry in entries:
+        heading = " ".join(entry.questions[0].split()).lstrip("#").strip()
+        more = "".join(f"_Also asked:_ {' '.join(q.split())}\n\n" for q in entry.questions[1:])
+        stamp = datetime.datetime.fromtimestamp(entry.created, datetime.UTC).date().isoformat()
+        note = f"<!-- #{entry.id} v{entry.version}, {entry.author}, {stamp} -->"
+        parts.append(f"## {heading}\n\n{more}{entry.answer.strip()}\n\n{note}\n")
+    return "\n".join(parts)
+
+
+async def export_faq(faq: LearnedFaq, *, output: Path | None = None, out: TextIO = sys.stdout) -> int:
+    entries = await faq.entries()
+    text = faq_markdown(entries)
+    if output is None:
+        out.write(text)
+    else:
+        await asyncio.to_thread(output.write_text, text, encoding="utf-8")
+        out.write(f"{len(entries)} learned FAQ entries written to {output}\n")
     return 0

@@ -86,7 +86,8 @@ async def test_the_library_indexes_the_entries_after_a_refresh_and_cites_the_tea
     library.load()
     question = KnowledgeQuery("можно ли оплатить картой мир?")
     assert not (await library.current().search(question, limit=3)).matched
-    entry = await faq.add(("Можно ли оплатить картой Мир?",), "Да, картой Мир можно оплатить любой заказ.", author="Olga")
+    answer = "Да, картой Мир можно оплатить любой заказ."
+    entry = await faq.add(("Можно ли оплатить картой Мир?",), answer, author="Olga")
     assert await library.refresh(), "a new entry rebuilds the index"
     found = (await library.current().search(question, limit=3)).passages
     assert found and found[0].passage.source == FAQ_SOURCE and "картой Мир можно" in found[0].passage.text
