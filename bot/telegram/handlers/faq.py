@@ -158,7 +158,8 @@ async def _from_topic(
     message: Message, bot: Bot, desk: HandoffDesk, faq: LearnedFaq, knowledge: Any, fence: Fence | None
 ) -> None:
     """``/faq`` in a handoff topic: the operator's answer (the message it replies to, if it is one of
-    the operator's own, else their last one) with the customer's question before it."""
+    the operator's own, else their last one) with the customer's question before it (one that asks
+    about something: two content words or more)."""
     found = await desk.customer_of(bot, message)
     if found is None:
         await tell(bot, message, desk.ops("faq_usage"), fence)
@@ -172,8 +173,10 @@ async def _from_topic(
         and message.from_user is not None
         and reply.from_user.id == message.from_user.id
     )
+    from services.knowledge.gaps import worth_recording  # the stemmers: only when asked
+
     pair = from_transcript(record.transcript, reply.text if own and reply is not None else None)
-    if pair is None:
+    if pair is None or not worth_recording(pair[0]):  # "hello" → "good morning!" is no FAQ
         await tell(bot, message, desk.ops("faq_no_answer"), fence)
         return
     entry = await faq.add(clean_questions([pair[0]]), clean_answer(pair[1]), author=author_of(message))
