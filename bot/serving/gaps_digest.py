@@ -69,6 +69,8 @@ class GapsDigest:
     ) -> None:
         self._bot, self._gaps, self._faq, self._group = bot, gaps, faq, group
         self._hour, self._groups, self._ops, self._knowledge, self._clock = hour, groups, ops, knowledge, clock
+        self._done: str | None = None
+        """The day this worker saw claimed (by itself or another): not asked again."""
 
     @classmethod
     def of(cls, app: DigestApp) -> GapsDigest:
@@ -98,8 +100,13 @@ class GapsDigest:
     async def look(self) -> int:
         """Post the day's digest if it is due and no worker did: the number of groups posted."""
         day = digest_day(self._clock(), self._hour)
-        if day is None or not await self._faq.claim_digest(day):
+        if day is None or day == self._done:
             return 0
+        if not await self._faq.claim_digest(day):
+            log.info("gaps digest %s: posted already (by another worker, or before a restart)", day)
+            self._done = day
+            return 0
+        self._done = day
         posts = await self._top()
         if not posts:
             log.info("gaps digest %s: no unanswered question to post", day)
