@@ -11,7 +11,6 @@ python -m bot knowledge faq export      the learned FAQ entries as Markdown (--o
 from __future__ import annotations
 
 import asyncio
-import datetime
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -142,17 +141,13 @@ async def gaps(store: KnowledgeGaps, *, out: TextIO = sys.stdout) -> int:
 
 def faq_markdown(entries: list[FaqEntry]) -> str:
     """One section per entry: its question as the heading, the other questions, the answer; a file
-    of KNOWLEDGE_DIR (the Markdown reader cuts a heading with its text into one passage)."""
-    parts = [
-        "---\ntitle: FAQ, answered by the support team\n---\n\n"
-        "<!-- python -m bot knowledge faq export: the learned FAQ entries -->\n"
-    ]
+    of KNOWLEDGE_DIR (the Markdown reader cuts a heading with its text into one passage). Nothing
+    else: whatever the file holds is indexed (who wrote an entry stays in Redis)."""
+    parts = ["---\ntitle: FAQ, answered by the support team\n---\n"]
     for entry in entries:
         heading = " ".join(entry.questions[0].split()).lstrip("#").strip()
         more = "".join(f"_Also asked:_ {' '.join(q.split())}\n\n" for q in entry.questions[1:])
-        stamp = datetime.datetime.fromtimestamp(entry.created, datetime.UTC).date().isoformat()
-        note = f"<!-- #{entry.id} v{entry.version}, {entry.author}, {stamp} -->"
-        parts.append(f"## {heading}\n\n{more}{entry.answer.strip()}\n\n{note}\n")
+        parts.append(f"## {heading}\n\n{more}{entry.answer.strip()}\n")
     return "\n".join(parts)
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from aiogram import Bot
 
+from bot.metrics import ERRORS
 from services.core.errors import SupportBotError
 from services.core.knowledge import DigestPost, KnowledgeQuery
 from services.ports.knowledge import KnowledgeGaps, KnowledgeSource, LearnedFaq
@@ -95,6 +96,9 @@ class GapsDigest:
                 await self.look()
             except SupportBotError as exc:
                 log.warning("gaps digest: %s", exc)
+            except Exception as exc:  # Telegram refusing a message: the day's digest is cut short, logged
+                ERRORS.labels(type(exc).__name__).inc()
+                log.warning("gaps digest: not (all) posted: %s", exc, exc_info=exc)
             await asyncio.sleep(every)
 
     async def look(self) -> int:

@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 
 from services.backends.memory.faq import InMemoryLearnedFaq
 from services.backends.redis.faq import RedisLearnedFaq
+from services.core.errors import StoreUnavailableError
 from services.core.knowledge import FAQ_SOURCE, DigestPost, KnowledgeQuery
 from services.core.tokens import TokenCounter
 from services.knowledge.library import KnowledgeLibrary
@@ -97,3 +98,33 @@ async def test_the_library_indexes_the_entries_after_a_refresh_and_cites_the_tea
     await faq.remove(entry.id)
     assert await library.refresh()
     assert not (await library.current().search(question, limit=3)).matched, "a removed entry is no longer found"
+
+
+class Unreachable(InMemoryLearnedFaq):
+    down = False
+
+    async def revision(self) -> int:
+        if self.down:
+            raise StoreUnavailableError("redis is down")
+        return await super().revision()
+
+
+async def test_an_unreachable_store_keeps_the_entries_in_use(
+    tmp_path: Path, counter: TokenCounter, caplog: pytest.LogCaptureFixture
+) -> None:
+    document = tmp_path / "returns.md"
+    document.write_text("# Returns\n\nRefunds are paid to the original card within 14 days.\n")
+    os.utime(document, (1_700_000_000, 1_700_000_000))
+    faq = Unreachable()
+    library = KnowledgeLibrary(
+        root=tmp_path, counter=counter, passage_tokens=220, max_file_bytes=1 << 20, min_score=0.1,
+        refresh_seconds=60, learned=faq,
+    )  # fmt: skip
+    library.load()
+    await faq.add(("Do you sell gift cards?",), "Yes, from 10 to 500 EUR.", author="Olga")
+    assert await library.refresh()
+    faq.down = True
+    assert not await library.refresh()
+    assert "learned FAQ entries are unavailable" in caplog.text
+    found = (await library.current().search(KnowledgeQuery("do you sell gift cards?"), limit=3)).passages
+    assert found and found[0].passage.source == FAQ_SOURCE
