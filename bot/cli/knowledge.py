@@ -32,7 +32,8 @@ def show(library: KnowledgeLibrary, out: TextIO = sys.stdout) -> int:
         out.write(f"skipped\t{skipped.path}\t{skipped.reason}\n")
     out.write(
         f"index {snapshot.version}: {len(library.documents)} documents, {len(snapshot.passages)} passages "
-        f"({snapshot.total_tokens} tokens), {len(snapshot.skipped)} skipped, {snapshot.embedded} with vectors; "
+        f"({snapshot.total_tokens} tokens; {len(library.learned)} of learned FAQ entries), "
+        f"{len(snapshot.skipped)} skipped, {snapshot.embedded} with vectors; "
         f"from {library.root}\n"
     )
     return 0
