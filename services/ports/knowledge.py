@@ -51,7 +51,10 @@ class LearnedFaq(Protocol):
     """FAQ entries operators wrote (searchable like a document), and the daily gaps digest's marks.
     ``revision`` grows with every change: every worker's library polls it and rebuilds aside."""
 
-    async def add(self, questions: tuple[str, ...], answer: str, *, author: str) -> FaqEntry: ...
+    async def add(self, questions: tuple[str, ...], answer: str, *, author: str, key: str | None = None) -> FaqEntry:
+        """A new entry. ``key``: the update that asked for it; the same key again returns the entry it
+        made (as first made), so a redelivered update adds nothing."""
+        ...
 
     async def edit(self, entry_id: str, questions: tuple[str, ...], answer: str, *, author: str) -> FaqEntry | None:
         """A new version of the entry (None: no such entry)."""

@@ -10,7 +10,7 @@ from typing import Any
 
 from aiogram import Bot, Router
 from aiogram.filters import Command, CommandObject
-from aiogram.types import Message
+from aiogram.types import Message, Update
 
 from bot.telegram.desk import HandoffDesk
 from bot.telegram.desk.base import split_text
@@ -20,6 +20,7 @@ from services.core.handoff_records import TranscriptEntry
 from services.core.knowledge import FaqEntry
 from services.knowledge.learned import QUESTION_CHARS, clean_answer, clean_questions
 from services.ports.knowledge import KnowledgeSource, LearnedFaq
+from services.ports.queue import item_id_of
 
 log = logging.getLogger(__name__)
 
@@ -107,11 +108,13 @@ async def on_digest_reply(
     desk: HandoffDesk,
     faq: LearnedFaq,
     post: Any,
+    event_update: Update,
     knowledge: KnowledgeSource | None = None,
     fence: Fence | None = None,
 ) -> None:
     answer = clean_answer(message.text or "")
-    entry = await faq.add(clean_questions(post.questions), answer, author=author_of(message))
+    key = item_id_of(event_update.update_id)
+    entry = await faq.add(clean_questions(post.questions), answer, author=author_of(message), key=key)
     log.info("learned FAQ #%s from a reply to the digest (%d questions)", entry.id, len(entry.questions))
     await saved(bot, message, desk, entry, knowledge, fence)
 
@@ -122,15 +125,17 @@ async def on_faq(
     desk: HandoffDesk,
     faq: LearnedFaq,
     command: CommandObject,
+    event_update: Update,
     knowledge: KnowledgeSource | None = None,
     fence: Fence | None = None,
 ) -> None:
+    """``key``: a redelivered update makes no second entry."""
     action, _, rest = (command.args or "").strip().partition(" ")
-    action = action.lower()
+    action, key = action.lower(), item_id_of(event_update.update_id)
     if action in ("", "this"):
-        await _from_topic(message, bot, desk, faq, knowledge, fence)
+        await _from_topic(message, bot, desk, faq, (key, knowledge), fence)
     elif action == "add" and (pair := split_pair(rest)) is not None:
-        entry = await faq.add(*pair, author=author_of(message))
+        entry = await faq.add(*pair, author=author_of(message), key=key)
         await saved(bot, message, desk, entry, knowledge, fence)
     elif action == "list":
         entries = await faq.entries()
@@ -155,7 +160,7 @@ def _edit_args(rest: str) -> tuple[str, tuple[tuple[str, ...], str]] | None:
 
 
 async def _from_topic(
-    message: Message, bot: Bot, desk: HandoffDesk, faq: LearnedFaq, knowledge: Any, fence: Fence | None
+    message: Message, bot: Bot, desk: HandoffDesk, faq: LearnedFaq, asked: tuple[str, Any], fence: Fence | None
 ) -> None:
     """``/faq`` in a handoff topic: the operator's answer (the message it replies to, if it is one of
     the operator's own, else their last one) with the customer's question before it (one that asks
@@ -179,7 +184,8 @@ async def _from_topic(
     if pair is None or not worth_recording(pair[0]):  # "hello" → "good morning!" is no FAQ
         await tell(bot, message, desk.ops("faq_no_answer"), fence)
         return
-    entry = await faq.add(clean_questions([pair[0]]), clean_answer(pair[1]), author=author_of(message))
+    key, knowledge = asked
+    entry = await faq.add(clean_questions([pair[0]]), clean_answer(pair[1]), author=author_of(message), key=key)
     log.info("learned FAQ #%s from the handoff of chat %s", entry.id, found[0])
     await saved(bot, message, desk, entry, knowledge, fence)
 

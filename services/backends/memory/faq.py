@@ -15,12 +15,17 @@ class InMemoryLearnedFaq:
         self._revision = 0
         self._days: set[str] = set()
         self._posts: dict[int, DigestPost] = {}
+        self._made: dict[str, str] = {}
 
-    async def add(self, questions: tuple[str, ...], answer: str, *, author: str) -> FaqEntry:
+    async def add(self, questions: tuple[str, ...], answer: str, *, author: str, key: str | None = None) -> FaqEntry:
+        if key is not None and key in self._made:
+            return self._versions[self._made[key]][0]
         entry = FaqEntry(str(len(self._versions) + 1), questions, answer, author, time.time(), 1)
         self._versions[entry.id] = [entry]
         self._live.add(entry.id)
         self._revision += 1
+        if key is not None:
+            self._made[key] = entry.id
         return entry
 
     async def edit(self, entry_id: str, questions: tuple[str, ...], answer: str, *, author: str) -> FaqEntry | None:

@@ -31,6 +31,8 @@ return 1
 """
 
 DIGEST_MARK_SECONDS = 3 * 86400
+MADE_SECONDS = 86400
+"""How long the update that made an entry is remembered (its redeliveries come within minutes)."""
 
 
 class RedisLearnedFaq:
@@ -45,14 +47,36 @@ class RedisLearnedFaq:
         with redis_errors("the FAQ entry was not saved"):
             return int(await self._put(keys=keys, args=[entry_id, body, mode]))
 
-    async def add(self, questions: tuple[str, ...], answer: str, *, author: str) -> FaqEntry:
+    async def add(self, questions: tuple[str, ...], answer: str, *, author: str, key: str | None = None) -> FaqEntry:
         now = time.time()
         body = version_json(questions, answer, author, now)
-        while True:  # an id whose versions exist (a removed entry's) is never reused
-            with redis_errors("the FAQ entry was not saved"):
-                entry_id = str(await self._redis.incr(self._keys.faq_next_id))
+        entry_id = await self._reserve(key)
+        while True:
+            if entry_id is None:
+                entry_id = await self._next_id()
             if await self._write(entry_id, body, "new"):
                 return FaqEntry(entry_id, questions, answer, author, now, 1)
+            if key is not None and (made := await self.history(entry_id)):
+                return made[0]  # this key's entry, written by an attempt before this one
+            entry_id = None  # an id whose versions exist (a removed entry's) is never reused
+
+    async def _next_id(self) -> str:
+        with redis_errors("the FAQ entry was not saved"):
+            return str(await self._redis.incr(self._keys.faq_next_id))
+
+    async def _reserve(self, key: str | None) -> str | None:
+        """The id of the entry ``key`` makes: the one an earlier attempt reserved, or a new one,
+        reserved before anything is written (an attempt that dies after it is redone with that id)."""
+        if key is None:
+            return None
+        made = self._keys.faq_made(key)
+        with redis_errors("the FAQ entry was not saved"):
+            if (earlier := await self._redis.get(made)) is not None:
+                return _text(earlier)
+            entry_id = await self._next_id()
+            if await self._redis.set(made, entry_id, nx=True, ex=MADE_SECONDS):
+                return entry_id
+            return _text(await self._redis.get(made) or entry_id)  # a concurrent attempt reserved first
 
     async def edit(self, entry_id: str, questions: tuple[str, ...], answer: str, *, author: str) -> FaqEntry | None:
         now = time.time()

@@ -221,6 +221,10 @@ class KeySpace:
         """String: grows with every change of the entries; every worker's library polls it."""
         return f"{{{self.namespace}:faq}}:revision"
 
+    def faq_made(self, key: str) -> str:
+        """String: the id of the entry the update ``key`` made (a redelivery makes no second one)."""
+        return f"{{{self.namespace}:faq}}:made:{key}"
+
     def gaps_digest(self, day: str) -> str:
         """String: the worker that posted the day's gaps digest (SET NX, expires after a few days)."""
         return f"{{{self.namespace}:faq}}:digest:{day}"

@@ -79,6 +79,11 @@ async def test_faq_add_list_edit_and_remove_in_the_operators_group(desk: Desk) -
     assert [(e.id, e.questions, e.answer, e.author) for e in entries] == [
         ("1", ("Можно ли оплатить картой Мир?",), "Да, картой Мир можно.", "Olga")
     ]
+    redelivered = desk.telegram.operator_update(GROUP, None, "/faq add Можно ли? | Да, можно.")
+    await desk.feed(redelivered)
+    await desk.feed(redelivered)
+    assert len(await desk.backend.faq.entries()) == 2, "a redelivered update makes no second entry"
+    await desk.say("/faq remove 2")
     await desk.say("/faq list")
     assert desk.last() == "#1 Можно ли оплатить картой Мир? → Да, картой Мир можно."
     await desk.say("/faq edit #1 Можно ли оплатить картой Мир? | Да, и по СБП.")

@@ -59,6 +59,20 @@ async def test_entries_are_added_edited_as_versions_and_removed(faq: LearnedFaq)
     assert third.id not in (first.id, second.id), "a removed entry's id is never handed out again"
 
 
+async def test_an_update_redelivered_makes_no_second_entry(faq: LearnedFaq) -> None:
+    made = await faq.add(("Do you sell gift cards?",), "Yes.", author="Olga", key="u41")
+    again = await asyncio.gather(
+        *(faq.add(("Do you sell gift cards?",), "Yes.", author="Olga", key="u41") for _ in range(3))
+    )
+    assert {e.id for e in again} == {made.id} and len(await faq.entries()) == 1
+    revision = await faq.revision()
+    await faq.remove(made.id)
+    assert (await faq.add(("x?",), "y", author="Olga", key="u41")).answer == "Yes.", "removed since: not made again"
+    assert await faq.entries() == [] and await faq.revision() == revision + 1
+    other = await faq.add(("Do you sell gift cards?",), "Yes.", author="Olga", key="u42")
+    assert other.id != made.id
+
+
 async def test_the_digest_is_claimed_once_per_day_by_concurrent_posters(faq: LearnedFaq) -> None:
     claims = await asyncio.gather(*(faq.claim_digest("2026-12-05") for _ in range(8)))
     assert sum(claims) == 1
