@@ -102,7 +102,9 @@ async def _knowledge(args: argparse.Namespace, settings: Settings) -> int:
         try:
             if args.action == "faq":
                 return await knowledge.export_faq(backend.faq, output=args.output)
-            return await knowledge.gaps(backend.gaps)
+            from bot.factory import build_embedder
+
+            return await knowledge.gaps(backend.gaps, embedder=build_embedder(settings, backend))
         finally:
             await backend.close()
     shared = build_backend(settings, offline=True)

@@ -15,9 +15,12 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+import numpy as np
+
 from services.core.knowledge import FaqEntry, KnowledgeQuery, ScoredPassage
 from services.core.tokens import TokenCounter
 from services.engine.grounding import knowledge_block
+from services.knowledge.embedder import Embedder, EmbeddingUnavailable
 from services.knowledge.library import KnowledgeLibrary
 from services.knowledge.snapshot import Candidate
 from services.ports.knowledge import KnowledgeGaps, LearnedFaq
@@ -124,20 +127,37 @@ def _parts(candidate: Candidate) -> str:
     return ", ".join(parts)
 
 
-async def gaps(store: KnowledgeGaps, *, out: TextIO = sys.stdout) -> int:
+async def gaps(store: KnowledgeGaps, *, embedder: Embedder | None = None, out: TextIO = sys.stdout) -> int:
     """The unanswered questions in groups of near-duplicates, most asked first, with up to three
-    examples each (the most asked questions only: GROUPED_QUESTIONS)."""
+    examples each (the most asked questions only: GROUPED_QUESTIONS); with ``embedder``
+    (EMBEDDING_MODEL) questions close in meaning are grouped too."""
     from services.knowledge.gap_groups import GROUPED_QUESTIONS, group_questions
 
-    grouping = group_questions(await store.top(GROUPED_QUESTIONS + 1), cap=GROUPED_QUESTIONS)
+    asked = await store.top(GROUPED_QUESTIONS + 1)
+    vectors = await _vectors(embedder, [q for q, _ in asked[:GROUPED_QUESTIONS]], out)
+    grouping = group_questions(asked, cap=GROUPED_QUESTIONS, vectors=vectors)
     for group in grouping.groups:
         out.write(f"{group.count}\t{group.examples[0]}\t({group.questions} question(s))\n")
         for example in group.examples[1:]:
             out.write(f"\t· {example}\n")
-    out.write(f"{len(grouping.groups)} group(s) of {grouping.questions} unanswered question(s) (most asked first)\n")
+    how = " by words and meaning (EMBEDDING_MODEL)" if vectors else ""
+    out.write(
+        f"{len(grouping.groups)} group(s){how} of {grouping.questions} unanswered question(s) (most asked first)\n"
+    )
     if grouping.left_out:
         out.write(f"only the {GROUPED_QUESTIONS} most asked questions were grouped; rarer ones were left out\n")
     return 0
+
+
+async def _vectors(embedder: Embedder | None, questions: list[str], out: TextIO) -> dict[str, np.ndarray] | None:
+    if embedder is None or not questions:
+        return None
+    try:
+        matrix = await embedder.embed_texts(questions)
+    except EmbeddingUnavailable as exc:
+        out.write(f"embeddings unavailable ({exc}): grouped by words only\n")
+        return None
+    return dict(zip(questions, matrix, strict=True))
 
 
 def faq_markdown(entries: list[FaqEntry]) -> str:

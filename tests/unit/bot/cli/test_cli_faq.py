@@ -7,11 +7,16 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from openai import AsyncOpenAI
+
 from bot.cli.knowledge import export_faq, gaps
+from services.backends.embeddings_disk import DiskEmbeddingCache
 from services.backends.memory.faq import InMemoryLearnedFaq
 from services.backends.memory.gaps import InMemoryKnowledgeGaps
 from services.core.tokens import TokenCounter
 from services.knowledge.corpus import read_corpus
+from services.knowledge.embedder import Embedder
+from tests.stubs.openai_server import StubOpenAI
 
 
 async def test_gaps_are_printed_in_groups_most_asked_first() -> None:
@@ -51,3 +56,28 @@ async def test_the_export_is_markdown_the_folder_reads_as_one_passage_per_entry(
     printed = io.StringIO()
     assert await export_faq(faq, out=printed) == 0
     assert printed.getvalue() == text
+
+
+async def test_with_embedding_model_the_questions_are_embedded_uncached_and_grouped_by_meaning_too(
+    stub_llm: StubOpenAI, tmp_path: Path
+) -> None:
+    store = InMemoryKnowledgeGaps()
+    for chat, question in enumerate(["where is the parcel tracking", "tracking parcel where?", "is wrapping free?"]):
+        await store.record(chat, question)
+    client = AsyncOpenAI(api_key="k", base_url=stub_llm.base_url, max_retries=0)
+    cache = DiskEmbeddingCache(directory=tmp_path / "cache")
+    embedder = Embedder(client=client, model="stub-embed", cache=cache, batch_size=2)
+    out = io.StringIO()
+    try:
+        assert await gaps(store, embedder=embedder, out=out) == 0
+        stub_llm.embeddings.mode = "error"
+        failed = io.StringIO()
+        assert await gaps(store, embedder=embedder, out=failed) == 0
+    finally:
+        await client.close()
+    assert sorted(stub_llm.embeddings.embedded[:3]) == sorted(q for q, _ in await store.top(10)), "batches of 2"
+    assert (
+        out.getvalue().splitlines()[-1]
+        == "2 group(s) by words and meaning (EMBEDDING_MODEL) of 3 unanswered question(s) (most asked first)"
+    )
+    assert failed.getvalue().startswith("embeddings unavailable (") and "grouped by words only" in failed.getvalue()

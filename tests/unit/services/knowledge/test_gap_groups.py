@@ -3,6 +3,7 @@ different subject word) stay apart, groups sorted by their total count, the work
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from services.knowledge.gap_groups import EXAMPLES, group_questions
@@ -84,3 +85,25 @@ def test_hostile_input_is_grouped_in_time() -> None:
     asked = [("а" * 100_000, 1), ("x " * 50_000, 2), ("", 3), ("🙂" * 1000, 1)]
     grouping = group_questions(asked)
     assert sum(g.count for g in grouping.groups) == 7
+
+
+def unit(*values: float) -> np.ndarray:
+    vector = np.asarray(values, dtype=np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+def test_with_vectors_questions_close_in_meaning_meet_though_they_share_no_word() -> None:
+    asked = [("how do I get a refund?", 3), ("I want my money back", 2), ("is gift wrapping free?", 1)]
+    vectors = {
+        "how do I get a refund?": unit(1, 0.1, 0),
+        "I want my money back": unit(0.95, 0.2, 0),
+        "is gift wrapping free?": unit(0, 0.2, 1),
+    }
+    assert [g.examples for g in group_questions(asked).groups] == [[q] for q, _ in asked], "words alone: apart"
+    grouped = group_questions(asked, vectors=vectors)
+    assert [g.examples for g in grouped.groups] == [
+        ["how do I get a refund?", "I want my money back"],
+        ["is gift wrapping free?"],
+    ]
+    partial = group_questions(asked, vectors={"I want my money back": vectors["I want my money back"]})
+    assert len(partial.groups) == 3, "a question without a vector is grouped by its words"
