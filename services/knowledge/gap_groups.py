@@ -2,7 +2,8 @@
 a question is its set of content words, each cut to its stem's first PREFIX_CHARS letters (inflections
 the stemmer leaves apart meet there), and joins the group whose first (most asked) question's set is
 closest by the Dice coefficient, if at least ``threshold``; else it opens a group. Only the groups
-sharing a word are compared (an inverted index), over at most GROUPED_QUESTIONS questions."""
+sharing a word are compared (an inverted index), over at most GROUPED_QUESTIONS questions. Given
+vectors (EMBEDDING_MODEL), a question sharing too few words joins the group closest in meaning."""
 
 from __future__ import annotations
 

@@ -129,7 +129,7 @@ async def on_faq(
     knowledge: KnowledgeSource | None = None,
     fence: Fence | None = None,
 ) -> None:
-    """``key``: a redelivered update makes no second entry."""
+    """The /faq commands (an entry made is keyed by its update: a redelivery makes no second one)."""
     action, _, rest = (command.args or "").strip().partition(" ")
     action, key = action.lower(), item_id_of(event_update.update_id)
     if action in ("", "this"):
@@ -141,13 +141,15 @@ async def on_faq(
         entries = await faq.entries()
         await tell(bot, message, listing(entries) if entries else desk.ops("faq_none"), fence)
     elif action == "remove" and rest.strip():
-        key = entry_id(rest)
-        removed = await faq.remove(key)
-        await tell(bot, message, desk.ops("faq_removed" if removed else "faq_missing", id=key), fence)
+        target = entry_id(rest)
+        removed = await faq.remove(target)
+        await tell(bot, message, desk.ops("faq_removed" if removed else "faq_missing", id=target), fence)
     elif action == "edit" and (edit := _edit_args(rest)) is not None:
-        key, (questions, answer) = edit
-        edited = await faq.edit(key, questions, answer, author=author_of(message))
-        body = desk.ops("faq_edited", id=key, version=edited.version) if edited else desk.ops("faq_missing", id=key)
+        target, (questions, answer) = edit
+        edited = await faq.edit(target, questions, answer, author=author_of(message))
+        body = (
+            desk.ops("faq_edited", id=target, version=edited.version) if edited else desk.ops("faq_missing", id=target)
+        )
         await tell(bot, message, body, fence)
     else:
         await tell(bot, message, desk.ops("faq_usage"), fence)
