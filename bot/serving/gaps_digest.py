@@ -2,12 +2,13 @@
 one worker a day (an atomic claim per date, shared by every worker) posts the most asked groups of
 near-duplicate questions to the operators' group, one message per group, each remembered by its
 message id so that an operator's reply to it becomes a learned FAQ entry. Groups the knowledge answers
-by now (a learned entry, a new document) are left out. Posting is at most once a day: a worker that
-dies after its claim leaves that day without (the rest of) its digest."""
+by now (a learned entry, a new document) are left out. A failure before anything is posted gives the
+claim back; a worker that dies after posting began leaves that day with what it posted."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 import time
@@ -111,11 +112,18 @@ class GapsDigest:
             self._done = day
             return 0
         self._done = day
-        posts = await self._top()
+        try:  # nothing posted yet: a failure gives the day back to the next look (of any worker)
+            posts = await self._top()
+            if posts:
+                await self._bot.send_message(self._group, self._ops("faq_digest_head", day=day, count=len(posts)))
+        except BaseException:
+            self._done = None
+            with contextlib.suppress(SupportBotError):  # the claim stays: that day goes without
+                await asyncio.shield(self._faq.release_digest(day))
+            raise
         if not posts:
             log.info("gaps digest %s: no unanswered question to post", day)
             return 0
-        await self._bot.send_message(self._group, self._ops("faq_digest_head", day=day, count=len(posts)))
         for post in posts:
             lines = [self._ops("faq_digest_group", count=post.count, question=post.questions[0])]
             lines += [f"· {example}" for example in post.questions[1:EXAMPLES_SHOWN]]

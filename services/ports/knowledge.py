@@ -78,6 +78,10 @@ class LearnedFaq(Protocol):
         """True for exactly one caller per ``day`` (``YYYY-MM-DD``), across every worker."""
         ...
 
+    async def release_digest(self, day: str) -> None:
+        """The claim of ``day`` given back (nothing of the digest was posted): the next look posts it."""
+        ...
+
     async def remember_post(self, message_id: int, post: DigestPost) -> None: ...
 
     async def post(self, message_id: int) -> DigestPost | None:

@@ -59,6 +59,9 @@ class InMemoryLearnedFaq:
         self._days.add(day)
         return True
 
+    async def release_digest(self, day: str) -> None:
+        self._days.discard(day)
+
     async def remember_post(self, message_id: int, post: DigestPost) -> None:
         self._posts[message_id] = post
 

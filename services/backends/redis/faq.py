@@ -110,6 +110,10 @@ class RedisLearnedFaq:
         with redis_errors("the gaps digest was not claimed"):
             return bool(await self._redis.set(self._keys.gaps_digest(day), "1", nx=True, ex=DIGEST_MARK_SECONDS))
 
+    async def release_digest(self, day: str) -> None:
+        with redis_errors("the gaps digest's claim was not released"):
+            await self._redis.delete(self._keys.gaps_digest(day))
+
     async def remember_post(self, message_id: int, post: DigestPost) -> None:
         with redis_errors("the digest message was not remembered"):
             await self._redis.set(self._keys.gaps_digest_post(message_id), post_json(post), ex=DIGEST_POST_DAYS * 86400)

@@ -225,3 +225,40 @@ async def test_two_concurrent_posters_post_the_days_digest_once(redis_server: Re
     finally:
         await client.aclose()
     assert sorted(posted) == [0, 0, 0, 1] and len(sent) == 2, sent
+
+
+async def test_a_digest_that_fails_before_posting_gives_the_day_back(redis_server: RedisServer) -> None:
+    client = Redis.from_url(redis_server.url)
+    await client.flushdb()
+    sent: list[str] = []
+
+    class Refusing:
+        fail = True
+
+        async def send_message(self, chat_id: int, text: str, **kwargs: Any) -> Any:
+            if self.fail:
+                self.fail = False
+                raise ConnectionError("the Bot API is unreachable")
+            sent.append(text)
+
+            class Sent:
+                message_id = len(sent)
+
+            return Sent()
+
+    backend = InMemoryBackend()
+    await backend.gaps.record(1, "where is my parcel tracking number")
+    faq = RedisLearnedFaq(redis=client, keys=TEST_KEYS)
+    digest = GapsDigest(
+        bot=Refusing(),  # type: ignore[arg-type]
+        gaps=backend.gaps, faq=faq, group=GROUP, hour=9, groups=5, ops=OPS, clock=lambda: NOON,
+    )  # fmt: skip
+    try:
+        with pytest.raises(ConnectionError):
+            await digest.look()
+        assert await digest.look() == 1, "the next look posts the day's digest"
+        assert await digest.look() == 0
+        assert not await faq.claim_digest("2025-12-05")
+    finally:
+        await client.aclose()
+    assert len(sent) == 2
