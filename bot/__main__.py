@@ -83,10 +83,14 @@ def _run(args: argparse.Namespace, settings: Settings) -> None:
 
 
 async def _knowledge(args: argparse.Namespace, settings: Settings) -> int:
-    if args.action == "gaps" and settings.redis.redis_url is None:
-        log.error("knowledge gaps needs REDIS_URL: the in-process mode keeps its records in the bot's process")
+    shared_records = args.action in ("gaps", "faq")
+    if shared_records and settings.redis.redis_url is None:
+        log.error("knowledge %s needs REDIS_URL: the in-process mode keeps its records in its process", args.action)
         return 2
-    if args.action != "gaps" and not settings.knowledge.knowledge_dir:
+    if args.action == "faq" and args.target != "export":
+        log.error("knowledge faq: the action is export (python -m bot knowledge faq export [--output FILE])")
+        return 2
+    if not shared_records and not settings.knowledge.knowledge_dir:
         log.error("knowledge: KNOWLEDGE_DIR is not set (the folder of the documents the bot answers from)")
         return 2
     from bot.backends import build_backend, open_redis_backend
@@ -94,18 +98,22 @@ async def _knowledge(args: argparse.Namespace, settings: Settings) -> int:
     from bot.factory import build_knowledge
     from services.core.tokens import TokenCounter
 
-    if args.action == "gaps":
+    if shared_records:
         backend = await open_redis_backend(settings)
         try:
-            return await knowledge.gaps(backend.gaps)
+            if args.action == "faq":
+                return await knowledge.export_faq(backend.faq, output=args.output)
+            from bot.factory import build_embedder
+
+            return await knowledge.gaps(backend.gaps, embedder=build_embedder(settings, backend))
         finally:
             await backend.close()
     shared = build_backend(settings, offline=True)
     try:
         library = build_knowledge(settings, shared)
         assert library is not None  # KNOWLEDGE_DIR checked above
-        if library.needs_vectors:  # the vectors the bot's workers cached (embedding what is missing)
-            await library.refresh()
+        # the learned FAQ entries, and the vectors the bot's workers cached (embedding what is missing)
+        await library.refresh()
         if args.action == "search" and args.explain:
             return await knowledge.explain(
                 library,

@@ -32,6 +32,7 @@ from bot.metrics import (
 from bot.provider_health import ProviderWatch, probe_while_refused
 from bot.serving.deadlines import watch_deadlines
 from bot.serving.fastpath import json_codec
+from bot.serving.gaps_digest import GapsDigest
 from bot.serving.startup import with_startup_retries
 from bot.settings import BotSettings
 from bot.settings import Settings as Settings  # re-exported: importers of bot.factory.Settings keep working
@@ -134,13 +135,15 @@ class App(Generic[AppBackend]):
         """Every mode's background tasks, by name, for its runner to supervise: the provider probe,
         with KNOWLEDGE_DIR the knowledge refresh (each process reads the folder and swaps its own
         index), with handoff on the handoff deadlines, checked each ``every`` s (``overdue``: what is
-        done with a due one: handled at once in-process, queued in queued mode)."""
+        done with a due one: handled at once in-process, queued in queued mode), the gaps digest."""
         tasks = {"provider-probe": self.probe()}
         if self.knowledge is not None:
             tasks["knowledge-refresh"] = self.knowledge.run
         if self.desk.enabled:
             handoffs = self.backend.handoffs
             tasks["handoff-deadlines"] = lambda: watch_deadlines(handoffs, overdue, every)
+        if self.desk.enabled and self.settings.bot.gaps_digest_hour is not None:
+            tasks["gaps-digest"] = GapsDigest.of(self).run
         return tasks
 
     async def connect(self) -> None:
@@ -246,6 +249,7 @@ def build_knowledge(
         embedder=build_embedder(settings, backend),
         min_similarity=options.embedding_min_similarity,
         progress=progress if progress is not None else progress_sink(),
+        learned=backend.faq,
     )
     library.load()
     if not library.documents:
@@ -367,8 +371,7 @@ def build_dispatcher(
     which deletes every record of the chat through ``backend.forget_chat``), ``desk`` (handoff to an
     operator; off without ``OPERATOR_CHAT_ID``), ``links`` (the hosts replies may link to:
     SAFE_LINK_HOSTS and the documents' own links of ``knowledge``), ``provider`` (the error handler
-    reports a refused chat call to it: the engine's watch, required), and ``say`` (the customer's texts)
-    from the language middleware."""
+    reports a refused chat call to it), ``faq`` (learned entries), ``knowledge``, ``say`` (language middleware)."""
     # SimpleEventIsolation: updates of one chat are handled one at a time, in order, within this process
     # (across processes the work queue's per-chat lease does the same)
     dispatcher = AlbumDispatcher(
@@ -382,6 +385,8 @@ def build_dispatcher(
         albums=backend.albums,
         links=LinkPolicy(settings.safe_link_hosts, knowledge),
         provider=provider,
+        faq=backend.faq,
+        knowledge=knowledge,
     )
     dispatcher.update.outer_middleware(DownloadNoticeMiddleware())
     dispatcher.message.outer_middleware(LanguageMiddleware(settings))

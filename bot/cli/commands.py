@@ -18,7 +18,7 @@ DEFAULT = "run"
 ACTIONS = {
     "dead-letters": ("list", "show", "replay", "drop"),
     "quarantine": ("list", "show", "drop"),
-    "knowledge": ("list", "search", "gaps"),
+    "knowledge": ("list", "search", "gaps", "faq"),
     "chat": ("show",),
     "actions": ("check", "list", "test"),
 }
@@ -29,6 +29,7 @@ NEEDS_TARGET = {
     ("quarantine", "show"): "CHAT_ID",
     ("quarantine", "drop"): "CHAT_ID",
     ("knowledge", "search"): "QUERY",
+    ("knowledge", "faq"): "export",
     ("chat", "show"): "CHAT_ID",
     ("actions", "test"): "TOOL",
 }
@@ -39,7 +40,8 @@ DESCRIPTIONS = {
     "set-webhook": "register WEBHOOK_URL and WEBHOOK_SECRET with Telegram (once per deployment)",
     "console": "chat with the engine in this terminal, without Telegram (needs only OPENAI_API_KEY)",
     "chat": "show a chat's summary, stored turns and the passages and media each turn used (REDIS_URL)",
-    "knowledge": "the documents of KNOWLEDGE_DIR: list them, search them as a turn would, unanswered questions",
+    "knowledge": "the documents of KNOWLEDGE_DIR: list them, search them as a turn would, unanswered questions, "
+    "the learned FAQ as Markdown (faq export)",
     "actions": "the tools of ACTIONS_FILE: check the file, list the tools, run one call as the bot would",
     "dead-letters": "updates given up after their retries: list, show, replay or drop them (REDIS_URL)",
     "quarantine": "sessions moved aside because they could not be read: list, show or drop them (REDIS_URL)",
@@ -126,6 +128,7 @@ def build_parser() -> CommandLine:
     knowledge.add_argument(
         "--explain", action="store_true", help="search: matched terms, score parts and why passages were cut"
     )
+    knowledge.add_argument("--output", type=Path, help="faq export: write the Markdown to this file (default: print)")
     _actions_parser(sub)
     _with_actions(sub, "dead-letters", "show, replay, drop: the dead letter's ID (from list)")
     _with_actions(sub, "quarantine", "show, drop: the chat id (from list)")

@@ -48,7 +48,7 @@ class QueuedProcess:
             queue=self.queue,
             dead_letters=app.backend.dead_letters,
             identity=self.identity,
-            route=operator_route(app.settings.bot.operator_chat_id, app.backend.handoffs),
+            route=operator_route(app.settings.bot.operator_chat_id, app.backend.handoffs, app.backend.faq),
             serve=self.worker if serve_received else None,
             albums=app.backend.albums,
         )

@@ -108,6 +108,22 @@ TEXTS: dict[str, dict[str, str]] = {
         "op_overdue": "⚠ No operator reply within {minutes} min: the customer was told it takes longer.",
         "op_overdue_resumed": "⚠ No operator reply within {minutes} min: the assistant answers again.",
         "op_not_open": "This handoff is not open: the customer does not see this message.",
+        "faq_digest_head": "Questions the documents did not answer ({day}, the {count} most asked). Reply to "
+        "one with its answer: it becomes a FAQ entry the bot answers from.",
+        "faq_digest_group": "❓ asked {count}×: {question}",
+        "faq_saved": "Saved as FAQ #{id}: every worker answers from it within a minute. /faq remove {id} takes "
+        "it back.",
+        "faq_edited": "FAQ #{id} is now version {version}.",
+        "faq_removed": "FAQ #{id} removed: the bot no longer answers from it.",
+        "faq_missing": "There is no FAQ entry #{id}.",
+        "faq_none": "No learned FAQ entries yet.",
+        "faq_no_knowledge": "Note: KNOWLEDGE_DIR is not set, so the bot answers from no documents and no FAQ "
+        "entries until it is.",
+        "faq_no_answer": "No answer of yours with a customer's question before it in this handoff: write the "
+        "answer first, or use /faq add QUESTION | ANSWER.",
+        "faq_usage": "/faq add QUESTION | ANSWER: a new entry. /faq list. /faq remove ID. /faq edit ID QUESTION "
+        "| ANSWER. In a handoff topic, /faq (or /faq as a reply to one of your answers) saves your last "
+        "answer with the customer's question before it.",
         "chat_id_forum": "This chat's id: {chat_id}\nTo make this group the operators' desk, set "
         "OPERATOR_CHAT_ID={chat_id} and restart the bot (the bot must be an admin here that can manage topics).",
         "chat_id_group": "This chat's id: {chat_id}\nThe operators' desk needs a group with Topics: turn "
@@ -207,6 +223,22 @@ TEXTS: dict[str, dict[str, str]] = {
         "op_overdue": "⚠ Нет ответа оператора за {minutes} мин: клиенту сообщили о задержке.",
         "op_overdue_resumed": "⚠ Нет ответа оператора за {minutes} мин: снова отвечает ассистент.",
         "op_not_open": "Передача не открыта: клиент не увидит это сообщение.",
+        "faq_digest_head": "Вопросы без ответа в документах ({day}, {count} самых частых). Ответьте на "
+        "вопрос ответом на его сообщение: он станет записью FAQ, по которой бот отвечает.",
+        "faq_digest_group": "❓ спросили {count}×: {question}",
+        "faq_saved": "Сохранено как FAQ #{id}: все воркеры отвечают по ней в течение минуты. /faq remove {id} "
+        "отменяет.",
+        "faq_edited": "FAQ #{id}: теперь версия {version}.",
+        "faq_removed": "FAQ #{id} удалена: бот больше не отвечает по ней.",
+        "faq_missing": "Записи FAQ #{id} нет.",
+        "faq_none": "Записей FAQ пока нет.",
+        "faq_no_knowledge": "Внимание: KNOWLEDGE_DIR не задан, поэтому бот не отвечает ни по документам, ни по "
+        "записям FAQ, пока его не зададут.",
+        "faq_no_answer": "В этой передаче нет вашего ответа с вопросом клиента перед ним: сначала ответьте "
+        "клиенту или используйте /faq add ВОПРОС | ОТВЕТ.",
+        "faq_usage": "/faq add ВОПРОС | ОТВЕТ: новая запись. /faq list. /faq remove ID. /faq edit ID ВОПРОС "
+        "| ОТВЕТ. В теме передачи /faq (или /faq в ответ на ваше сообщение) сохраняет ваш последний ответ с "
+        "вопросом клиента перед ним.",
         "chat_id_forum": "Id этого чата: {chat_id}\nЧтобы операторы работали в этой группе, задайте "
         "OPERATOR_CHAT_ID={chat_id} и перезапустите бота (бот должен быть здесь админом с правом управлять темами).",
         "chat_id_group": "Id этого чата: {chat_id}\nДля операторов нужна группа с темами: включите темы "

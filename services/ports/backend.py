@@ -8,7 +8,7 @@ from typing import Protocol
 from services.core.fence import Fence
 from services.ports.deadletters import DeadLetters, Quarantine
 from services.ports.handoffs import HandoffStore
-from services.ports.knowledge import KnowledgeGaps
+from services.ports.knowledge import KnowledgeGaps, LearnedFaq
 from services.ports.media import Albums, MediaMemos
 from services.ports.queue import PollingLease, WorkQueue
 from services.ports.ratelimit import RateLimiter
@@ -31,6 +31,12 @@ class Backend(Protocol):
     @property
     def gaps(self) -> KnowledgeGaps:
         """Questions no document answered (recorded only with KNOWLEDGE_DIR; /forget removes a chat's)."""
+        ...
+
+    @property
+    def faq(self) -> LearnedFaq:
+        """FAQ entries operators wrote and the daily gaps digest's marks (not a chat's records: /forget
+        leaves them)."""
         ...
 
     @property

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from services.backends.memory.faq import InMemoryLearnedFaq
 from services.backends.memory.gaps import InMemoryKnowledgeGaps
 from services.backends.memory.handoffs import InMemoryHandoffStore
 from services.backends.memory.media import InMemoryAlbums, InMemoryMediaMemos
@@ -19,6 +20,7 @@ class InMemoryBackend:
         self.limiter = InMemoryRateLimiter(per_minute=per_minute)
         self.handoffs = InMemoryHandoffStore()
         self.gaps = InMemoryKnowledgeGaps(ttl_seconds=ttl_seconds)
+        self.faq = InMemoryLearnedFaq()
         self.memos = InMemoryMediaMemos(ttl_seconds=ttl_seconds)
         self.albums = InMemoryAlbums(ttl_seconds=ttl_seconds)
 

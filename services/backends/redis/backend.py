@@ -4,6 +4,7 @@ lease and the dead letters (``services.ports.backend.Backend``, plus what queued
 from __future__ import annotations
 
 from services.backends.redis.deadletters import RedisDeadLetters
+from services.backends.redis.faq import RedisLearnedFaq
 from services.backends.redis.gaps import RedisKnowledgeGaps
 from services.backends.redis.handoffs import RedisHandoffStore
 from services.backends.redis.keys import KeySpace
@@ -33,6 +34,7 @@ class RedisBackend:
         self.quarantined = RedisQuarantine(redis=redis, keys=keys)
         self.handoffs = RedisHandoffStore(redis=redis, keys=keys, ttl_seconds=ttl_seconds)
         self.gaps = RedisKnowledgeGaps(redis=redis, keys=keys, ttl_seconds=ttl_seconds)
+        self.faq = RedisLearnedFaq(redis=redis, keys=keys)
         self.memos = RedisMediaMemos(redis=redis, keys=keys, ttl_seconds=ttl_seconds)
         self.albums = RedisAlbums(redis=redis, keys=keys, ttl_seconds=ttl_seconds)
 

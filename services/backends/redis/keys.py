@@ -200,3 +200,35 @@ class KeySpace:
     def handoff_deadlines(self) -> str:
         """Sorted set: chat id → when its handoff is overdue without an operator reply (ms, Redis clock)."""
         return f"{{{self.namespace}:handoff}}:deadlines"
+
+    @property
+    def faq_entries(self) -> str:
+        """Hash: learned FAQ entry id → its newest version (JSON, with the version number); removed
+        entries leave it (their versions stay in ``faq_versions``)."""
+        return f"{{{self.namespace}:faq}}:entries"
+
+    def faq_versions(self, entry_id: str) -> str:
+        """List: every version of one entry (JSON), oldest first; the entries' slot."""
+        return f"{{{self.namespace}:faq}}:versions:{entry_id}"
+
+    @property
+    def faq_next_id(self) -> str:
+        """String: the last entry id handed out (INCR)."""
+        return f"{{{self.namespace}:faq}}:next"
+
+    @property
+    def faq_revision(self) -> str:
+        """String: grows with every change of the entries; every worker's library polls it."""
+        return f"{{{self.namespace}:faq}}:revision"
+
+    def faq_made(self, key: str) -> str:
+        """String: the id of the entry the update ``key`` made (a redelivery makes no second one)."""
+        return f"{{{self.namespace}:faq}}:made:{key}"
+
+    def gaps_digest(self, day: str) -> str:
+        """String: the worker that posted the day's gaps digest (SET NX, expires after a few days)."""
+        return f"{{{self.namespace}:faq}}:digest:{day}"
+
+    def gaps_digest_post(self, message_id: int) -> str:
+        """String: the gap group a digest message in the operators' group shows (JSON; expires)."""
+        return f"{{{self.namespace}:faq}}:post:{message_id}"

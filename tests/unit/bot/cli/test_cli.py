@@ -79,7 +79,7 @@ def test_a_command_has_its_own_help(how: list[str], capsys: pytest.CaptureFixtur
     assert exited.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: python -m bot knowledge ")
-    assert "{list,search,gaps}" in out and "dead-letters" not in out and "--certificate" not in out
+    assert "{list,search,gaps,faq}" in out and "dead-letters" not in out and "--certificate" not in out
 
 
 @pytest.mark.slow  # a new interpreter
