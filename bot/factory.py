@@ -38,6 +38,7 @@ from bot.settings import Settings as Settings  # re-exported: importers of bot.f
 from bot.telegram.albums import AlbumDispatcher
 from bot.telegram.desk import HandoffDesk
 from bot.telegram.download_notice import DownloadNoticeMiddleware
+from bot.telegram.feedback import Feedback
 from bot.telegram.handlers import all_routers
 from bot.telegram.link_hosts import LinkPolicy
 from bot.telegram.middlewares.access import AccessMiddleware
@@ -401,7 +402,8 @@ def build_dispatcher(
 def build_desk(chat: ChatService, settings: BotSettings, backend: Backend) -> HandoffDesk:
     """Handoff to an operator; without ``OPERATOR_CHAT_ID`` a desk that is off (no summaries made)."""
     memory = HandoffMemory(store=backend.store, summarizer=chat.summarizer) if settings.handoff_enabled else None
-    return HandoffDesk(store=backend.handoffs, memory=memory, settings=settings)
+    feedback = Feedback.from_settings(backend.conversations, settings)
+    return HandoffDesk(store=backend.handoffs, memory=memory, settings=settings, feedback=feedback)
 
 
 async def set_commands(bot: Bot, settings: BotSettings) -> None:

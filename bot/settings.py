@@ -144,6 +144,21 @@ class BotSettings(BaseSettings):
     handoff_resume_on_timeout: bool = Field(
         default=False, description="after the reply timeout the assistant answers again (the handoff ends)"
     )
+    feedback_after_seconds: int = Field(
+        default=3600,
+        ge=0,
+        description="a conversation quiet this long after the bot's answer (or a handoff that ended) gets one "
+        "question with Yes / No buttons: did this solve the problem? 0: never asked",
+    )
+    conversation_gap_seconds: int = Field(
+        default=86400,
+        gt=0,
+        description="a customer message after this long a quiet (or after /new) starts a new conversation "
+        "(docs/quality.md)",
+    )
+    quality_retention_days: int = Field(
+        default=90, ge=1, description="how long the conversation records behind `python -m bot report` are kept"
+    )
 
     @field_validator("bot_token")
     @classmethod

@@ -2,12 +2,13 @@
 
 from aiogram import Router
 
-from bot.telegram.handlers import chat, commands, errors, handoff, media, unsupported
+from bot.telegram.handlers import chat, commands, errors, feedback, handoff, media, unsupported
 
 
 def all_routers() -> list[Router]:
     """Fresh routers (a router attaches to one dispatcher), in matching order: errors, the operator
-    group and /operator, commands, the customer's messages during a handoff, text, media, everything else."""
+    group and /operator, commands, the customer's messages during a handoff, text, media, everything else;
+    the feedback buttons (callback queries)."""
     return [
         errors.make_router(),
         handoff.make_router(),
@@ -16,4 +17,5 @@ def all_routers() -> list[Router]:
         chat.make_router(),
         media.make_router(),
         unsupported.make_router(),
+        feedback.make_router(),
     ]

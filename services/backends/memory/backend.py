@@ -6,6 +6,7 @@ from __future__ import annotations
 from services.backends.memory.gaps import InMemoryKnowledgeGaps
 from services.backends.memory.handoffs import InMemoryHandoffStore
 from services.backends.memory.media import InMemoryAlbums, InMemoryMediaMemos
+from services.backends.memory.quality import InMemoryConversationLog
 from services.backends.memory.ratelimit import InMemoryRateLimiter
 from services.backends.memory.store import InMemorySessionStore
 from services.core.fence import Fence
@@ -14,13 +15,14 @@ from services.core.fence import Fence
 class InMemoryBackend:
     """The in-process store and rate limiter (``services.ports.backend.Backend``)."""
 
-    def __init__(self, *, ttl_seconds: int = 0, per_minute: int = 0) -> None:
+    def __init__(self, *, ttl_seconds: int = 0, per_minute: int = 0, retention_seconds: int = 90 * 86400) -> None:
         self.store = InMemorySessionStore(ttl_seconds=ttl_seconds)
         self.limiter = InMemoryRateLimiter(per_minute=per_minute)
         self.handoffs = InMemoryHandoffStore()
         self.gaps = InMemoryKnowledgeGaps(ttl_seconds=ttl_seconds)
         self.memos = InMemoryMediaMemos(ttl_seconds=ttl_seconds)
         self.albums = InMemoryAlbums(ttl_seconds=ttl_seconds)
+        self.conversations = InMemoryConversationLog(retention_seconds=retention_seconds)
 
     async def ping(self) -> None:
         await self.store.ping()
@@ -35,6 +37,7 @@ class InMemoryBackend:
         await self.gaps.forget(chat_id)
         self.memos.forget(chat_id)
         await self.albums.forget(chat_id)
+        await self.conversations.forget(chat_id)
 
     async def close(self) -> None:
         await self.store.close()
