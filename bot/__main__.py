@@ -155,11 +155,27 @@ async def _chat(args: argparse.Namespace, settings: Settings) -> int:
         await backend.close()
 
 
+async def _report(args: argparse.Namespace, settings: Settings) -> int:
+    if settings.redis.redis_url is None:
+        log.error("report reads the conversation records in Redis, and REDIS_URL is unset (in-process mode keeps "
+                  "them in the bot's process only)")  # fmt: skip
+        return 2
+    from bot.backends import open_redis_backend
+    from bot.cli.report import report
+
+    backend = await open_redis_backend(settings)
+    try:
+        return await report(backend.conversations, backend.gaps, days=args.days, plot=args.plot)
+    finally:
+        await backend.close()
+
+
 OPERATOR_COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]] = {
     "knowledge": _knowledge,
     "dead-letters": _admin,
     "quarantine": _admin,
     "chat": _chat,
+    "report": _report,
 }
 
 

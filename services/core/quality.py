@@ -31,8 +31,8 @@ class Conversation:
 
     @property
     def resolved(self) -> bool:
-        """Resolved by the bot: no handoff, and not rated "No"."""
-        return not self.handed_off and self.rating != "no"
+        """Resolved by the bot: it answered, no handoff, and not rated "No"."""
+        return bool(self.first_answer_ms) and not self.handed_off and self.rating != "no"
 
     @property
     def first_answer_seconds(self) -> float | None:
