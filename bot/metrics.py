@@ -100,6 +100,8 @@ CONVERSATIONS = Counter("sb_conversations_total", "Conversations started (docs/q
 CONVERSATIONS_HANDED_OFF = Counter("sb_conversations_handed_off_total", "Conversations handed to a person (once each)")
 FEEDBACK_ASKED = Counter("sb_feedback_asked_total", "Feedback questions sent (one per conversation at most)")
 FEEDBACK_ANSWERS = Counter("sb_feedback_answers_total", "Feedback answers, by answer (yes / no)", ["answer"])
+for _answer in ("yes", "no"):  # both series exist from the start (the dashboard's ratios read them)
+    FEEDBACK_ANSWERS.labels(_answer)
 FEEDBACK_POSSIBLE_DUPLICATES = Counter(
     "sb_feedback_possible_duplicates_total",
     "Feedback questions sent again because an earlier attempt died between sending and recording them",
