@@ -52,16 +52,15 @@ def build_backend(
     ``offline``: a terminal command (console, knowledge), for which in-process is no warning."""
     ttl = settings.memory.session_ttl_seconds
     per_minute = settings.bot.rate_limit_per_minute
-    retention = settings.bot.quality_retention_days * 86400
     if settings.redis.redis_url is None:
         if offline:
             log.debug("REDIS_URL is unset: sessions and caches in this process only")
-            return InMemoryBackend(ttl_seconds=ttl, per_minute=per_minute, retention_seconds=retention)
+            return InMemoryBackend(ttl_seconds=ttl, per_minute=per_minute)
         log.warning(
             "REDIS_URL is unset: using the in-process session store (one process only; sessions are "
             "lost on restart). Set REDIS_URL for production and for more than one worker."
         )
-        return InMemoryBackend(ttl_seconds=ttl, per_minute=per_minute, retention_seconds=retention)
+        return InMemoryBackend(ttl_seconds=ttl, per_minute=per_minute)
     keys = key_space(settings)
     client = redis_client(
         settings.redis.redis_url.get_secret_value(),
@@ -69,6 +68,4 @@ def build_backend(
         max_connections=settings.redis.redis_max_connections,
     )
     log.info("session store: Redis%s (keys under %r)", " Cluster" if cluster else "", keys.namespace)
-    return RedisBackend(
-        redis=client, keys=keys, ttl_seconds=ttl, per_minute=per_minute, cluster=cluster, retention_seconds=retention
-    )
+    return RedisBackend(redis=client, keys=keys, ttl_seconds=ttl, per_minute=per_minute, cluster=cluster)

@@ -156,9 +156,6 @@ class BotSettings(BaseSettings):
         description="a customer message after this long a quiet (or after /new) starts a new conversation "
         "(docs/quality.md)",
     )
-    quality_retention_days: int = Field(
-        default=90, ge=1, description="how long the conversation records behind `python -m bot report` are kept"
-    )
 
     @field_validator("bot_token")
     @classmethod

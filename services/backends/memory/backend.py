@@ -15,14 +15,14 @@ from services.core.fence import Fence
 class InMemoryBackend:
     """The in-process store and rate limiter (``services.ports.backend.Backend``)."""
 
-    def __init__(self, *, ttl_seconds: int = 0, per_minute: int = 0, retention_seconds: int = 90 * 86400) -> None:
+    def __init__(self, *, ttl_seconds: int = 0, per_minute: int = 0) -> None:
         self.store = InMemorySessionStore(ttl_seconds=ttl_seconds)
         self.limiter = InMemoryRateLimiter(per_minute=per_minute)
         self.handoffs = InMemoryHandoffStore()
         self.gaps = InMemoryKnowledgeGaps(ttl_seconds=ttl_seconds)
         self.memos = InMemoryMediaMemos(ttl_seconds=ttl_seconds)
         self.albums = InMemoryAlbums(ttl_seconds=ttl_seconds)
-        self.conversations = InMemoryConversationLog(retention_seconds=retention_seconds)
+        self.conversations = InMemoryConversationLog(ttl_seconds=ttl_seconds)
 
     async def ping(self) -> None:
         await self.store.ping()

@@ -1,6 +1,6 @@
 """InMemoryConversationLog: the conversation log of one process (``services.ports.quality``), with the
 same rules as Redis: one current conversation per chat, the feedback state none → asking → asked, and
-a schedule of due chats whose claims hold for a while. Records go after the retention."""
+a schedule of due chats whose claims hold for a while. Records go SESSION_TTL_SECONDS after the chat's last write."""
 
 from __future__ import annotations
 
@@ -27,10 +27,10 @@ class _Chat:
 
 
 class InMemoryConversationLog:
-    def __init__(self, *, retention_seconds: int = 90 * 86400, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, *, ttl_seconds: int = 0, clock: Callable[[], float] = time.time) -> None:
         self._chats: dict[int, _Chat] = {}
         self._due: dict[int, int] = {}
-        self._retention_ms = retention_seconds * 1000
+        self._ttl_ms = ttl_seconds * 1000  # 0: kept
         self._clock = clock
 
     def _now(self) -> int:
@@ -42,8 +42,8 @@ class InMemoryConversationLog:
             now += 1
         chat.current, chat.ask, chat.due_ms, chat.private, chat.last_ms = now, "", 0, private, now
         chat.records[now] = Conversation(chat_id=chat_id, started_ms=now, private=private)
-        cutoff = now - self._retention_ms
-        chat.records = {k: v for k, v in chat.records.items() if k >= cutoff}
+        if self._ttl_ms:  # (Redis drops the chat's whole hash that long after its last write)
+            chat.records = {k: v for k, v in chat.records.items() if k >= now - self._ttl_ms}
         return now
 
     async def customer_message(self, chat_id: int, *, private: bool, language: str, gap_seconds: float) -> Started:

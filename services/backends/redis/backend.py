@@ -29,7 +29,6 @@ class RedisBackend:
         ttl_seconds: int,
         per_minute: int,
         cluster: bool = False,
-        retention_seconds: int = 90 * 86400,
     ) -> None:
         self.redis = redis
         self.keys = keys
@@ -43,7 +42,7 @@ class RedisBackend:
         self.gaps = RedisKnowledgeGaps(redis=redis, keys=keys, ttl_seconds=ttl_seconds)
         self.memos = RedisMediaMemos(redis=redis, keys=keys, ttl_seconds=ttl_seconds)
         self.albums = RedisAlbums(redis=redis, keys=keys, ttl_seconds=ttl_seconds)
-        self.conversations = RedisConversationLog(redis=redis, keys=keys, retention_seconds=retention_seconds)
+        self.conversations = RedisConversationLog(redis=redis, keys=keys, ttl_seconds=ttl_seconds)
 
     def queue(self, *, lease_ms: int = 30_000) -> RedisWorkQueue:
         return RedisWorkQueue(redis=self.redis, keys=self.keys, lease_ms=lease_ms, ttl_seconds=self.ttl_seconds)

@@ -1,7 +1,7 @@
 """ConversationLog in Redis. Per chat, one hash (the chat's slot): ``cur`` (the current conversation),
 ``last`` (the customer's last message), ``due`` (when to ask; 0 = not scheduled), ``open`` (a handoff
 is open), ``ask`` ('' → asking → asked), ``private``, ``lang`` and ``c:<id>``, each conversation's
-record (JSON), kept QUALITY_RETENTION_DAYS. Global, in one slot: the due schedule and the report's
+record (JSON), expiring with the chat's other keys. Global, in one slot: the due schedule and the report's
 index. The chat's hash decides; the schedule only says where to look (a worker claims an entry by
 moving its score past a hold, so exactly one queues the question, and another does after a crash)."""
 
@@ -26,7 +26,7 @@ local function load(id)
 end
 local function save(id, record, ttl)
   redis.call('HSET', KEYS[1], 'c:' .. id, cjson.encode(record))
-  redis.call('PEXPIRE', KEYS[1], ttl)
+  if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
 end
 local function begin(private)
   local id = tostring(now)
@@ -187,17 +187,17 @@ _INDEX = (
     LUA_NOW
     + """
 redis.call('ZADD', KEYS[1], tonumber(ARGV[1]:match(':(%d+)$')), ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+if tonumber(ARGV[2]) > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2])) end
 return 0
 """
 )
 
 
 class RedisConversationLog:
-    def __init__(self, *, redis: AnyRedis, keys: KeySpace, retention_seconds: int = 90 * 86400) -> None:
+    def __init__(self, *, redis: AnyRedis, keys: KeySpace, ttl_seconds: int = 0) -> None:
         self._redis = redis
         self._keys = keys
-        self._ttl = max(1, int(retention_seconds * 1000))
+        self._ttl = max(0, int(ttl_seconds * 1000))  # 0: kept
         self._scripts = {
             name: register(redis, source)
             for name, source in {
