@@ -3,7 +3,7 @@ redis-server, the stub Bot API and model. Conversations go quiet (FEEDBACK_AFTER
 worker is SIGKILLed the moment the first is due: each still gets exactly one question. A "No" offers a
 person, the person's handoff ends without a second question, a second press does nothing new,
 ``python -m bot report`` counts it all, and /forget removes the chat's feedback and conversation
-records. One module, one set of processes."""
+records. One module, one set of processes; and once in-process (no Redis)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
+from bot.serving.feedback import watch_feedback
 from bot.telegram.texts import TEXTS
 from services.backends.redis.keys import KeySpace
 from tests.conftest import RedisServer
+from tests.e2e.harness import make_settings, start_bot
 from tests.e2e.processes import BotProcess, base_env
 from tests.e2e.test_handoff import GROUP
 from tests.e2e.test_handoff_queued import topic_of
@@ -151,3 +153,38 @@ async def test_one_question_per_conversation_through_a_sigkill_then_no_person_re
     members = [m.decode() for m in await real_redis.zrange(KEYS.conversations, 0, -1)]
     assert members and not any(m.startswith(f"{chat}:") for m in members), members
     assert await real_redis.zscore(KEYS.feedback_due, str(chat)) is None
+
+
+async def test_in_process_the_question_is_asked_once_and_a_yes_is_thanked(
+    telegram: StubTelegram, stub_llm: StubOpenAI
+) -> None:
+    """No Redis: the in-process backend and its own asking task; not in groups; a second press and a
+    message after the question change nothing."""
+    settings = make_settings(telegram.base_url, stub_llm.base_url, None, bot={"feedback_after_seconds": 1})
+    running = await start_bot(settings)
+    feedback = running.dispatcher["desk"].feedback
+    assert feedback is not None
+
+    async def ask(chat: int, _due_ms: int) -> None:
+        await feedback.ask(running.bot, chat, None)
+
+    watcher = asyncio.create_task(watch_feedback(feedback.conversations, ask, hold=5, every=0.1))
+    try:
+        telegram.send_text(-4242, "@support_test_bot where is my order?", chat_type="group")
+        telegram.send_text(4242, "Where is my order 7718?", language="ru")
+        await telegram.wait_for(lambda: bool(questions_to(telegram, 4242)), within=30)
+        assert TEXTS["ru"]["feedback_question"] in telegram.texts_to(4242)
+        yes = questions_to(telegram, 4242)[0][0]
+        telegram.press(4242, yes, language="ru")
+        await telegram.wait_for(lambda: TEXTS["ru"]["feedback_thanks"] in telegram.texts_to(4242), within=30)
+        telegram.press(4242, yes, language="ru")
+        telegram.send_text(4242, "And when does it arrive?", language="ru")
+        await telegram.wait_messages(4242, 4, within=30)
+        await asyncio.sleep(1.5)  # past FEEDBACK_AFTER_SECONDS: nothing more is asked in this conversation
+        assert len(questions_to(telegram, 4242)) == 1 and questions_to(telegram, -4242) == []
+        assert telegram.texts_to(4242).count(TEXTS["ru"]["feedback_thanks"]) == 1
+        (record,) = [r for r in await feedback.conversations.conversations(0) if r.chat_id == 4242]
+        assert (record.rating, record.messages, record.resolved) == ("yes", 2, True)
+    finally:
+        watcher.cancel()
+        await running.stop()
