@@ -9,6 +9,7 @@ import logging
 from dataclasses import dataclass
 
 from aiogram import Bot
+from aiogram.exceptions import TelegramBadRequest, TelegramForbiddenError
 from aiogram.types import InlineKeyboardButton, InlineKeyboardMarkup
 
 from bot.metrics import (
@@ -136,7 +137,11 @@ class Feedback:
         say = Texts(ask.language or self._default_language)
         if fence is not None:
             fence.ensure_valid()
-        await bot.send_message(chat_id, say("feedback_question"), reply_markup=question_buttons(say, ask.conversation))
+        try:
+            buttons = question_buttons(say, ask.conversation)
+            await bot.send_message(chat_id, say("feedback_question"), reply_markup=buttons)
+        except (TelegramBadRequest, TelegramForbiddenError) as exc:  # blocked, chat gone: never tried again
+            log.warning("chat %s: the feedback question was refused: %s", chat_id, exc)
         if await self.conversations.asked(chat_id, ask.conversation, fence=fence):
             FEEDBACK_ASKED.inc()
             log.info("chat %s: feedback asked (conversation %s)", chat_id, ask.conversation)

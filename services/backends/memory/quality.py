@@ -123,6 +123,7 @@ class InMemoryConversationLog:
         if chat is None or chat.current != conversation or chat.ask == "asked":
             return False
         chat.ask, chat.due_ms = "asked", 0
+        self._due.pop(chat_id, None)
         chat.records[conversation] = replace(chat.records[conversation], asked_ms=self._now())
         return True
 

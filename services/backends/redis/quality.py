@@ -38,13 +38,14 @@ end
 """
 )
 
-# ARGV: gap ms, private (0/1), language, ttl ms → {started (0/1), conversation id}.
+# ARGV: gap ms, private (0/1), language, ttl ms → {started (0/1), conversation id, was scheduled (0/1)}.
 _CUSTOMER = (
     _RECORD
     + """
 local id = redis.call('HGET', KEYS[1], 'cur')
 local last = tonumber(redis.call('HGET', KEYS[1], 'last') or '0')
 local started, record = 0, nil
+local scheduled = tonumber(redis.call('HGET', KEYS[1], 'due') or '0') > 0 and 1 or 0
 if not id or now - last >= tonumber(ARGV[1]) then
   started = 1
   id, record = begin(ARGV[2])
@@ -54,7 +55,7 @@ end
 record.messages = record.messages + 1
 save(id, record, tonumber(ARGV[4]))
 redis.call('HSET', KEYS[1], 'last', now, 'due', 0, 'lang', ARGV[3])
-return {started, id}
+return {started, id, scheduled}
 """
 )
 
@@ -232,7 +233,7 @@ class RedisConversationLog:
                 await self._redis.zrem(self._keys.feedback_due, str(chat_id))
 
     async def customer_message(self, chat_id: int, *, private: bool, language: str, gap_seconds: float) -> Started:
-        started, conversation = await self._chat(
+        started, conversation, scheduled = await self._chat(
             "customer", chat_id, int(gap_seconds * 1000), int(private), language, self._ttl
         )
         conversation = int(conversation)
@@ -241,7 +242,8 @@ class RedisConversationLog:
                 await self._scripts["index"](
                     keys=[self._keys.conversations], args=[f"{chat_id}:{conversation}", self._ttl]
                 )
-        await self._schedule(chat_id, 0)
+        if int(scheduled):  # (the schedule's slot is asked only when there is something to take off)
+            await self._schedule(chat_id, 0)
         return Started(bool(int(started)), conversation)
 
     async def answered(self, chat_id: int, *, ask_after_seconds: float) -> float | None:
@@ -289,7 +291,10 @@ class RedisConversationLog:
 
     async def asked(self, chat_id: int, conversation: int, *, fence: Fence | None = None) -> bool:
         result = await self._chat("asked", chat_id, token_of(fence), conversation, self._ttl, fenced=True)
-        return int(result) == Status.DONE
+        if int(result) != Status.DONE:
+            return False
+        await self._schedule(chat_id, 0)  # (once per conversation: nothing left to ask)
+        return True
 
     async def rate(self, chat_id: int, conversation: int, rating: Rating, *, item_id: str) -> Rated:
         result = await self._chat("rate", chat_id, conversation, rating, item_id, self._ttl)
