@@ -108,10 +108,13 @@ class Feedback:
 
     async def handoff_opened(self, chat_id: int) -> None:
         try:
-            if await self.conversations.handoff_opened(chat_id):
-                CONVERSATIONS_HANDED_OFF.inc()
+            first, started = await self.conversations.handoff_opened(chat_id)
         except StoreError as exc:
-            _not_recorded("a handoff", chat_id, exc)
+            return _not_recorded("a handoff", chat_id, exc)
+        if started:
+            CONVERSATIONS.inc()
+        if first:
+            CONVERSATIONS_HANDED_OFF.inc()
 
     async def handoff_ended(self, chat_id: int, by: str) -> None:
         try:

@@ -48,8 +48,9 @@ class ConversationLog(Protocol):
         in groups, during a handoff or once asked). The seconds to the first answer, when it is one."""
         ...
 
-    async def handoff_opened(self, chat_id: int) -> bool:
-        """A handoff opened: never asked while it is open. True the first time in the conversation."""
+    async def handoff_opened(self, chat_id: int) -> tuple[bool, bool]:
+        """A handoff opened: never asked while it is open. Whether it is the conversation's first, and
+        whether it started a conversation (``/operator`` with none going)."""
         ...
 
     async def handoff_ended(self, chat_id: int, *, ask: bool) -> None:

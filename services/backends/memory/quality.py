@@ -71,14 +71,15 @@ class InMemoryConversationLog:
             self._due[chat_id] = chat.due_ms
         return first
 
-    async def handoff_opened(self, chat_id: int) -> bool:
+    async def handoff_opened(self, chat_id: int) -> tuple[bool, bool]:
         chat = self._chats.setdefault(chat_id, _Chat())
+        started = chat.current is None
         current = chat.current if chat.current is not None else self._begin(chat_id, chat, True)
         record = chat.records[current]
         chat.records[current] = replace(record, handed_off=True)
         chat.open, chat.due_ms = True, 0
         self._due.pop(chat_id, None)
-        return not record.handed_off
+        return not record.handed_off, started
 
     async def handoff_ended(self, chat_id: int, *, ask: bool) -> None:
         chat = self._chats.get(chat_id)

@@ -79,18 +79,18 @@ return {first, due}
 """
 )
 
-# ARGV: ttl ms → 1 the first handoff of the conversation, else 0.
+# ARGV: ttl ms → {first handoff of the conversation (0/1), conversation started (0/1), its id}.
 _HANDOFF_OPENED = (
     _RECORD
     + """
 local id = redis.call('HGET', KEYS[1], 'cur')
-local record
-if id then record = load(id) else id, record = begin('1') end
+local record, started = nil, 0
+if id then record = load(id) else id, record = begin('1'); started = 1 end
 local first = record.handed == 0 and 1 or 0
 record.handed = 1
 save(id, record, tonumber(ARGV[1]))
 redis.call('HSET', KEYS[1], 'open', 1, 'due', 0)
-return first
+return {first, started, id}
 """
 )
 
@@ -232,16 +232,17 @@ class RedisConversationLog:
             else:
                 await self._redis.zrem(self._keys.feedback_due, str(chat_id))
 
+    async def _index(self, chat_id: int, conversation: int) -> None:
+        with redis_errors("cannot index a conversation"):
+            await self._scripts["index"](keys=[self._keys.conversations], args=[f"{chat_id}:{conversation}", self._ttl])
+
     async def customer_message(self, chat_id: int, *, private: bool, language: str, gap_seconds: float) -> Started:
         started, conversation, scheduled = await self._chat(
             "customer", chat_id, int(gap_seconds * 1000), int(private), language, self._ttl
         )
         conversation = int(conversation)
         if int(started):
-            with redis_errors("cannot index a conversation"):
-                await self._scripts["index"](
-                    keys=[self._keys.conversations], args=[f"{chat_id}:{conversation}", self._ttl]
-                )
+            await self._index(chat_id, conversation)
         if int(scheduled):  # (the schedule's slot is asked only when there is something to take off)
             await self._schedule(chat_id, 0)
         return Started(bool(int(started)), conversation)
@@ -252,10 +253,12 @@ class RedisConversationLog:
             await self._schedule(chat_id, int(due))
         return int(first) / 1000 if int(first) >= 0 else None
 
-    async def handoff_opened(self, chat_id: int) -> bool:
-        first = await self._chat("opened", chat_id, self._ttl)
+    async def handoff_opened(self, chat_id: int) -> tuple[bool, bool]:
+        first, started, conversation = await self._chat("opened", chat_id, self._ttl)
+        if int(started):
+            await self._index(chat_id, int(conversation))
         await self._schedule(chat_id, 0)
-        return bool(int(first))
+        return bool(int(first)), bool(int(started))
 
     async def handoff_ended(self, chat_id: int, *, ask: bool) -> None:
         due = await self._chat("closed", chat_id, int(ask))

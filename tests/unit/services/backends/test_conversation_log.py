@@ -87,8 +87,9 @@ async def test_never_during_a_handoff_nor_in_groups_and_after_a_handoff_at_once(
     await log.answered(-100500, ask_after_seconds=SOON)
     await message(log)
     await log.answered(CHAT, ask_after_seconds=SOON)
-    assert await log.handoff_opened(CHAT)
-    assert not await log.handoff_opened(CHAT), "handed off once per conversation"
+    assert await log.handoff_opened(CHAT) == (True, False)
+    assert await log.handoff_opened(CHAT) == (False, False), "handed off once per conversation"
+    assert await log.handoff_opened(99) == (True, True), "/operator first: a conversation starts"
     await log.answered(CHAT, ask_after_seconds=SOON)
     await asyncio.sleep(SOON * 2)
     assert await log.due() == [], "not while the handoff is open, never in a group"
@@ -98,6 +99,7 @@ async def test_never_during_a_handoff_nor_in_groups_and_after_a_handoff_at_once(
     assert await log.begin_ask(CHAT) is not None
     (record,) = [r for r in await log.conversations(0) if r.chat_id == CHAT]
     assert record.handed_off and not record.resolved
+    assert [r.chat_id for r in await log.conversations(0) if r.messages == 0] == [99], "indexed for the report"
 
 
 async def test_three_claimers_and_one_that_dies_still_ask_exactly_once(log: ConversationLog) -> None:
