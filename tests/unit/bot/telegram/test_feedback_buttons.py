@@ -22,8 +22,21 @@ def test_the_buttons_read_back() -> None:
 
 @pytest.mark.parametrize(
     "data",
-    [None, "", "fb:", "fb:1", "fb:1:maybe", "fb::yes", "fb:-1:yes", "fb:١٢:yes", "fb:1:yes:x", "xx:1:yes",
-     "fb:" + "9" * 70 + ":no", "fb:1:yes\x00", "fb:1:YES"],  # fmt: skip
+    [
+        None,
+        "",
+        "fb:",
+        "fb:1",
+        "fb:1:maybe",
+        "fb::yes",
+        "fb:-1:yes",
+        "fb:١٢:yes",
+        "fb:1:yes:x",
+        "xx:1:yes",
+        "fb:" + "9" * 70 + ":no",
+        "fb:1:yes\x00",
+        "fb:1:YES",
+    ],
 )
 def test_anything_else_is_nothing(data: str | None) -> None:
     assert parse_press(data) is None
