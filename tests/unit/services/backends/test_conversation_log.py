@@ -1,12 +1,11 @@
-"""The conversation log contract (docs/quality.md) over the in-process, fakeredis and redis-server
-backends: when a conversation starts, when its feedback question is due, and that exactly one worker
+"""The conversation log contract (docs/quality.md) over every backend (memory, fakeredis, redis-server,
+Redis Cluster): when a conversation starts, when its feedback question is due, and that exactly one worker
 asks it, also when three claim it at once and one dies after claiming."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -16,18 +15,10 @@ from services.core.fence import Fence
 from services.core.quality import Figures
 from services.ports.backend import Backend
 from services.ports.quality import ConversationLog
-from tests.conftest import open_backend_for_test
 
 CHAT = 4242
 SOON = 0.05
 """FEEDBACK_AFTER_SECONDS of these tests."""
-
-
-@pytest.fixture(params=["memory", "fakeredis", "redis-server"])
-async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
-    opened = await open_backend_for_test(request.param, request)
-    yield opened
-    await opened.close()
 
 
 @pytest.fixture
