@@ -95,7 +95,7 @@ async def _knowledge(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     from bot.backends import build_backend, open_redis_backend
     from bot.cli import knowledge  # seconds of imports: only once the settings allow the command
-    from bot.factory import build_knowledge
+    from bot.knowledge_setup import build_knowledge
     from services.core.tokens import TokenCounter
 
     if shared_records:
@@ -103,7 +103,7 @@ async def _knowledge(args: argparse.Namespace, settings: Settings) -> int:
         try:
             if args.action == "faq":
                 return await knowledge.export_faq(backend.faq, output=args.output)
-            from bot.factory import build_embedder
+            from bot.knowledge_setup import build_embedder
 
             return await knowledge.gaps(backend.gaps, embedder=build_embedder(settings, backend))
         finally:
@@ -154,7 +154,7 @@ async def _chat(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     from bot.backends import open_redis_backend
     from bot.cli import chats
-    from bot.factory import build_knowledge
+    from bot.knowledge_setup import build_knowledge
 
     backend = await open_redis_backend(settings)
     try:
@@ -188,12 +188,28 @@ async def _actions(args: argparse.Namespace, settings: Settings) -> int:
     return await actions.test(catalog, args.target, args.param, customer, send=args.yes, key=args.idempotency_key)
 
 
+async def _report(args: argparse.Namespace, settings: Settings) -> int:
+    if settings.redis.redis_url is None:
+        log.error("report reads the conversation records in Redis, and REDIS_URL is unset (in-process mode keeps "
+                  "them in the bot's process only)")  # fmt: skip
+        return 2
+    from bot.backends import open_redis_backend
+    from bot.cli.report import report
+
+    backend = await open_redis_backend(settings)
+    try:
+        return await report(backend.conversations, backend.gaps, days=args.days, plot=args.plot)
+    finally:
+        await backend.close()
+
+
 OPERATOR_COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]] = {
     "knowledge": _knowledge,
     "dead-letters": _admin,
     "quarantine": _admin,
     "chat": _chat,
     "actions": _actions,
+    "report": _report,
 }
 
 

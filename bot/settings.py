@@ -156,6 +156,18 @@ class BotSettings(BaseSettings):
     gaps_digest_groups: int = Field(
         default=5, ge=1, le=20, description="groups of near-duplicate questions in the daily digest"
     )
+    feedback_after_seconds: int = Field(
+        default=3600,
+        ge=0,
+        description="a conversation quiet this long after the bot's answer (or a handoff that ended) gets one "
+        "question with Yes / No buttons: did this solve the problem? 0: never asked",
+    )
+    conversation_gap_seconds: int = Field(
+        default=86400,
+        gt=0,
+        description="a customer message after this long a quiet (or after /new) starts a new conversation "
+        "(docs/quality.md)",
+    )
 
     @field_validator("bot_token")
     @classmethod

@@ -38,6 +38,10 @@ _CHAT_CARRIERS = ("message", "edited_message", "channel_post", "edited_channel_p
 
 
 def chat_of(update: dict[str, Any]) -> int | None:
+    """The chat an update belongs to (a button press: the chat of the message its button is on)."""
+    callback = update.get("callback_query")
+    if isinstance(callback, dict) and isinstance(callback.get("message"), dict):
+        update = callback
     for key in _CHAT_CARRIERS:
         carrier = update.get(key)
         if isinstance(carrier, dict) and isinstance(carrier.get("chat"), dict):

@@ -10,6 +10,7 @@ from services.ports.deadletters import DeadLetters, Quarantine
 from services.ports.handoffs import HandoffStore
 from services.ports.knowledge import KnowledgeGaps, LearnedFaq
 from services.ports.media import Albums, MediaMemos
+from services.ports.quality import ConversationLog
 from services.ports.queue import PollingLease, WorkQueue
 from services.ports.ratelimit import RateLimiter
 from services.ports.sessions import SessionStore
@@ -47,6 +48,11 @@ class Backend(Protocol):
     @property
     def albums(self) -> Albums:
         """The photos of Telegram albums, collected so an album is answered as one turn."""
+        ...
+
+    @property
+    def conversations(self) -> ConversationLog:
+        """Conversations and the feedback question (docs/quality.md); /forget removes a chat's."""
         ...
 
     async def ping(self) -> None:

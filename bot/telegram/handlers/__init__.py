@@ -2,13 +2,13 @@
 
 from aiogram import Router
 
-from bot.telegram.handlers import chat, commands, errors, faq, handoff, media, unsupported
+from bot.telegram.handlers import chat, commands, errors, faq, feedback, handoff, media, unsupported
 
 
 def all_routers() -> list[Router]:
     """Fresh routers (a router attaches to one dispatcher), in matching order: errors, the operator
     group (its /faq and digest replies first) and /operator, commands, the customer's messages during a
-    handoff, text, media, everything else."""
+    handoff, text, media, everything else; the feedback buttons (callback queries)."""
     return [
         errors.make_router(),
         faq.make_router(),
@@ -18,4 +18,5 @@ def all_routers() -> list[Router]:
         chat.make_router(),
         media.make_router(),
         unsupported.make_router(),
+        feedback.make_router(),
     ]

@@ -7,6 +7,7 @@ from services.backends.memory.faq import InMemoryLearnedFaq
 from services.backends.memory.gaps import InMemoryKnowledgeGaps
 from services.backends.memory.handoffs import InMemoryHandoffStore
 from services.backends.memory.media import InMemoryAlbums, InMemoryMediaMemos
+from services.backends.memory.quality import InMemoryConversationLog
 from services.backends.memory.ratelimit import InMemoryRateLimiter
 from services.backends.memory.store import InMemorySessionStore
 from services.core.fence import Fence
@@ -23,6 +24,7 @@ class InMemoryBackend:
         self.faq = InMemoryLearnedFaq()
         self.memos = InMemoryMediaMemos(ttl_seconds=ttl_seconds)
         self.albums = InMemoryAlbums(ttl_seconds=ttl_seconds)
+        self.conversations = InMemoryConversationLog(ttl_seconds=ttl_seconds)
 
     async def ping(self) -> None:
         await self.store.ping()
@@ -37,6 +39,7 @@ class InMemoryBackend:
         await self.gaps.forget(chat_id)
         self.memos.forget(chat_id)
         await self.albums.forget(chat_id)
+        await self.conversations.forget(chat_id)
 
     async def close(self) -> None:
         await self.store.close()

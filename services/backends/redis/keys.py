@@ -33,6 +33,7 @@ CHAT_KEY_NAMES = (
     "handoff_relayed",  # sorted set: message ids already relayed (exactly once), by time
     "memos",  # hash: transcripts and image notes by file_unique_id (t:<id>, n:<id>)
     "albums",  # hash: album photos (i:<group>:<msg>), their order (l:<group>) and takers (t:<group>:<msg>)
+    "quality",  # hash: the current conversation, its feedback state, and each conversation's record (c:<id>)
 )
 
 CONTENT_KEY_NAMES = (
@@ -100,6 +101,7 @@ class ChatKeys:
     handoff_relayed = _ChatKey()
     memos = _ChatKey()
     albums = _ChatKey()
+    quality = _ChatKey()
 
     def __init__(self, tag: str) -> None:
         self.tag = tag
@@ -195,6 +197,16 @@ class KeySpace:
     def knowledge_gaps_of(self, chat_id: int) -> str:
         """Hash: question → times this chat asked it (what /forget takes back); the counts' slot."""
         return f"{{{self.namespace}:kgaps}}:chat:{chat_id}"
+
+    @property
+    def feedback_due(self) -> str:
+        """Sorted set: chat id → when its feedback question is due, or held until (ms, Redis clock)."""
+        return f"{{{self.namespace}:quality}}:due"
+
+    @property
+    def conversations(self) -> str:
+        """Sorted set: ``<chat id>:<conversation id>`` by its start (ms): the report's index; the due set's slot."""
+        return f"{{{self.namespace}:quality}}:conversations"
 
     @property
     def handoff_deadlines(self) -> str:
