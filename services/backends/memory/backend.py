@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from services.backends.memory.actions import InMemoryActionLedger
 from services.backends.memory.gaps import InMemoryKnowledgeGaps
 from services.backends.memory.handoffs import InMemoryHandoffStore
 from services.backends.memory.media import InMemoryAlbums, InMemoryMediaMemos
@@ -21,6 +22,7 @@ class InMemoryBackend:
         self.gaps = InMemoryKnowledgeGaps(ttl_seconds=ttl_seconds)
         self.memos = InMemoryMediaMemos(ttl_seconds=ttl_seconds)
         self.albums = InMemoryAlbums(ttl_seconds=ttl_seconds)
+        self.actions = InMemoryActionLedger()
 
     async def ping(self) -> None:
         await self.store.ping()
@@ -35,6 +37,7 @@ class InMemoryBackend:
         await self.gaps.forget(chat_id)
         self.memos.forget(chat_id)
         await self.albums.forget(chat_id)
+        await self.actions.forget(chat_id)
 
     async def close(self) -> None:
         await self.store.close()

@@ -33,6 +33,7 @@ CHAT_KEY_NAMES = (
     "handoff_relayed",  # sorted set: message ids already relayed (exactly once), by time
     "memos",  # hash: transcripts and image notes by file_unique_id (t:<id>, n:<id>)
     "albums",  # hash: album photos (i:<group>:<msg>), their order (l:<group>) and takers (t:<group>:<msg>)
+    "actions",  # hash: actions' recorded outcomes, pending decisions, lines and the shared phone
 )
 
 CONTENT_KEY_NAMES = (
@@ -46,6 +47,7 @@ CONTENT_KEY_NAMES = (
     "handoff_log",
     "handoff_relayed",
     "memos",
+    "actions",
 )
 """Per-chat keys /forget deletes outright (``meta`` is cut down to its version counter). The queue's
 ``inbox``/``seen``/``lease``/``attempts`` stay (ids and work still to do), so do the album photos no
@@ -100,6 +102,7 @@ class ChatKeys:
     handoff_relayed = _ChatKey()
     memos = _ChatKey()
     albums = _ChatKey()
+    actions = _ChatKey()
 
     def __init__(self, tag: str) -> None:
         self.tag = tag
