@@ -19,7 +19,8 @@ NOW = 1_000_000.0
 
 
 def read_outcome(line: str = "order_status 5521: shipped") -> ActionOutcome:
-    return ActionOutcome("ok", "shipped, arrives Dec 6", {"status": "shipped", "eta": "2026-12-06"}, 200, 0.2, None, line)
+    data = {"status": "shipped", "eta": "2026-12-06"}
+    return ActionOutcome("ok", "shipped, arrives Dec 6", data, 200, 0.2, None, line)
 
 
 def cancel(action_id: str = "a1", *, expires: float = NOW + 600) -> PendingAction:
