@@ -14,12 +14,15 @@ import openai
 from openai import AsyncOpenAI
 
 from prompts import PromptRegistry, default_registry
+from prompts.actions import RULES as ACTION_RULES
 from prompts.support_chat import HANDOFF, knowledge_rules
 from services.core.errors import ConfigurationError
 from services.core.retry import RetryPolicy
 from services.core.tokens import TokenCounter
 from services.engine.chat import ChatService
+from services.engine.decisions import Decisions
 from services.engine.grounding import Grounding
+from services.engine.tool_loop import ToolLoop
 from services.engine.turn_steps import TurnStep
 from services.llm.client import Call, LLMClient
 from services.llm.dialect import Dialect
@@ -31,6 +34,7 @@ from services.memory.breaker import CircuitBreaker
 from services.memory.policy import WaterMarkPolicy
 from services.memory.summarizer import Summarizer
 from services.memory.summary_format import FormatSetting
+from services.ports.actions import ActionLedger, ActionTools
 from services.ports.chat_model import ChatModel
 from services.ports.knowledge import KnowledgeGaps, KnowledgeSource
 from services.ports.media import MediaMemos
@@ -191,9 +195,30 @@ def build_chat_service(
     gaps: KnowledgeGaps | None = None,
     notes: ImageNotes | None = None,
     after_answer: Sequence[TurnStep] = (),
+    actions: ActionTools | None = None,
+    ledger: ActionLedger | None = None,
+    actions_max_calls: int = 4,
+    actions_confirm_seconds: float = 600,
 ) -> ChatService:
-    """A ChatService from settings (``after_answer``: ChatService's); ConfigurationError for an unusable budget."""
+    """A ChatService from settings (``after_answer``: ChatService's); ConfigurationError for an unusable
+    budget. ``actions`` (ACTIONS_FILE) with the backend's ``ledger``: the tool loop after the answer,
+    at most ``actions_max_calls`` calls a turn, decisions pending ``actions_confirm_seconds``."""
     counter = counter or TokenCounter.for_encoding(memory.tokenizer_encoding)
+    decisions = None
+    if actions is not None:
+        if ledger is None:
+            raise ConfigurationError("actions need the backend's action ledger")
+        loop = ToolLoop(
+            actions=actions,
+            ledger=ledger,
+            llm=llm,
+            counter=counter,
+            budget=memory.chat_input_token_budget,
+            max_calls=actions_max_calls,
+            confirm_seconds=actions_confirm_seconds,
+        )
+        after_answer = (*after_answer, loop)
+        decisions = Decisions(actions=actions, ledger=ledger, counter=counter)
     prompts = prompts or default_registry()
     role = instruction_role
     chat_prompt = prompts.get("support_chat", memory.chat_prompt_version)  # named first when unknown
@@ -218,7 +243,8 @@ def build_chat_service(
         # variables a version does not use are ignored (v1 has no $handoff)
         instruction=chat_prompt.render(
             company=memory.support_company_name, handoff=HANDOFF if handoff else "", knowledge=rules
-        ),
+        )
+        + (ACTION_RULES if actions is not None else ""),
         instruction_role=role,
         budget=memory.chat_input_token_budget,
         summary_max_tokens=memory.summary_max_tokens,
@@ -233,6 +259,7 @@ def build_chat_service(
         grounding=grounding,
         notes=notes,
         after_answer=after_answer,
+        decisions=decisions,
     )
 
 
