@@ -158,6 +158,8 @@ class Summarizer:
             log.warning("summary over its cap and re-compression failed (%s); keeping it whole", exc)
             return summary, self.block_part(summary), []
         shorter, restored = restore_identifiers(shorter, previous=summary)
+        # what was done stays on record (the actions' lines above all): re-compression never drops it
+        shorter = shorter.model_copy(update={"actions_taken": merge_summaries(summary, shorter).actions_taken})
         block = self.block_part(shorter)
         if block.tokens > self._max_tokens:
             log.warning("summary still %d tokens after re-compression (cap %d)", block.tokens, self._max_tokens)
