@@ -16,6 +16,7 @@ from services.core.actions import Customer
 from services.core.tokens import TokenCounter, count_calls, count_tools
 from services.engine.builders import build_chat_service
 from services.engine.chat import ChatService
+from services.engine.decisions import ticket_actions
 from services.llm.client import LLMClient
 from services.settings import MemorySettings
 from tests.stubs.openai_server import StubOpenAI, tool_calls_reply, tool_messages
@@ -316,3 +317,18 @@ async def test_the_memory_line_survives_compaction_and_forget_removes_it(
     assert later is not None
     await backend.forget_chat(1)
     assert await backend.actions.lines(1) == [] and (await backend.store.load(1)).summary is None
+
+
+async def test_the_ticket_lists_actions_taken_and_decisions_waiting(
+    stub_llm: StubOpenAI, llm: LLMClient, counter: TokenCounter
+) -> None:
+    backend, actions = InMemoryBackend(), FakeActions()
+    service = service_for(llm, counter, backend, actions)
+    both = tool_calls_reply(call("order_status", order_id="5521"), call("refund", order_id="5521"))
+    stub_llm.chat_replies.extend([both, "An operator will approve the refund."])
+    result = (await service.begin(1, "status and refund 5521", turn_id="u1", customer=ALICE)).result
+    assert result.pending is not None and result.pending.risk == "approval"
+    assert "approval" in tool_messages(stub_llm.chat_requests[-1])[1]["content"]
+    lines, waiting = await ticket_actions(backend.actions, 1)
+    assert lines == ["order_status 5521: shipped, eta 2026-12-06"]
+    assert waiting == ["Refund order 5521 (operator to approve)"]
