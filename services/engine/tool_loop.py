@@ -38,6 +38,15 @@ def action_calls(completion: Completion) -> tuple[ToolCall, ...]:
     return calls
 
 
+def handoff_only(completion: Completion) -> Completion:
+    """A reply that hands over, among other calls, as the handoff alone (Reply reads the first call);
+    its other calls are not made."""
+    handoff = next((call for call in completion.tool_calls if call.name == HANDOFF_TOOL), None)
+    if handoff is None or completion.tool_calls == (handoff,):
+        return completion
+    return replace(completion, tool_call=handoff, tool_calls=(handoff,))
+
+
 class ToolLoop:
     """The step (``ChatService(after_answer=[ToolLoop(...)])``). ``tools``: the operator's schemas,
     offered after the handoff's, byte-identical every turn; ``held_tokens``: what the window holds back
@@ -71,6 +80,7 @@ class ToolLoop:
     async def run(self, draft: TurnDraft) -> None:
         completion = need(draft.completion, "completion")
         if draft.request.customer is None or not action_calls(completion):
+            draft.completion = handoff_only(completion)
             return
         window = need(draft.window, "window")
         extra = draft.request.extra
@@ -88,7 +98,7 @@ class ToolLoop:
             completion = await self._ask(draft, transcript, answer=answer)
             if answer:
                 break
-        draft.completion = completion
+        draft.completion = handoff_only(completion)
 
     async def _ask(self, draft: TurnDraft, transcript: ToolTranscript, *, answer: bool) -> Completion:
         """The model again, with the turn's calls and results (``answer``: it must answer in text; the

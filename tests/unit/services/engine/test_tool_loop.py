@@ -332,3 +332,14 @@ async def test_the_ticket_lists_actions_taken_and_decisions_waiting(
     lines, waiting = await ticket_actions(backend.actions, 1)
     assert lines == ["order_status 5521: shipped, eta 2026-12-06"]
     assert waiting == ["Refund order 5521 (operator to approve)"]
+
+
+async def test_a_handoff_among_other_calls_hands_over_and_runs_nothing(
+    stub_llm: StubOpenAI, llm: LLMClient, counter: TokenCounter
+) -> None:
+    backend, actions = InMemoryBackend(), FakeActions()
+    service = service_for(llm, counter, backend, actions)
+    mixed = tool_calls_reply(call("order_status", order_id="5521"), call("handoff_to_operator", reason="asked"))
+    stub_llm.chat_replies.append(mixed)
+    result = (await service.begin(1, "a person please", turn_id="u1", customer=ALICE)).result
+    assert result.handoff_reason == "asked" and actions.shop.requests == [] and len(stub_llm.chat_requests) == 1
