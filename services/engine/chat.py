@@ -285,6 +285,9 @@ class ChatService:
         log.warning("chat %s turn %s: committed earlier, reply possibly unsent: sending it", chat_id, turn_id)
         handoff = status.reply.removeprefix(HANDOFF_MARK) if status.reply.startswith(HANDOFF_MARK) else None
         result = TurnResult(reply=status.reply, duplicate=True, redelivered=True, handoff_reason=handoff)
+        if self._decisions is not None:  # the buttons of a decision still open are shown again with it
+            waiting = await self._decisions.ledger.open_pending(chat_id)
+            result = replace(result, pending=waiting[-1] if waiting else None)
         if fence is not None:
             fence.ensure_valid()
         return PendingTurn(chat_id, turn_id, result, deliver=True, after="redelivered")

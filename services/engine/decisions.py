@@ -15,6 +15,7 @@ from services.core.actions import ActionOutcome, Customer, PendingAction
 from services.core.fence import Fence
 from services.core.records import PromptPart, ToolCall
 from services.core.tokens import TokenCounter
+from services.engine.tool_loop import run_safely
 from services.engine.tool_messages import calls_part, result_part
 from services.ports.actions import ActionLedger, ActionTools
 
@@ -89,9 +90,7 @@ class Decisions:
         if pending.state in ("confirmed", "approved"):
             outcome = await self.ledger.recorded(chat_id, key)
             if outcome is None:
-                outcome = await self._actions.run(
-                    pending.tool, dict(pending.arguments), pending.customer, idempotency_key=key
-                )
+                outcome = await run_safely(self._actions, pending.tool, dict(pending.arguments), pending.customer, key)
                 await self.ledger.record(chat_id, key, outcome, fence=fence)
             await self.ledger.finish(chat_id, action_id, replace(outcome, line=""))  # the line is recorded
             return pending, outcome

@@ -6,6 +6,7 @@ retried or redelivered turn once: the ledger's record is read first and written 
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -14,13 +15,15 @@ from typing import Any
 
 from prompts import actions as told
 from prompts.support_chat import HANDOFF_TOOL, HANDOFF_TOOL_SPEC
-from services.core.actions import ActionOutcome, PendingAction, idempotency_key
+from services.core.actions import ActionOutcome, Customer, PendingAction, idempotency_key
 from services.core.records import Completion, ToolCall
 from services.core.tokens import TokenCounter, count_tools
 from services.engine.tool_messages import ToolTranscript
 from services.engine.turn_draft import TurnDraft, need, once
 from services.ports.actions import ActionLedger, ActionTools
 from services.ports.chat_model import ChatModel
+
+log = logging.getLogger(__name__)
 
 TOOL_ROOM_TOKENS = 2000
 """Held back in the window for a turn's tool calls and results (besides the tools block)."""
@@ -140,7 +143,7 @@ class ToolLoop:
             return prior
 
         async def run() -> ActionOutcome:
-            return await self._actions.run(tool, dict(arguments), customer, idempotency_key=None)
+            return await run_safely(self._actions, tool, dict(arguments), customer, None)
 
         outcome = await once(draft, f"action:{key}", run)
         await self._ledger.record(request.chat_id, key, outcome, fence=request.fence)
@@ -173,6 +176,19 @@ class ToolLoop:
         await self._ledger.record(chat_id, asked, outcome, fence=request.fence)
         draft.pending = pending
         return replace(outcome, line=waiting_line(tool, prompt))
+
+
+async def run_safely(
+    actions: ActionTools, tool: str, arguments: dict[str, Any], customer: Customer, key: str | None
+) -> ActionOutcome:
+    """``actions.run``, whose contract is never to raise for the API's failures; anything it raises
+    all the same (a bug) is logged and told as a failure: the customer still gets an answer, and the
+    failure is recorded like any outcome (a write is never sent a second time for it)."""
+    try:
+        return await actions.run(tool, arguments, customer, idempotency_key=key)
+    except Exception:
+        log.exception("action %s raised instead of returning its outcome", tool)
+        return ActionOutcome("failed", "the service could not be reached", idempotency_key=key)
 
 
 def waiting_line(tool: str, prompt: str) -> str:

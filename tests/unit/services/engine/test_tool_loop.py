@@ -343,3 +343,28 @@ async def test_a_handoff_among_other_calls_hands_over_and_runs_nothing(
     stub_llm.chat_replies.append(mixed)
     result = (await service.begin(1, "a person please", turn_id="u1", customer=ALICE)).result
     assert result.handoff_reason == "asked" and actions.shop.requests == [] and len(stub_llm.chat_requests) == 1
+
+
+async def test_a_redelivered_turn_shows_the_open_decision_again(
+    stub_llm: StubOpenAI, llm: LLMClient, counter: TokenCounter
+) -> None:
+    backend, actions = InMemoryBackend(), FakeActions()
+    service = service_for(llm, counter, backend, actions)
+    stub_llm.chat_replies.extend([tool_calls_reply(call("cancel_order", order_id="5521")), "Press Confirm."])
+    first = await service.begin(1, "cancel 5521", turn_id="u1", customer=ALICE)  # the worker dies before sending
+    again = await service.begin(1, "cancel 5521", turn_id="u1", customer=ALICE)
+    assert again.result.redelivered and again.result.pending == first.result.pending
+    assert len(stub_llm.chat_requests) == 2 and len(await backend.actions.open_pending(1)) == 1
+
+
+async def test_an_action_that_raises_is_told_as_a_failure(
+    stub_llm: StubOpenAI, llm: LLMClient, counter: TokenCounter
+) -> None:
+    def broken(_request: object) -> None:
+        raise RuntimeError("a bug in the runner")
+
+    backend, actions = InMemoryBackend(), FakeActions(FakeShop(on_request=broken))
+    service = service_for(llm, counter, backend, actions)
+    stub_llm.chat_replies.extend([tool_calls_reply(call("order_status", order_id="5521")), "The service is down."])
+    result = (await service.begin(1, "where is 5521", turn_id="u1", customer=ALICE)).result
+    assert result.reply == "The service is down." and [o.kind for o in result.actions] == ["failed"]
