@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from services.core.fence import Fence
+from services.ports.actions import ActionLedger
 from services.ports.deadletters import DeadLetters, Quarantine
 from services.ports.handoffs import HandoffStore
 from services.ports.knowledge import KnowledgeGaps, LearnedFaq
@@ -53,6 +54,12 @@ class Backend(Protocol):
     @property
     def conversations(self) -> ConversationLog:
         """Conversations and the feedback question (docs/quality.md); /forget removes a chat's."""
+        ...
+
+    @property
+    def actions(self) -> ActionLedger:
+        """What actions did (recorded outcomes, pending decisions, lines, the shared phone); /forget
+        deletes it."""
         ...
 
     async def ping(self) -> None:

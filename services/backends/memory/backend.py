@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from services.backends.memory.actions import InMemoryActionLedger
 from services.backends.memory.faq import InMemoryLearnedFaq
 from services.backends.memory.gaps import InMemoryKnowledgeGaps
 from services.backends.memory.handoffs import InMemoryHandoffStore
@@ -25,6 +26,7 @@ class InMemoryBackend:
         self.memos = InMemoryMediaMemos(ttl_seconds=ttl_seconds)
         self.albums = InMemoryAlbums(ttl_seconds=ttl_seconds)
         self.conversations = InMemoryConversationLog(ttl_seconds=ttl_seconds)
+        self.actions = InMemoryActionLedger()
 
     async def ping(self) -> None:
         await self.store.ping()
@@ -40,6 +42,7 @@ class InMemoryBackend:
         self.memos.forget(chat_id)
         await self.albums.forget(chat_id)
         await self.conversations.forget(chat_id)
+        await self.actions.forget(chat_id)
 
     async def close(self) -> None:
         await self.store.close()

@@ -3,6 +3,7 @@ lease and the dead letters (``services.ports.backend.Backend``, plus what queued
 
 from __future__ import annotations
 
+from services.backends.redis.actions import RedisActionLedger
 from services.backends.redis.deadletters import RedisDeadLetters
 from services.backends.redis.faq import RedisLearnedFaq
 from services.backends.redis.gaps import RedisKnowledgeGaps
@@ -45,6 +46,7 @@ class RedisBackend:
         self.memos = RedisMediaMemos(redis=redis, keys=keys, ttl_seconds=ttl_seconds)
         self.albums = RedisAlbums(redis=redis, keys=keys, ttl_seconds=ttl_seconds)
         self.conversations = RedisConversationLog(redis=redis, keys=keys, ttl_seconds=ttl_seconds)
+        self.actions = RedisActionLedger(redis=redis, keys=keys, ttl_seconds=ttl_seconds)
 
     def queue(self, *, lease_ms: int = 30_000) -> RedisWorkQueue:
         return RedisWorkQueue(redis=self.redis, keys=self.keys, lease_ms=lease_ms, ttl_seconds=self.ttl_seconds)
@@ -59,7 +61,7 @@ class RedisBackend:
         """The handoff's topic binding, then the session and the handoff record (one fenced script; the
         quarantined copy and media memos included), then the chat's dead letters, its unanswered
         questions, the album photos a turn took (those still queued stay) and its conversation records and
-        feedback state. The rate-limit window
+        feedback state; the actions' ledger goes with the session (a content key). The rate-limit window
         stays (ids and times only: /forget is no way around the limit). Messages already copied into
         the operator group stay there: they are the operators' records, not the bot's."""
         record = await self.handoffs.get(chat_id, transcript=False)  # the transcript is not decoded

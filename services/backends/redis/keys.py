@@ -34,6 +34,7 @@ CHAT_KEY_NAMES = (
     "memos",  # hash: transcripts and image notes by file_unique_id (t:<id>, n:<id>)
     "albums",  # hash: album photos (i:<group>:<msg>), their order (l:<group>) and takers (t:<group>:<msg>)
     "quality",  # hash: the current conversation, its feedback state, and each conversation's record (c:<id>)
+    "actions",  # hash: actions' recorded outcomes, pending decisions, lines and the shared phone
 )
 
 CONTENT_KEY_NAMES = (
@@ -47,6 +48,7 @@ CONTENT_KEY_NAMES = (
     "handoff_log",
     "handoff_relayed",
     "memos",
+    "actions",
 )
 """Per-chat keys /forget deletes outright (``meta`` is cut down to its version counter). The queue's
 ``inbox``/``seen``/``lease``/``attempts`` stay (ids and work still to do), so do the album photos no
@@ -102,6 +104,7 @@ class ChatKeys:
     memos = _ChatKey()
     albums = _ChatKey()
     quality = _ChatKey()
+    actions = _ChatKey()
 
     def __init__(self, tag: str) -> None:
         self.tag = tag
