@@ -64,7 +64,7 @@ async def set_webhook(settings: Settings, certificate: Path | None = None) -> No
     secret = settings.bot.webhook_secret.get_secret_value() if settings.bot.webhook_secret else None
     bot = build_bot(settings.bot)
     try:
-        await bot.set_webhook(url, certificate=cert, secret_token=secret, allowed_updates=["message"])
+        await bot.set_webhook(url, certificate=cert, secret_token=secret, allowed_updates=["message", "callback_query"])
         await set_commands(bot, settings.bot)
     finally:
         await bot.session.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from services.core.actions import ActionOutcome, PendingAction
 from services.core.knowledge import ScoredPassage
 from services.core.records import Usage
 
@@ -57,6 +58,13 @@ class TurnResult:
     """How long retrieval took."""
     cited: tuple[str, ...] = ()
     """Ids of the passages the reply cites."""
+    actions: tuple[ActionOutcome, ...] = ()
+    """What this turn's tool calls gave (and a decision carried out or expired, told in it), in order."""
+    pending: PendingAction | None = None
+    """A write awaiting the customer's button, or an approval awaiting an operator: the edge renders
+    the buttons or the card."""
+    ask_contact: bool = False
+    """A tool needs the customer's phone number: the edge shows the share-contact keyboard."""
 
     @property
     def summary_updated(self) -> bool:

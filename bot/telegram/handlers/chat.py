@@ -66,6 +66,9 @@ async def serve_turn(
     chat_id = message.chat.id
     turn_id = item_id_of(event_update.update_id)
     drafts = _drafts(bot, message, settings)
+    feedback = desk.feedback
+    if feedback is not None:
+        await feedback.customer_message(chat_id, private=message.chat.type == "private", language=say.language)
     async with AsyncExitStack() as typing:
         await typing.enter_async_context(show_typing(bot, chat_id))
         try:
@@ -86,6 +89,8 @@ async def serve_turn(
                     bot, message, turn.result, say=say, desk=desk, item_id=turn_id, fence=fence, links=links
                 )
             result = await chat.finish(turn, fence=fence)
+            if feedback is not None and turn.deliver and not (result.handoff_reason is not None and desk.enabled):
+                await feedback.answered(chat_id)  # the quiet period before the question starts
         except (asyncio.CancelledError, LeaseLostError):
             if drafts is not None:
                 await drafts.abandon()  # the turn is over for this worker: nothing more goes out
