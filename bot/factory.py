@@ -17,6 +17,7 @@ from aiogram.client.default import DefaultBotProperties
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.fsm.storage.memory import SimpleEventIsolation
 
+from bot.actions_setup import NO_ACTIONS, EngineActions, build_actions
 from bot.backends import build_backend
 from bot.knowledge_setup import build_knowledge
 from bot.metrics import (
@@ -84,10 +85,12 @@ class Core:
     knowledge: KnowledgeLibrary | None
     chat: ChatService
     media: MediaReader
+    actions: EngineActions = NO_ACTIONS
 
     async def close(self) -> None:
         await self.media.close()
         await self.chat.close()
+        await self.actions.close()
 
 
 @dataclass(frozen=True)
@@ -151,11 +154,11 @@ def build_core(settings: Settings, backend: Backend) -> Core:
     """Knowledge (its full-text index loaded: a folder mistake is a ConfigurationError here), then the
     engine and the media reader on the backend's store, records and memos, with one provider watch."""
     provider = ProviderWatch()
-    knowledge = build_knowledge(settings, backend)
-    chat = build_engine(
-        settings, backend.store, provider=provider, knowledge=knowledge, gaps=backend.gaps, memos=backend.memos
-    )
-    return Core(provider=provider, knowledge=knowledge, chat=chat, media=build_media(settings, backend, knowledge))
+    knowledge, actions = build_knowledge(settings, backend), build_actions(settings, backend.actions)
+    chat = build_engine(settings, backend.store, provider=provider, knowledge=knowledge, gaps=backend.gaps,
+                        memos=backend.memos, actions=actions)  # fmt: skip
+    media = build_media(settings, backend, knowledge)
+    return Core(provider=provider, knowledge=knowledge, chat=chat, media=media, actions=actions)
 
 
 @overload
@@ -198,11 +201,12 @@ def build_engine(
     knowledge: KnowledgeSource | None = None,
     gaps: KnowledgeGaps | None = None,
     memos: MediaMemos | None = None,
+    actions: EngineActions = NO_ACTIONS,
 ) -> ChatService:
     """The engine as the bot runs it, on the backend's store: every turn and every LLM call in flight
     lands in the metrics, a refused summary call in ``provider`` (the app's one watch), and every
     request the provider accepts clears its refusal (a turn that made no model call clears nothing).
-    With ``OPERATOR_CHAT_ID`` the model is offered the handoff tool."""
+    With ``OPERATOR_CHAT_ID`` the model is offered the handoff tool; with ACTIONS_FILE, ``actions``."""
     llm = build_llm_client(
         settings.llm,
         settings.memory,
@@ -229,6 +233,7 @@ def build_engine(
         gaps=gaps,
         counter=counter,
         notes=notes,
+        **actions.options(),
     )
 
 
