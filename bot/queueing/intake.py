@@ -23,6 +23,7 @@ from aiogram.exceptions import ClientDecodeError, TelegramAPIError, TelegramConf
 from aiohttp import web
 
 from bot.metrics import DEAD_LETTERS, REDELIVERIES
+from bot.telegram.action_buttons import read_press
 from bot.telegram.albums import record_album_photo
 from services.core.errors import TransientError
 from services.ports.deadletters import DeadLetters
@@ -37,8 +38,11 @@ _CHAT_CARRIERS = ("message", "edited_message", "channel_post", "edited_channel_p
 
 
 def chat_of(update: dict[str, Any]) -> int | None:
-    for key in _CHAT_CARRIERS:
-        carrier = update.get(key)
+    """The chat an update belongs to: its message's, or for a button press the chat of the message
+    the button is on (a press on an inline-mode message has none: dropped)."""
+    query = update.get("callback_query")
+    carriers = (query.get("message"),) if isinstance(query, dict) else (update.get(key) for key in _CHAT_CARRIERS)
+    for carrier in carriers:
         if isinstance(carrier, dict) and isinstance(carrier.get("chat"), dict):
             chat_id = carrier["chat"].get("id")
             return int(chat_id) if isinstance(chat_id, int) else None
@@ -51,13 +55,19 @@ Route = Callable[[int, dict[str, Any]], Awaitable[int | None]]
 
 def operator_route(operator_chat_id: int | None, handoffs: HandoffStore) -> Route:
     """Updates from the operator group go into the inbox of the customer chat whose forum topic they
-    were written in (so both directions of a handoff are served in order under that chat's lease);
-    the group's other messages, and topics no handoff opened, are dropped here and never reach the
-    model. Every other update stays with its own chat."""
+    were written in (so both directions of a handoff are served in order under that chat's lease),
+    and an operator's press on an approval card into the inbox of the chat it names (the action runs
+    there, in that chat's order, under its lease; the handler checks the ledger, so a forged press
+    decides nothing); the group's other messages and presses, and topics no handoff opened, are
+    dropped here and never reach the model. Every other update stays with its own chat."""
 
     async def route(chat_id: int, update: dict[str, Any]) -> int | None:
         if operator_chat_id is None or chat_id != operator_chat_id:
             return chat_id
+        query = update.get("callback_query")
+        if isinstance(query, dict):  # an operator's Approve / Reject: the customer's chat carries it out
+            press = read_press(query.get("data") if isinstance(query.get("data"), str) else None)
+            return press.chat_id if press is not None and press.by_operator else None
         message = update.get("message")
         topical = isinstance(message, dict) and message.get("is_topic_message") is True  # not a reply thread
         thread = message.get("message_thread_id") if isinstance(message, dict) and topical else None
