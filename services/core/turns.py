@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from services.core.actions import ActionOutcome, PendingAction
 from services.core.knowledge import ScoredPassage
 from services.core.records import Usage
 
@@ -57,6 +58,12 @@ class TurnResult:
     """How long retrieval took."""
     cited: tuple[str, ...] = ()
     """Ids of the passages the reply cites."""
+    actions: tuple[ActionOutcome, ...] = ()
+    """The tool calls the turn made, in order (ACTIONS_FILE)."""
+    pending: PendingAction | None = None
+    """A write waiting for the customer's button, or an approval waiting for an operator."""
+    ask_contact: bool = False
+    """A tool needs the customer's phone number: the share-contact button is shown."""
 
     @property
     def summary_updated(self) -> bool:

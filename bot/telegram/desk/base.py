@@ -123,9 +123,9 @@ class DeskBase:
     def enabled(self) -> bool:
         return self.group is not None
 
-    def ops(self, key: str) -> str:
+    def ops(self, key: str, **values: object) -> str:
         """An operators' text (in the operators' language)."""
-        return self._ops(key)
+        return self._ops(key, **values)
 
     def is_operator_group(self, chat_id: int) -> bool:
         return self.group is not None and chat_id == self.group

@@ -2,17 +2,19 @@
 
 from aiogram import Router
 
-from bot.telegram.handlers import chat, commands, errors, handoff, media, unsupported
+from bot.telegram.handlers import actions, chat, commands, errors, handoff, media, unsupported
 
 
 def all_routers() -> list[Router]:
     """Fresh routers (a router attaches to one dispatcher), in matching order: errors, the operator
-    group and /operator, commands, the customer's messages during a handoff, text, media, everything else."""
+    group and /operator, commands, the customer's messages during a handoff, the actions' buttons and
+    a shared contact, text, media, everything else."""
     return [
         errors.make_router(),
         handoff.make_router(),
         commands.make_router(),
         handoff.make_relay_router(),
+        actions.make_router(),
         chat.make_router(),
         media.make_router(),
         unsupported.make_router(),
