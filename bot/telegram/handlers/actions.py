@@ -56,8 +56,10 @@ async def on_customer_press(
     event_update: Update,
     fence: Fence | None = None,
     links: LinkPolicy | None = None,
+    attempt: int = 1,
 ) -> None:
-    """Confirm / Cancel under a write's text, in the customer's chat."""
+    """Confirm / Cancel under a write's text, in the customer's chat (``attempt``: of this update,
+    queued mode)."""
     press = read_press(query.data)
     message = query.message
     say = Texts.for_user(query.from_user, settings)
@@ -66,7 +68,9 @@ async def on_customer_press(
         return
     chat_id = message.chat.id
     state: PendingState = "confirmed" if press.verb == "confirm" else "declined"
-    pending = await _decide(backend.actions, chat_id, press, state, risk="write", by=query.from_user, serialized=True)
+    pending = await _decide(
+        backend.actions, chat_id, press, state, risk="write", by=query.from_user, serialized=True, retried=attempt > 1
+    )
     await _toast(query, say("action_gone" if pending is None else _TOASTS[state]))
     await _drop_buttons(bot, message)
     if pending is None:
@@ -87,6 +91,7 @@ async def on_operator_press(
     event_update: Update,
     fence: Fence | None = None,
     links: LinkPolicy | None = None,
+    attempt: int = 1,
 ) -> None:
     """Approve / Reject on a card in the operators' group (any member of it); the action runs in the
     customer's chat, whose inbox this update was queued in (queued mode)."""
@@ -98,7 +103,9 @@ async def on_operator_press(
         return
     state: PendingState = "approved" if press.verb == "approve" else "declined"
     # two operators' presses in one process (no queue) are not serialized: only the decider carries it out
-    pending = await _decide(backend.actions, press.chat_id, press, state, risk="approval", serialized=fence is not None)
+    pending = await _decide(
+        backend.actions, press.chat_id, press, state, risk="approval", serialized=fence is not None, retried=attempt > 1
+    )
     if pending is None:
         await _toast(query, desk.ops("action_gone"))
         await _drop_buttons(bot, message)
@@ -123,22 +130,32 @@ async def _decide(
     risk: Risk,
     by: User | None = None,
     serialized: bool,
+    retried: bool,
 ) -> PendingAction | None:
     """The decision this press makes, or None: no such action of this kind (of this customer), decided
     before, or expired. ``serialized``: presses of this decision are handled one at a time (the chat's
-    order), so one already moved to ``state`` and not done is a dead attempt's: it is carried out now."""
+    order), so one already moved to ``state`` and not done is a dead attempt's, and with ``retried``
+    (this update was tried before, queued mode) so is one done: either is carried out now."""
     known = await ledger.pending(chat_id, press.action_id)
     if known is None or known.risk != risk or (by is not None and known.customer.telegram_id != by.id):
         return None  # a forged press (a customer "confirming" an approval, another chat's action) decides nothing
     decided = await ledger.decide(chat_id, press.action_id, state, now=time.time())
     if decided is not None:
         return decided
-    if serialized and known.state == state:
+    if serialized and (known.state == state or (retried and _done_as(known, state))):
+        # this update's earlier attempt decided it (and maybe ran it) and died before the customer was
+        # told: carried out now (a done action's recorded outcome is told, nothing is run again)
         log.warning("chat %s: %s was %s by an attempt that died; carried out now", chat_id, press.action_id, state)
         return known
     if risk == "write" and (known.state == "expired" or (known.state == "pending" and time.time() >= known.expires)):
         CONFIRMATIONS.labels("expired").inc()
     return None
+
+
+def _done_as(known: PendingAction, state: PendingState) -> bool:
+    """``known`` is done the way ``state`` decides it (run, or dropped by a cancel / a rejection)."""
+    kind = known.result.kind if known.state == "done" and known.result is not None else None
+    return kind is not None and kind != "expired" and (kind == "declined") == (state == "declined")
 
 
 async def _carry_out(

@@ -5,25 +5,33 @@ press reaches the customer. The chat service and the ledger are small fakes of t
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import fakeredis
 import pytest
 from aiogram import Bot, Dispatcher
 from prometheus_client import REGISTRY
 
 from bot.factory import build_bot, build_dispatcher
 from bot.provider_health import ProviderWatch
+from bot.queueing.intake import Intake, operator_route
 from bot.settings import BotSettings
-from bot.telegram.action_buttons import Press, read_press
+from bot.telegram.action_buttons import Press, callback_data, read_press
 from bot.telegram.texts import TEXTS
 from prompts.actions import CONTACT_SHARED
 from services.backends.memory import InMemoryBackend
+from services.backends.redis.deadletters import RedisDeadLetters
+from services.backends.redis.keys import KeySpace
+from services.backends.redis.queue import RedisWorkQueue
 from services.core.actions import ActionOutcome, Customer, PendingAction, PendingState, Risk
+from services.core.errors import LLMUnavailableError
 from services.core.turns import PendingTurn, TurnResult
 from tests.stubs.telegram_server import StubTelegram
+from tests.worker_helpers import make_worker
 
 CUSTOMER, GROUP, OPERATOR = 31337, -1001234567890, 9001
 USER = CUSTOMER + 7  # the stub's sender of the customer's messages
@@ -69,6 +77,9 @@ class FakeChat:
     results: list[TurnResult] = field(default_factory=list)
     begun: list[tuple[str, Customer | None]] = field(default_factory=list)
     ran: list[str] = field(default_factory=list)
+    carried: list[tuple[int, bool]] = field(default_factory=list)
+    """(chat, under a fence) of each carry_out."""
+    die_after_running: int = 0
     summarizer: Any = None
 
     async def begin(self, chat_id: int, text: str, *, customer: Customer | None = None, **kw: Any) -> PendingTurn:
@@ -79,14 +90,22 @@ class FakeChat:
     async def carry_out(
         self, chat_id: int, action_id: str, *, turn_id: str, customer: Customer, **kw: Any
     ) -> PendingTurn | None:
+        self.carried.append((chat_id, kw.get("fence") is not None))
         pending = await self.ledger.pending(chat_id, action_id)
-        if pending is None or pending.state not in ("confirmed", "approved", "declined"):
+        if pending is None or pending.state == "pending":
             return None
-        reply = "Your order is kept."
-        if pending.state != "declined":
+        if pending.state in ("confirmed", "approved"):  # run once; a done one is only told again
             self.ran.append(action_id)
-            reply = f"Done: {pending.tool} for {customer.telegram_id}."
-        await self.ledger.finish(chat_id, action_id, ActionOutcome("ok", "done"))
+            await self.ledger.finish(chat_id, action_id, ActionOutcome("ok", "done"))
+        elif pending.state == "declined":
+            await self.ledger.finish(chat_id, action_id, ActionOutcome("declined", "kept"))
+        if self.die_after_running:  # the worker dies (or the model fails) after the request was made
+            self.die_after_running -= 1
+            raise LLMUnavailableError("the model is down")
+        done = await self.ledger.pending(chat_id, action_id)
+        assert done is not None and done.result is not None
+        kept = done.result.kind == "declined"
+        reply = "Your order is kept." if kept else f"Done: {pending.tool} for {customer.telegram_id}."
         return PendingTurn(chat_id, turn_id, TurnResult(reply=reply), deliver=True, after="answered")
 
     async def finish(self, turn: PendingTurn, *, fence: Any = None) -> TurnResult:
@@ -103,6 +122,7 @@ class Edge:
     dispatcher: Dispatcher
     chat: FakeChat
     ledger: FakeLedger
+    backend: InMemoryBackend
 
     async def feed(self, update: dict[str, Any]) -> None:
         await self.dispatcher.feed_raw_update(self.bot, update)
@@ -139,7 +159,7 @@ async def edge(telegram: StubTelegram, monkeypatch: pytest.MonkeyPatch) -> Async
     chat = FakeChat(ledger)
     dispatcher = build_dispatcher(chat, settings, backend=backend, provider=ProviderWatch())  # type: ignore[arg-type]
     bot = build_bot(settings)
-    yield Edge(telegram, bot, dispatcher, chat, ledger)
+    yield Edge(telegram, bot, dispatcher, chat, ledger, backend)
     await bot.session.close()
 
 
@@ -251,3 +271,28 @@ async def test_an_approve_press_outside_the_operators_group_decides_nothing(edge
     data = f"act:a:{CUSTOMER}:{pending.action_id}"
     await edge.feed(edge.telegram.press_update(CUSTOMER, 1001, data, user_id=USER))  # the customer themselves
     assert edge.ledger.actions[CUSTOMER, pending.action_id].state == "pending" and edge.chat.ran == []
+
+
+async def test_queued_an_approve_press_runs_in_the_customers_chat_even_after_a_dead_attempt(edge: Edge) -> None:
+    """Queued mode: the operator's press is queued in the customer chat's inbox, served under that
+    chat's lease; an attempt that dies after the action ran is retried, and the retry tells the
+    customer the recorded outcome without running it again."""
+    redis, keys = fakeredis.FakeAsyncRedis(), KeySpace("edge", "123456")
+    queue = RedisWorkQueue(redis=redis, keys=keys, lease_ms=5000)
+    dead = RedisDeadLetters(redis=redis, keys=keys)
+    intake = Intake(queue=queue, dead_letters=dead, identity="w", route=operator_route(GROUP, edge.backend.handoffs))
+    pending = await edge.pending("approval")
+    data = callback_data("approve", pending.action_id, CUSTOMER)
+    await intake.take(edge.telegram.press_update(GROUP, 2000, data, user_id=OPERATOR, chat_type="supergroup"))
+    edge.chat.die_after_running = 1
+    worker = make_worker(queue, edge.dispatcher, edge.bot)  # a worker that starts after the press was queued
+    running = asyncio.create_task(worker.run())
+    try:
+        await edge.telegram.wait_messages(CUSTOMER, 1, within=30)
+    finally:
+        worker.stop()
+        await running
+    assert edge.telegram.texts_to(CUSTOMER) == [f"Done: cancel_order for {USER}."]
+    assert edge.chat.ran == [pending.action_id], "the approved action ran twice (or never)"
+    assert edge.chat.carried == [(CUSTOMER, True), (CUSTOMER, True)], "not carried out in the customer's chat"
+    assert await dead.count() == 0
