@@ -296,3 +296,10 @@ async def test_queued_an_approve_press_runs_in_the_customers_chat_even_after_a_d
     assert edge.chat.ran == [pending.action_id], "the approved action ran twice (or never)"
     assert edge.chat.carried == [(CUSTOMER, True), (CUSTOMER, True)], "not carried out in the customer's chat"
     assert await dead.count() == 0
+
+
+async def test_a_failure_after_a_customers_press_is_told_in_their_chat(edge: Edge) -> None:
+    pending = await edge.pending("write")
+    edge.chat.die_after_running = 1
+    await edge.feed(edge.telegram.press_update(CUSTOMER, 1001, f"act:y:{pending.action_id}", user_id=USER))
+    assert edge.telegram.texts_to(CUSTOMER) == [EN["llm_unavailable"]]
