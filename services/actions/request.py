@@ -34,9 +34,10 @@ class PreparedRequest:
 
 @dataclass(frozen=True, slots=True)
 class HttpResult:
-    """What sending gave: ``ok`` (2xx, the whole body), ``http_error`` (another status), ``timeout``,
-    ``refused`` (not sent: an undeclared host, a forbidden address, a redirect), ``oversize`` (the body
-    passed ACTIONS_MAX_RESPONSE_BYTES), ``unreachable`` (DNS or connection failure). ``reason`` is
+    """What sending gave: ``ok`` (2xx, the whole body), ``http_error`` (another status, a 3xx
+    redirect included: never followed; or a body that cannot be decoded), ``timeout``, ``refused``
+    (not sent: an undeclared host, a forbidden address or URL), ``oversize`` (the body passed
+    ACTIONS_MAX_RESPONSE_BYTES), ``unreachable`` (DNS, connection or TLS failure). ``reason`` is
     short, for the model and the log, and never holds a secret."""
 
     kind: HttpKind
