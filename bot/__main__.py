@@ -11,7 +11,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from bot.cli.commands import parse_command_line
-from bot.cli.preflight import check_api_key, missing_message, missing_settings
+from bot.cli.preflight import check_actions_file, check_api_key, missing_message, missing_settings
 from bot.cli.settings_errors import load_settings_or_exit
 from bot.logs import setup_logging
 from bot.redaction import redact_secrets
@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2)
     try:
         if args.command in ("run", "console"):
+            check_actions_file(settings)
             asyncio.run(check_api_key(settings.llm))
         _run(args, settings)
     except (ConfigurationError, SupportBotError) as exc:
@@ -155,11 +156,36 @@ async def _chat(args: argparse.Namespace, settings: Settings) -> int:
         await backend.close()
 
 
+async def _actions(args: argparse.Namespace, settings: Settings) -> int:
+    path = (args.target if args.action == "check" else None) or settings.actions.actions_file
+    if not path:
+        log.error("actions: ACTIONS_FILE is not set (the YAML file of the tools; docs/actions.md), and no PATH given")
+        return 2
+    from bot.cli import actions  # YAML, RE2 and JSON Schema: only for this command
+    from services.core.actions import Customer
+
+    catalog = actions.open_catalog(
+        path,
+        operator_chat_configured=settings.bot.handoff_enabled,
+        timeout=settings.actions.actions_timeout_seconds,
+        max_bytes=settings.actions.actions_max_response_bytes,
+    )
+    if catalog is None:
+        return 2
+    if args.action == "check":
+        return actions.check(catalog)
+    if args.action == "list":
+        return actions.show(catalog)
+    customer = Customer(telegram_id=args.customer_id, phone=args.phone)
+    return await actions.test(catalog, args.target, args.param, customer, send=args.yes, key=args.idempotency_key)
+
+
 OPERATOR_COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]] = {
     "knowledge": _knowledge,
     "dead-letters": _admin,
     "quarantine": _admin,
     "chat": _chat,
+    "actions": _actions,
 }
 
 

@@ -1,6 +1,7 @@
 """Secrets never reach a log line: every formatted line (message, exception text, JSON) is scrubbed of
 the values of the secret settings (the bot token and its secret half, the API key, the webhook secret,
-the Redis URL and any password inside a configured URL). A second guard: no code path should log them
+the Redis URL and any password inside a configured URL, the ``${NAME}`` values ACTIONS_FILE sends in
+headers). A second guard: no code path should log them
 in the first place, but a library's exception text (a request URL holds the bot token) is not ours."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import dataclasses
 import logging
 import sys
 import traceback
+from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlsplit
 
@@ -32,7 +34,24 @@ def secret_values(settings: Settings) -> list[str]:
                 found.update(_pieces(value.get_secret_value()))
             elif isinstance(value, str) and "@" in value:  # a URL with credentials
                 found.update(_pieces(value))
+    found.update(action_secrets(settings))
     return sorted((value for value in found if len(value) >= SHORTEST), key=len, reverse=True)
+
+
+def action_secrets(settings: Settings) -> set[str]:
+    """The values of the ``${NAME}`` variables ACTIONS_FILE names (none when it is unset or unreadable:
+    the start is refused then anyway)."""
+    path = settings.actions.actions_file
+    if not path:
+        return set()
+    from services.actions.loading import ActionsFileError, read_file, variable_names  # YAML: only with actions
+    from services.actions.settings import read_variables
+
+    try:
+        raw = read_file(Path(path))
+    except ActionsFileError:
+        return set()
+    return {value.strip() for value in read_variables(variable_names(raw)).values()}
 
 
 def _pieces(raw: str) -> set[str]:

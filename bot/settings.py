@@ -10,6 +10,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bot.telegram.link_hosts import parse_safe_hosts
+from services.actions.settings import ActionsSettings
 from services.settings import (
     KnowledgeSettings,
     LLMSettings,
@@ -313,5 +314,6 @@ class Settings:
     knowledge: KnowledgeSettings = field(default_factory=KnowledgeSettings)
     media: MediaSettings = field(default_factory=MediaSettings)
     redis: RedisSettings = field(default_factory=RedisSettings)
+    actions: ActionsSettings = field(default_factory=ActionsSettings)
     workers: WorkerSettings = field(default_factory=WorkerSettings)
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)

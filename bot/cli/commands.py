@@ -20,6 +20,7 @@ ACTIONS = {
     "quarantine": ("list", "show", "drop"),
     "knowledge": ("list", "search", "gaps"),
     "chat": ("show",),
+    "actions": ("check", "list", "test"),
 }
 NEEDS_TARGET = {
     ("dead-letters", "show"): "ID",
@@ -29,6 +30,7 @@ NEEDS_TARGET = {
     ("quarantine", "drop"): "CHAT_ID",
     ("knowledge", "search"): "QUERY",
     ("chat", "show"): "CHAT_ID",
+    ("actions", "test"): "TOOL",
 }
 NUMERIC_TARGET = {"quarantine", "chat"}
 
@@ -38,6 +40,7 @@ DESCRIPTIONS = {
     "console": "chat with the engine in this terminal, without Telegram (needs only OPENAI_API_KEY)",
     "chat": "show a chat's summary, stored turns and the passages and media each turn used (REDIS_URL)",
     "knowledge": "the documents of KNOWLEDGE_DIR: list them, search them as a turn would, unanswered questions",
+    "actions": "the tools of ACTIONS_FILE: check the file, list the tools, run one call as the bot would",
     "dead-letters": "updates given up after their retries: list, show, replay or drop them (REDIS_URL)",
     "quarantine": "sessions moved aside because they could not be read: list, show or drop them (REDIS_URL)",
     "help": "show this help, or a command's: help COMMAND",
@@ -48,6 +51,7 @@ EPILOG = """examples:
   python -m bot console --chat-id 7             chat in the terminal as chat 7
   python -m bot knowledge search "refund?"      what a turn would retrieve
   python -m bot chat show 123456789             why did it answer that?
+  python -m bot actions test order_status --param order_id=5521 --customer-id 7
   python -m bot dead-letters replay 42:u1001    queue a given-up update again
 Installed with pip, the same commands run as `support-bot …`."""
 
@@ -81,6 +85,27 @@ def _wide(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=24, width=110)
 
 
+def _actions_parser(sub: Subcommands) -> None:
+    actions = _with_actions(sub, "actions", "check: the file (default: ACTIONS_FILE); test: the tool's name")
+    actions.add_argument(
+        "--param", action="append", default=[], metavar="NAME=VALUE", help="test: one argument of the call (repeat)"
+    )
+    actions.add_argument("--customer-id", type=int, help="test: the customer's Telegram user id (required)")
+    actions.add_argument("--phone", help="test: the phone number the customer shared, for {customer.phone}")
+    actions.add_argument("--yes", action="store_true", help="test: really send a write or approval tool's request")
+    actions.add_argument("--idempotency-key", help="test: send with this key (the one printed by an earlier test)")
+
+
+def _check_actions(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.action != "test":
+        return
+    if args.customer_id is None:
+        parser.error("actions test needs --customer-id N (the customer the call is made for)")
+    for param in args.param:
+        if "=" not in param or not param.partition("=")[0]:
+            parser.error(f"--param takes NAME=VALUE, got {param[:40]!r}")
+
+
 def build_parser() -> CommandLine:
     parser = CommandLine(
         prog=PROG,
@@ -101,6 +126,7 @@ def build_parser() -> CommandLine:
     knowledge.add_argument(
         "--explain", action="store_true", help="search: matched terms, score parts and why passages were cut"
     )
+    _actions_parser(sub)
     _with_actions(sub, "dead-letters", "show, replay, drop: the dead letter's ID (from list)")
     _with_actions(sub, "quarantine", "show, drop: the chat id (from list)")
     _add(sub, "help").add_argument(
@@ -125,6 +151,8 @@ def parse_command_line(argv: Sequence[str] | None = None) -> argparse.Namespace:
     target_name = NEEDS_TARGET.get((args.command, action or ""))
     if target_name is not None and not args.target:
         parser.commands[args.command].error(f"{args.command} {action} needs {target_name}")
+    if args.command == "actions":
+        _check_actions(parser.commands["actions"], args)
     if args.command in NUMERIC_TARGET and args.target is not None:
         try:
             args.target = int(args.target)

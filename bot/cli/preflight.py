@@ -1,13 +1,15 @@
 """Start-up checks: a half-configured deployment stops with one clear message naming what to fix,
 instead of starting and answering the first customer with an error.
 
-``missing_settings`` lists the settings a command cannot do without; ``check_api_key`` asks the LLM
-endpoint once (GET /models) whether it accepts OPENAI_API_KEY."""
+``missing_settings`` lists the settings a command cannot do without; ``check_actions_file`` refuses
+an ACTIONS_FILE with mistakes (one line each); ``check_api_key`` asks the LLM endpoint once (GET
+/models) whether it accepts OPENAI_API_KEY."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
@@ -64,6 +66,36 @@ def missing_message(command: str, missing: list[str], cwd: Path | None = None) -
             "in this terminal; it needs only OPENAI_API_KEY (and OPENAI_BASE_URL for a non-OpenAI server)."
         )
     return "\n".join(lines)
+
+
+def actions_file_problems(settings: Settings) -> list[str]:
+    """Every mistake of ACTIONS_FILE, one line each naming the tool and the field (none unset)."""
+    path = settings.actions.actions_file
+    if not path:
+        return []
+    from services.actions.loading import ActionsFileError, load_catalog  # YAML, RE2, JSON Schema
+
+    try:
+        load_catalog(
+            path,
+            operator_chat_configured=settings.bot.handoff_enabled,
+            timeout=settings.actions.actions_timeout_seconds,
+            max_bytes=settings.actions.actions_max_response_bytes,
+        )
+    except ActionsFileError as exc:
+        return [f"ACTIONS_FILE {path}: {line}" for line in exc.lines]
+    return []
+
+
+def check_actions_file(settings: Settings) -> None:
+    """An ACTIONS_FILE with mistakes stops the start: each on stderr, exit code 2 (as a setting's)."""
+    problems = actions_file_problems(settings)
+    if not problems:
+        return
+    for line in problems:
+        print(f"cannot start: {line}", file=sys.stderr)
+    print("cannot start: fix ACTIONS_FILE (`python -m bot actions check` lists its mistakes)", file=sys.stderr)
+    raise SystemExit(2)
 
 
 async def check_api_key(

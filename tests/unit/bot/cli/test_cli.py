@@ -93,6 +93,9 @@ def test_a_command_has_its_own_help(how: list[str], capsys: pytest.CaptureFixtur
         (["chat", "show"], "chat show needs CHAT_ID"),
         (["console", "--chat-id", "x"], "invalid int value"),
         (["nonsense"], "invalid choice: 'nonsense'"),
+        (["actions", "test"], "actions test needs TOOL"),
+        (["actions", "test", "order_status"], "actions test needs --customer-id N"),
+        (["actions", "test", "t", "--customer-id", "7", "--param", "x"], "--param takes NAME=VALUE, got 'x'"),
     ],
 )
 def test_an_argument_mistake_exits_2_before_the_heavy_imports(args: list[str], said: str, tmp_path: Path) -> None:
@@ -113,6 +116,7 @@ def test_an_argument_mistake_exits_2_before_the_heavy_imports(args: list[str], s
         (["dead-letters", "list"], "dead-letters needs REDIS_URL"),
         (["quarantine", "drop", "5"], "quarantine needs REDIS_URL"),
         (["chat", "show", "5"], "REDIS_URL is unset: the sessions live only in the running bot's process"),
+        (["actions", "list"], "actions: ACTIONS_FILE is not set"),
     ],
 )
 def test_a_setting_a_command_needs_is_named_before_the_heavy_imports(
