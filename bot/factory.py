@@ -61,12 +61,12 @@ from services.engine.builders import (
 from services.engine.chat import ChatService
 from services.media.reader import MediaReader
 from services.memory.handoff_memory import HandoffMemory
+from services.ports.actions import ActionTools
 from services.ports.backend import Backend
-from services.ports.knowledge import KnowledgeGaps, KnowledgeSource
-from services.ports.media import MediaMemos
-from services.ports.sessions import SessionStore
+from services.ports.knowledge import KnowledgeSource
 
 if TYPE_CHECKING:
+    from services.actions.catalog import Catalog
     from services.knowledge.library import KnowledgeLibrary
 
 log = logging.getLogger(__name__)
@@ -84,10 +84,13 @@ class Core:
     knowledge: KnowledgeLibrary | None
     chat: ChatService
     media: MediaReader
+    actions: Catalog | None = None
 
     async def close(self) -> None:
         await self.media.close()
         await self.chat.close()
+        if self.actions is not None:
+            await self.actions.close()
 
 
 @dataclass(frozen=True)
@@ -152,10 +155,36 @@ def build_core(settings: Settings, backend: Backend) -> Core:
     engine and the media reader on the backend's store, records and memos, with one provider watch."""
     provider = ProviderWatch()
     knowledge = build_knowledge(settings, backend)
+    actions = build_actions_catalog(settings)
     chat = build_engine(
-        settings, backend.store, provider=provider, knowledge=knowledge, gaps=backend.gaps, memos=backend.memos
+        settings,
+        backend,
+        provider=provider,
+        knowledge=knowledge,
+        actions=actions,
     )
-    return Core(provider=provider, knowledge=knowledge, chat=chat, media=build_media(settings, backend, knowledge))
+    media = build_media(settings, backend, knowledge)
+    return Core(provider=provider, knowledge=knowledge, chat=chat, media=media, actions=actions)
+
+
+def build_actions_catalog(settings: Settings) -> Catalog | None:
+    """With ``ACTIONS_FILE``: the operator's tools, loaded and checked (every mistake of the file in one
+    ConfigurationError, a line each); None otherwise (YAML, RE2 and JSON Schema never imported)."""
+    options = settings.actions
+    if not options.actions_file:
+        return None
+    from services.actions.loading import ActionsFileError, load_catalog
+
+    try:
+        return load_catalog(
+            options.actions_file,
+            operator_chat_configured=settings.bot.handoff_enabled,
+            timeout=options.actions_timeout_seconds,
+            max_bytes=options.actions_max_response_bytes,
+        )
+    except ActionsFileError as exc:
+        what = "\n".join(exc.lines)
+        raise ConfigurationError(f"ACTIONS_FILE={options.actions_file} cannot be used:\n{what}") from exc
 
 
 @overload
@@ -192,17 +221,18 @@ def cache_key_secret(settings: Settings) -> bytes:
 
 def build_engine(
     settings: Settings,
-    store: SessionStore,
+    backend: Backend,
     *,
     provider: ProviderWatch,
     knowledge: KnowledgeSource | None = None,
-    gaps: KnowledgeGaps | None = None,
-    memos: MediaMemos | None = None,
+    actions: ActionTools | None = None,
 ) -> ChatService:
     """The engine as the bot runs it, on the backend's store: every turn and every LLM call in flight
     lands in the metrics, a refused summary call in ``provider`` (the app's one watch), and every
     request the provider accepts clears its refusal (a turn that made no model call clears nothing).
-    With ``OPERATOR_CHAT_ID`` the model is offered the handoff tool."""
+    With ``OPERATOR_CHAT_ID`` the model is offered the handoff tool; with ``actions`` (ACTIONS_FILE) the
+    operator's tools too, their outcomes kept in the backend's ledger."""
+    store, gaps, memos = backend.store, backend.gaps, backend.memos
     llm = build_llm_client(
         settings.llm,
         settings.memory,
@@ -229,6 +259,10 @@ def build_engine(
         gaps=gaps,
         counter=counter,
         notes=notes,
+        actions=actions,
+        ledger=backend.actions if actions is not None else None,
+        actions_max_calls=settings.actions.actions_max_calls_per_turn,
+        actions_confirm_seconds=settings.actions.actions_confirm_seconds,
     )
 
 
