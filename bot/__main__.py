@@ -83,29 +83,37 @@ def _run(args: argparse.Namespace, settings: Settings) -> None:
 
 
 async def _knowledge(args: argparse.Namespace, settings: Settings) -> int:
-    if args.action == "gaps" and settings.redis.redis_url is None:
-        log.error("knowledge gaps needs REDIS_URL: the in-process mode keeps its records in the bot's process")
+    shared_records = args.action in ("gaps", "faq")
+    if shared_records and settings.redis.redis_url is None:
+        log.error("knowledge %s needs REDIS_URL: the in-process mode keeps its records in its process", args.action)
         return 2
-    if args.action != "gaps" and not settings.knowledge.knowledge_dir:
+    if args.action == "faq" and args.target != "export":
+        log.error("knowledge faq: the action is export (python -m bot knowledge faq export [--output FILE])")
+        return 2
+    if not shared_records and not settings.knowledge.knowledge_dir:
         log.error("knowledge: KNOWLEDGE_DIR is not set (the folder of the documents the bot answers from)")
         return 2
     from bot.backends import build_backend, open_redis_backend
     from bot.cli import knowledge  # seconds of imports: only once the settings allow the command
-    from bot.factory import build_knowledge
+    from bot.knowledge_setup import build_knowledge
     from services.core.tokens import TokenCounter
 
-    if args.action == "gaps":
+    if shared_records:
         backend = await open_redis_backend(settings)
         try:
-            return await knowledge.gaps(backend.gaps)
+            if args.action == "faq":
+                return await knowledge.export_faq(backend.faq, output=args.output)
+            from bot.knowledge_setup import build_embedder
+
+            return await knowledge.gaps(backend.gaps, embedder=build_embedder(settings, backend))
         finally:
             await backend.close()
     shared = build_backend(settings, offline=True)
     try:
         library = build_knowledge(settings, shared)
         assert library is not None  # KNOWLEDGE_DIR checked above
-        if library.needs_vectors:  # the vectors the bot's workers cached (embedding what is missing)
-            await library.refresh()
+        # the learned FAQ entries, and the vectors the bot's workers cached (embedding what is missing)
+        await library.refresh()
         if args.action == "search" and args.explain:
             return await knowledge.explain(
                 library,
@@ -146,7 +154,7 @@ async def _chat(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     from bot.backends import open_redis_backend
     from bot.cli import chats
-    from bot.factory import build_knowledge
+    from bot.knowledge_setup import build_knowledge
 
     backend = await open_redis_backend(settings)
     try:
@@ -180,12 +188,28 @@ async def _actions(args: argparse.Namespace, settings: Settings) -> int:
     return await actions.test(catalog, args.target, args.param, customer, send=args.yes, key=args.idempotency_key)
 
 
+async def _report(args: argparse.Namespace, settings: Settings) -> int:
+    if settings.redis.redis_url is None:
+        log.error("report reads the conversation records in Redis, and REDIS_URL is unset (in-process mode keeps "
+                  "them in the bot's process only)")  # fmt: skip
+        return 2
+    from bot.backends import open_redis_backend
+    from bot.cli.report import report
+
+    backend = await open_redis_backend(settings)
+    try:
+        return await report(backend.conversations, backend.gaps, days=args.days, plot=args.plot)
+    finally:
+        await backend.close()
+
+
 OPERATOR_COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], Coroutine[Any, Any, int]]] = {
     "knowledge": _knowledge,
     "dead-letters": _admin,
     "quarantine": _admin,
     "chat": _chat,
     "actions": _actions,
+    "report": _report,
 }
 
 

@@ -10,34 +10,32 @@ import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar, overload
 
 from aiogram import Bot, Dispatcher
 from aiogram.client.default import DefaultBotProperties
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.fsm.storage.memory import SimpleEventIsolation
-from openai import AsyncOpenAI
 
 from bot.backends import build_backend
-from bot.cli.progress import progress_sink
+from bot.knowledge_setup import build_knowledge
 from bot.metrics import (
     LLM_IN_FLIGHT,
     PrometheusObserver,
-    count_embedding_request,
     count_summary_attempt,
     show_summary_breaker,
-    watch_knowledge,
 )
 from bot.provider_health import ProviderWatch, probe_while_refused
 from bot.serving.deadlines import watch_deadlines
 from bot.serving.fastpath import json_codec
+from bot.serving.gaps_digest import GapsDigest
 from bot.serving.startup import with_startup_retries
 from bot.settings import BotSettings
 from bot.settings import Settings as Settings  # re-exported: importers of bot.factory.Settings keep working
 from bot.telegram.albums import AlbumDispatcher
 from bot.telegram.desk import HandoffDesk
 from bot.telegram.download_notice import DownloadNoticeMiddleware
+from bot.telegram.feedback import Feedback
 from bot.telegram.handlers import all_routers
 from bot.telegram.link_hosts import LinkPolicy
 from bot.telegram.middlewares.access import AccessMiddleware
@@ -63,16 +61,13 @@ from services.engine.builders import (
 from services.engine.chat import ChatService
 from services.media.reader import MediaReader
 from services.memory.handoff_memory import HandoffMemory
+from services.ports.actions import ActionTools
 from services.ports.backend import Backend
-from services.ports.knowledge import KnowledgeGaps, KnowledgeSource
-from services.ports.media import MediaMemos
-from services.ports.sessions import SessionStore
+from services.ports.knowledge import KnowledgeSource
 
 if TYPE_CHECKING:
-    from services.knowledge.embedder import Embedder
+    from services.actions.catalog import Catalog
     from services.knowledge.library import KnowledgeLibrary
-    from services.knowledge.progress import ProgressSink
-    from services.ports.embeddings import EmbeddingCache
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +84,13 @@ class Core:
     knowledge: KnowledgeLibrary | None
     chat: ChatService
     media: MediaReader
+    actions: Catalog | None = None
 
     async def close(self) -> None:
         await self.media.close()
         await self.chat.close()
+        if self.actions is not None:
+            await self.actions.close()
 
 
 @dataclass(frozen=True)
@@ -134,13 +132,15 @@ class App(Generic[AppBackend]):
         """Every mode's background tasks, by name, for its runner to supervise: the provider probe,
         with KNOWLEDGE_DIR the knowledge refresh (each process reads the folder and swaps its own
         index), with handoff on the handoff deadlines, checked each ``every`` s (``overdue``: what is
-        done with a due one: handled at once in-process, queued in queued mode)."""
+        done with a due one: handled at once in-process, queued in queued mode), the gaps digest."""
         tasks = {"provider-probe": self.probe()}
         if self.knowledge is not None:
             tasks["knowledge-refresh"] = self.knowledge.run
         if self.desk.enabled:
             handoffs = self.backend.handoffs
             tasks["handoff-deadlines"] = lambda: watch_deadlines(handoffs, overdue, every)
+        if self.desk.enabled and self.settings.bot.gaps_digest_hour is not None:
+            tasks["gaps-digest"] = GapsDigest.of(self).run
         return tasks
 
     async def connect(self) -> None:
@@ -155,10 +155,36 @@ def build_core(settings: Settings, backend: Backend) -> Core:
     engine and the media reader on the backend's store, records and memos, with one provider watch."""
     provider = ProviderWatch()
     knowledge = build_knowledge(settings, backend)
+    actions = build_actions_catalog(settings)
     chat = build_engine(
-        settings, backend.store, provider=provider, knowledge=knowledge, gaps=backend.gaps, memos=backend.memos
+        settings,
+        backend,
+        provider=provider,
+        knowledge=knowledge,
+        actions=actions,
     )
-    return Core(provider=provider, knowledge=knowledge, chat=chat, media=build_media(settings, backend, knowledge))
+    media = build_media(settings, backend, knowledge)
+    return Core(provider=provider, knowledge=knowledge, chat=chat, media=media, actions=actions)
+
+
+def build_actions_catalog(settings: Settings) -> Catalog | None:
+    """With ``ACTIONS_FILE``: the operator's tools, loaded and checked (every mistake of the file in one
+    ConfigurationError, a line each); None otherwise (YAML, RE2 and JSON Schema never imported)."""
+    options = settings.actions
+    if not options.actions_file:
+        return None
+    from services.actions.loading import ActionsFileError, load_catalog
+
+    try:
+        return load_catalog(
+            options.actions_file,
+            operator_chat_configured=settings.bot.handoff_enabled,
+            timeout=options.actions_timeout_seconds,
+            max_bytes=options.actions_max_response_bytes,
+        )
+    except ActionsFileError as exc:
+        what = "\n".join(exc.lines)
+        raise ConfigurationError(f"ACTIONS_FILE={options.actions_file} cannot be used:\n{what}") from exc
 
 
 @overload
@@ -187,76 +213,6 @@ def build_app(settings: Settings, backend: Backend | None = None) -> App[Backend
     return App(settings=settings, backend=backend, core=core, bot=bot, dispatcher=dispatcher)
 
 
-def build_embedder(settings: Settings, backend: Backend) -> Embedder | None:
-    """With ``EMBEDDING_MODEL``: embeddings on the chat model's endpoint, cached in Redis (shared by
-    every worker) or, in-process, on disk in ``KNOWLEDGE_CACHE_DIR``."""
-    options = settings.knowledge
-    if not options.embedding_model:
-        return None
-    from services.backends.embeddings_disk import DiskEmbeddingCache
-    from services.backends.redis.embeddings import RedisEmbeddingCache
-    from services.knowledge.embedder import Embedder
-
-    cache: EmbeddingCache = (
-        RedisEmbeddingCache(redis=backend.redis, keys=backend.keys)
-        if isinstance(backend, RedisBackend)
-        else DiskEmbeddingCache(directory=Path(options.knowledge_cache_dir))
-    )
-    client = AsyncOpenAI(
-        api_key=settings.llm.openai_api_key.get_secret_value().strip() or "unset",
-        base_url=settings.llm.openai_base_url,
-        timeout=settings.llm.openai_timeout_seconds,
-        max_retries=0,
-    )
-    return Embedder(
-        client=client,
-        model=options.embedding_model,
-        cache=cache,
-        batch_size=options.embedding_batch_size,
-        timeout_seconds=options.embedding_timeout_seconds,
-        on_request=count_embedding_request,
-    )
-
-
-def build_knowledge(
-    settings: Settings, backend: Backend, *, progress: ProgressSink | None = None
-) -> KnowledgeLibrary | None:
-    """With ``KNOWLEDGE_DIR``: the library, its full-text index built before the bot serves (its refresh
-    loop, which also adds the vectors, is the caller's to run beside the bot); None otherwise (the
-    knowledge packages are then never imported). ``progress``: told of every file read and batch
-    embedded (default: a log line every few seconds, a bar when stderr is a terminal)."""
-    options = settings.knowledge
-    if not options.knowledge_dir:
-        return None
-    from services.knowledge.library import KnowledgeLibrary
-
-    root = Path(options.knowledge_dir)
-    if not root.is_dir():  # a typo or a volume not mounted: the bot would answer without its documents
-        raise ConfigurationError(
-            f"KNOWLEDGE_DIR={options.knowledge_dir} is not a folder ({root.absolute()}): fix the path (relative "
-            "paths start at the working directory) or unset KNOWLEDGE_DIR to run without documents"
-        )
-    library = KnowledgeLibrary(
-        root=root,
-        counter=TokenCounter.for_encoding(settings.memory.tokenizer_encoding),
-        passage_tokens=options.knowledge_passage_tokens,
-        max_file_bytes=options.knowledge_max_file_bytes,
-        min_score=options.knowledge_min_score,
-        refresh_seconds=options.knowledge_refresh_seconds,
-        embedder=build_embedder(settings, backend),
-        min_similarity=options.embedding_min_similarity,
-        progress=progress if progress is not None else progress_sink(),
-    )
-    library.load()
-    if not library.documents:
-        raise ConfigurationError(
-            f"KNOWLEDGE_DIR={options.knowledge_dir} holds no readable document: add Markdown, text, HTML or PDF "
-            "files (the log above names each file skipped and why) or unset KNOWLEDGE_DIR"
-        )
-    watch_knowledge(library)
-    return library
-
-
 def cache_key_secret(settings: Settings) -> bytes:
     """The secret of the chats' prompt_cache_key hashes: derived from the bot token, which the model
     provider never sees, and the same in every worker."""
@@ -265,17 +221,18 @@ def cache_key_secret(settings: Settings) -> bytes:
 
 def build_engine(
     settings: Settings,
-    store: SessionStore,
+    backend: Backend,
     *,
     provider: ProviderWatch,
     knowledge: KnowledgeSource | None = None,
-    gaps: KnowledgeGaps | None = None,
-    memos: MediaMemos | None = None,
+    actions: ActionTools | None = None,
 ) -> ChatService:
     """The engine as the bot runs it, on the backend's store: every turn and every LLM call in flight
     lands in the metrics, a refused summary call in ``provider`` (the app's one watch), and every
     request the provider accepts clears its refusal (a turn that made no model call clears nothing).
-    With ``OPERATOR_CHAT_ID`` the model is offered the handoff tool."""
+    With ``OPERATOR_CHAT_ID`` the model is offered the handoff tool; with ``actions`` (ACTIONS_FILE) the
+    operator's tools too, their outcomes kept in the backend's ledger."""
+    store, gaps, memos = backend.store, backend.gaps, backend.memos
     llm = build_llm_client(
         settings.llm,
         settings.memory,
@@ -302,6 +259,10 @@ def build_engine(
         gaps=gaps,
         counter=counter,
         notes=notes,
+        actions=actions,
+        ledger=backend.actions if actions is not None else None,
+        actions_max_calls=settings.actions.actions_max_calls_per_turn,
+        actions_confirm_seconds=settings.actions.actions_confirm_seconds,
     )
 
 
@@ -367,8 +328,7 @@ def build_dispatcher(
     which deletes every record of the chat through ``backend.forget_chat``), ``desk`` (handoff to an
     operator; off without ``OPERATOR_CHAT_ID``), ``links`` (the hosts replies may link to:
     SAFE_LINK_HOSTS and the documents' own links of ``knowledge``), ``provider`` (the error handler
-    reports a refused chat call to it: the engine's watch, required), and ``say`` (the customer's texts)
-    from the language middleware."""
+    reports a refused chat call to it), ``faq`` (learned entries), ``knowledge``, ``say`` (language middleware)."""
     # SimpleEventIsolation: updates of one chat are handled one at a time, in order, within this process
     # (across processes the work queue's per-chat lease does the same)
     dispatcher = AlbumDispatcher(
@@ -382,6 +342,8 @@ def build_dispatcher(
         albums=backend.albums,
         links=LinkPolicy(settings.safe_link_hosts, knowledge),
         provider=provider,
+        faq=backend.faq,
+        knowledge=knowledge,
     )
     dispatcher.update.outer_middleware(DownloadNoticeMiddleware())
     dispatcher.message.outer_middleware(LanguageMiddleware(settings))
@@ -401,7 +363,8 @@ def build_dispatcher(
 def build_desk(chat: ChatService, settings: BotSettings, backend: Backend) -> HandoffDesk:
     """Handoff to an operator; without ``OPERATOR_CHAT_ID`` a desk that is off (no summaries made)."""
     memory = HandoffMemory(store=backend.store, summarizer=chat.summarizer) if settings.handoff_enabled else None
-    return HandoffDesk(store=backend.handoffs, memory=memory, settings=settings)
+    feedback = Feedback.from_settings(backend.conversations, settings)
+    return HandoffDesk(store=backend.handoffs, memory=memory, settings=settings, feedback=feedback)
 
 
 async def set_commands(bot: Bot, settings: BotSettings) -> None:

@@ -98,6 +98,21 @@ HANDOFF_POSSIBLE_DUPLICATES = Counter(
     "Messages copied again because an earlier attempt died between copying and recording them",
 )
 HANDOFF_TICKETS = Counter("sb_handoff_tickets_total", "Tickets posted to the operator group (rate: tickets per hour)")
+CONVERSATIONS = Counter("sb_conversations_total", "Conversations started (docs/quality.md)")
+CONVERSATIONS_HANDED_OFF = Counter("sb_conversations_handed_off_total", "Conversations handed to a person (once each)")
+FEEDBACK_ASKED = Counter("sb_feedback_asked_total", "Feedback questions sent (one per conversation at most)")
+FEEDBACK_ANSWERS = Counter("sb_feedback_answers_total", "Feedback answers, by answer (yes / no)", ["answer"])
+for _answer in ("yes", "no"):  # both series exist from the start (the dashboard's ratios read them)
+    FEEDBACK_ANSWERS.labels(_answer)
+FEEDBACK_POSSIBLE_DUPLICATES = Counter(
+    "sb_feedback_possible_duplicates_total",
+    "Feedback questions sent again because an earlier attempt died between sending and recording them",
+)
+FIRST_ANSWER = Histogram(
+    "sb_first_answer_seconds",
+    "Time from a conversation's first customer message to the bot's first answer sent",
+    buckets=(0.5, 1, 2, 3, 5, 8, 13, 20, 30, 60, 120, 300),
+)
 HANDOFF_FIRST_REPLY = Histogram(
     "sb_handoff_first_reply_seconds",
     "Time from a handoff's start to the first operator message",

@@ -146,6 +146,29 @@ class BotSettings(BaseSettings):
     handoff_resume_on_timeout: bool = Field(
         default=False, description="after the reply timeout the assistant answers again (the handoff ends)"
     )
+    gaps_digest_hour: int | None = Field(
+        default=None,
+        ge=0,
+        le=23,
+        description="with OPERATOR_CHAT_ID: the hour (UTC, 0-23) at which the day's digest of the most asked "
+        "unanswered questions is posted to the operators' group (once a day across workers; a worker that starts "
+        "later that day posts it then), e.g. 9; unset: no digest",
+    )
+    gaps_digest_groups: int = Field(
+        default=5, ge=1, le=20, description="groups of near-duplicate questions in the daily digest"
+    )
+    feedback_after_seconds: int = Field(
+        default=3600,
+        ge=0,
+        description="a conversation quiet this long after the bot's answer (or a handoff that ended) gets one "
+        "question with Yes / No buttons: did this solve the problem? 0: never asked",
+    )
+    conversation_gap_seconds: int = Field(
+        default=86400,
+        gt=0,
+        description="a customer message after this long a quiet (or after /new) starts a new conversation "
+        "(docs/quality.md)",
+    )
 
     @field_validator("bot_token")
     @classmethod

@@ -18,7 +18,7 @@ DEFAULT = "run"
 ACTIONS = {
     "dead-letters": ("list", "show", "replay", "drop"),
     "quarantine": ("list", "show", "drop"),
-    "knowledge": ("list", "search", "gaps"),
+    "knowledge": ("list", "search", "gaps", "faq"),
     "chat": ("show",),
     "actions": ("check", "list", "test"),
 }
@@ -29,6 +29,7 @@ NEEDS_TARGET = {
     ("quarantine", "show"): "CHAT_ID",
     ("quarantine", "drop"): "CHAT_ID",
     ("knowledge", "search"): "QUERY",
+    ("knowledge", "faq"): "export",
     ("chat", "show"): "CHAT_ID",
     ("actions", "test"): "TOOL",
 }
@@ -39,10 +40,13 @@ DESCRIPTIONS = {
     "set-webhook": "register WEBHOOK_URL and WEBHOOK_SECRET with Telegram (once per deployment)",
     "console": "chat with the engine in this terminal, without Telegram (needs only OPENAI_API_KEY)",
     "chat": "show a chat's summary, stored turns and the passages and media each turn used (REDIS_URL)",
-    "knowledge": "the documents of KNOWLEDGE_DIR: list them, search them as a turn would, unanswered questions",
+    "knowledge": "the documents of KNOWLEDGE_DIR: list them, search them as a turn would, unanswered questions, "
+    "the learned FAQ as Markdown (faq export)",
     "actions": "the tools of ACTIONS_FILE: check the file, list the tools, run one call as the bot would",
     "dead-letters": "updates given up after their retries: list, show, replay or drop them (REDIS_URL)",
     "quarantine": "sessions moved aside because they could not be read: list, show or drop them (REDIS_URL)",
+    "report": "support quality: conversations, resolved by the bot, handed off, ratings, time to first answer "
+    "(REDIS_URL)",
     "help": "show this help, or a command's: help COMMAND",
 }
 
@@ -53,6 +57,7 @@ EPILOG = """examples:
   python -m bot chat show 123456789             why did it answer that?
   python -m bot actions test order_status --param order_id=5521 --customer-id 7
   python -m bot dead-letters replay 42:u1001    queue a given-up update again
+  python -m bot report --days 7 --plot q.png    the quality figures of a week, and a chart
 Installed with pip, the same commands run as `support-bot …`."""
 
 
@@ -78,6 +83,17 @@ def _with_actions(sub: Subcommands, name: str, target_help: str) -> CommandLine:
     parser.add_argument("action", nargs="?", default=actions[0], choices=actions, help=f"default: {actions[0]}")
     parser.add_argument("target", nargs="?", metavar="TARGET", help=target_help)
     return parser
+
+
+def days_count(value: str) -> int:
+    """``--days``: a whole number from 1 to 3660."""
+    try:
+        days = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of days, got {value!r}") from None
+    if not 1 <= days <= 3660:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 3660, got {days}")
+    return days
 
 
 def _wide(prog: str) -> argparse.HelpFormatter:
@@ -126,9 +142,13 @@ def build_parser() -> CommandLine:
     knowledge.add_argument(
         "--explain", action="store_true", help="search: matched terms, score parts and why passages were cut"
     )
+    knowledge.add_argument("--output", type=Path, help="faq export: write the Markdown to this file (default: print)")
     _actions_parser(sub)
     _with_actions(sub, "dead-letters", "show, replay, drop: the dead letter's ID (from list)")
     _with_actions(sub, "quarantine", "show, drop: the chat id (from list)")
+    report = _add(sub, "report")
+    report.add_argument("--days", type=days_count, default=7, metavar="N", help="the last N days, today included (7)")
+    report.add_argument("--plot", type=Path, metavar="FILE", help="also draw the figures per day as a PNG chart")
     _add(sub, "help").add_argument(
         "topic", nargs="?", metavar="COMMAND", choices=[*DESCRIPTIONS], help="the command to explain"
     )

@@ -4,20 +4,26 @@ python -m bot knowledge                 documents, passages, skipped files and w
 python -m bot knowledge search "query"  ranked passages with their relevance, as a turn would get them
 python -m bot knowledge search "query" --explain   and per passage the matched terms, the score parts and
                                         why passages were cut (floor, top k, token budget)
-python -m bot knowledge gaps            the most asked questions no document answered (needs REDIS_URL)
+python -m bot knowledge gaps            unanswered questions, near-duplicates grouped (REDIS_URL)
+python -m bot knowledge faq export      the learned FAQ entries as Markdown (--output FILE)
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
+from pathlib import Path
 from typing import TextIO
 
-from services.core.knowledge import KnowledgeQuery, ScoredPassage
+import numpy as np
+
+from services.core.knowledge import FaqEntry, KnowledgeQuery, ScoredPassage
 from services.core.tokens import TokenCounter
 from services.engine.grounding import knowledge_block
+from services.knowledge.embedder import Embedder, EmbeddingUnavailable
 from services.knowledge.library import KnowledgeLibrary
 from services.knowledge.snapshot import Candidate
-from services.ports.knowledge import KnowledgeGaps
+from services.ports.knowledge import KnowledgeGaps, LearnedFaq
 
 
 def show(library: KnowledgeLibrary, out: TextIO = sys.stdout) -> int:
@@ -29,7 +35,8 @@ def show(library: KnowledgeLibrary, out: TextIO = sys.stdout) -> int:
         out.write(f"skipped\t{skipped.path}\t{skipped.reason}\n")
     out.write(
         f"index {snapshot.version}: {len(library.documents)} documents, {len(snapshot.passages)} passages "
-        f"({snapshot.total_tokens} tokens), {len(snapshot.skipped)} skipped, {snapshot.embedded} with vectors; "
+        f"({snapshot.total_tokens} tokens; {len(library.learned)} of learned FAQ entries), "
+        f"{len(snapshot.skipped)} skipped, {snapshot.embedded} with vectors; "
         f"from {library.root}\n"
     )
     return 0
@@ -120,9 +127,57 @@ def _parts(candidate: Candidate) -> str:
     return ", ".join(parts)
 
 
-async def gaps(store: KnowledgeGaps, *, limit: int = 50, out: TextIO = sys.stdout) -> int:
-    found = await store.top(limit)
-    for question, count in found:
-        out.write(f"{count}\t{question}\n")
-    out.write(f"{len(found)} unanswered question(s) (most asked first)\n")
+async def gaps(store: KnowledgeGaps, *, embedder: Embedder | None = None, out: TextIO = sys.stdout) -> int:
+    """The unanswered questions in groups of near-duplicates, most asked first, with up to three
+    examples each (the most asked questions only: GROUPED_QUESTIONS); with ``embedder``
+    (EMBEDDING_MODEL) questions close in meaning are grouped too."""
+    from services.knowledge.gap_groups import GROUPED_QUESTIONS, group_questions
+
+    asked = await store.top(GROUPED_QUESTIONS + 1)
+    vectors = await _vectors(embedder, [q for q, _ in asked[:GROUPED_QUESTIONS]], out)
+    grouping = group_questions(asked, cap=GROUPED_QUESTIONS, vectors=vectors)
+    for group in grouping.groups:
+        out.write(f"{group.count}\t{group.examples[0]}\t({group.questions} question(s))\n")
+        for example in group.examples[1:]:
+            out.write(f"\t· {example}\n")
+    how = " by words and meaning (EMBEDDING_MODEL)" if vectors else ""
+    out.write(
+        f"{len(grouping.groups)} group(s){how} of {grouping.questions} unanswered question(s) (most asked first)\n"
+    )
+    if grouping.left_out:
+        out.write(f"only the {GROUPED_QUESTIONS} most asked questions were grouped; rarer ones were left out\n")
+    return 0
+
+
+async def _vectors(embedder: Embedder | None, questions: list[str], out: TextIO) -> dict[str, np.ndarray] | None:
+    if embedder is None or not questions:
+        return None
+    try:
+        matrix = await embedder.embed_texts(questions)
+    except EmbeddingUnavailable as exc:
+        out.write(f"embeddings unavailable ({exc}): grouped by words only\n")
+        return None
+    return dict(zip(questions, matrix, strict=True))
+
+
+def faq_markdown(entries: list[FaqEntry]) -> str:
+    """One section per entry: its question as the heading, the other questions, the answer; a file
+    of KNOWLEDGE_DIR (the Markdown reader cuts a heading with its text into one passage). Nothing
+    else: whatever the file holds is indexed (who wrote an entry stays in Redis)."""
+    parts = ["---\ntitle: FAQ, answered by the support team\n---\n"]
+    for entry in entries:
+        heading = " ".join(entry.questions[0].split()).lstrip("#").strip()
+        more = "".join(f"_Also asked:_ {' '.join(q.split())}\n\n" for q in entry.questions[1:])
+        parts.append(f"## {heading}\n\n{more}{entry.answer.strip()}\n")
+    return "\n".join(parts)
+
+
+async def export_faq(faq: LearnedFaq, *, output: Path | None = None, out: TextIO = sys.stdout) -> int:
+    entries = await faq.entries()
+    text = faq_markdown(entries)
+    if output is None:
+        out.write(text)
+    else:
+        await asyncio.to_thread(output.write_text, text, encoding="utf-8")
+        out.write(f"{len(entries)} learned FAQ entries written to {output}\n")
     return 0

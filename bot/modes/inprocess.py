@@ -13,6 +13,7 @@ from aiohttp import web
 from bot.factory import App, Settings, build_app
 from bot.provider_health import ProviderWatch
 from bot.serving.fastpath import freeze_startup_heap
+from bot.serving.feedback import watch_feedback
 from bot.serving.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.serving.startup import cannot_listen, metrics_port_error
 from bot.serving.webhook import build_webhook_app
@@ -68,9 +69,20 @@ def run_beside(dispatcher: Dispatcher, name: str, run: Callable[[], Awaitable[No
 
 def run_alongside(app: App[Backend], *, every: float = 1.0) -> None:
     """The background tasks of every mode (``App.background_tasks``: provider probe, knowledge refresh,
-    handoff deadlines handled at once), run while the dispatcher runs."""
+    handoff deadlines handled at once), run while the dispatcher runs; and the feedback questions,
+    asked at once when due."""
     for name, run in app.background_tasks(at_once(app), every=every).items():
         run_beside(app.dispatcher, name, run, every)
+    feedback, bot = app.desk.feedback, app.bot
+    if feedback is not None and feedback.enabled:
+
+        async def ask(chat_id: int, _due_ms: int) -> None:
+            await feedback.ask(bot, chat_id, None)
+
+        conversations = feedback.conversations
+        run_beside(
+            app.dispatcher, "feedback", lambda: watch_feedback(conversations, ask, hold=30.0, every=every), every
+        )
 
 
 def readiness(backend: Backend, running: Callable[[], bool], provider: ProviderWatch) -> ReadyCheck:

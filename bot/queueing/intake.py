@@ -28,6 +28,7 @@ from bot.telegram.albums import record_album_photo
 from services.core.errors import TransientError
 from services.ports.deadletters import DeadLetters
 from services.ports.handoffs import HandoffStore
+from services.ports.knowledge import LearnedFaq
 from services.ports.media import Albums
 from services.ports.queue import Claim, PollingLease, Step, WorkQueue, item_id_of
 
@@ -38,11 +39,12 @@ _CHAT_CARRIERS = ("message", "edited_message", "channel_post", "edited_channel_p
 
 
 def chat_of(update: dict[str, Any]) -> int | None:
-    """The chat an update belongs to: its message's, or for a button press the chat of the message
-    the button is on (a press on an inline-mode message has none: dropped)."""
-    query = update.get("callback_query")
-    carriers = (query.get("message"),) if isinstance(query, dict) else (update.get(key) for key in _CHAT_CARRIERS)
-    for carrier in carriers:
+    """The chat an update belongs to (a button press: the chat of the message its button is on)."""
+    callback = update.get("callback_query")
+    if isinstance(callback, dict) and isinstance(callback.get("message"), dict):
+        update = callback
+    for key in _CHAT_CARRIERS:
+        carrier = update.get(key)
         if isinstance(carrier, dict) and isinstance(carrier.get("chat"), dict):
             chat_id = carrier["chat"].get("id")
             return int(chat_id) if isinstance(chat_id, int) else None
@@ -53,13 +55,15 @@ Route = Callable[[int, dict[str, Any]], Awaitable[int | None]]
 """(chat id of the update, update) → the chat whose inbox takes it (None: dropped)."""
 
 
-def operator_route(operator_chat_id: int | None, handoffs: HandoffStore) -> Route:
+def operator_route(operator_chat_id: int | None, handoffs: HandoffStore, faq: LearnedFaq | None = None) -> Route:
     """Updates from the operator group go into the inbox of the customer chat whose forum topic they
     were written in (so both directions of a handoff are served in order under that chat's lease),
     and an operator's press on an approval card into the inbox of the chat it names (the action runs
     there, in that chat's order, under its lease; the handler checks the ledger, so a forged press
-    decides nothing); the group's other messages and presses, and topics no handoff opened, are
-    dropped here and never reach the model. Every other update stays with its own chat."""
+    decides nothing); outside a topic, a ``/faq`` command and a reply to a message of the gaps digest
+    go into the group's own inbox (served under its lease); the group's other messages and presses,
+    and topics no handoff opened, are dropped here and never reach the model. Every other update
+    stays with its own chat."""
 
     async def route(chat_id: int, update: dict[str, Any]) -> int | None:
         if operator_chat_id is None or chat_id != operator_chat_id:
@@ -69,10 +73,12 @@ def operator_route(operator_chat_id: int | None, handoffs: HandoffStore) -> Rout
             press = read_press(query.get("data") if isinstance(query.get("data"), str) else None)
             return press.chat_id if press is not None and press.by_operator else None
         message = update.get("message")
-        topical = isinstance(message, dict) and message.get("is_topic_message") is True  # not a reply thread
-        thread = message.get("message_thread_id") if isinstance(message, dict) and topical else None
-        if not isinstance(thread, int):
+        if not isinstance(message, dict):
             return None
+        topical = message.get("is_topic_message") is True  # not a reply thread
+        thread = message.get("message_thread_id") if topical else None
+        if not isinstance(thread, int):
+            return operator_chat_id if await _for_the_group(message, faq) else None
         customer = await handoffs.chat_of_topic(operator_chat_id, thread)
         if customer is None:
             log.info(
@@ -83,6 +89,22 @@ def operator_route(operator_chat_id: int | None, handoffs: HandoffStore) -> Rout
         return customer
 
     return route
+
+
+async def _for_the_group(message: dict[str, Any], faq: LearnedFaq | None) -> bool:
+    """A message outside the topics the group's own handlers take: ``/faq`` or a reply to the digest."""
+    text = message.get("text")
+    if faq is None or not isinstance(text, str):
+        return False
+    command = text.split(maxsplit=1)[0].partition("@")[0].lower() if text.strip() else ""
+    if command == "/faq":
+        return True
+    reply = message.get("reply_to_message")
+    sender = reply.get("from") if isinstance(reply, dict) else None
+    if not isinstance(sender, dict) or sender.get("is_bot") is not True or not isinstance(reply, dict):
+        return False
+    message_id = reply.get("message_id")
+    return isinstance(message_id, int) and await faq.post(message_id) is not None
 
 
 UNEXPECTED_FAILURES_KEPT = 3

@@ -20,6 +20,7 @@ from bot.queueing.supervisor import Supervisor
 from bot.queueing.worker import Worker, worker_identity
 from bot.serving.deadlines import OVERDUE_PREFIX, enqueue_overdue
 from bot.serving.fastpath import freeze_startup_heap
+from bot.serving.feedback import FEEDBACK_PREFIX, enqueue_feedback, watch_feedback
 from bot.serving.ops import ReadyCheck, add_health_routes, start_ops_server
 from bot.serving.startup import cannot_listen, with_startup_retries
 from bot.settings import BotSettings
@@ -48,7 +49,7 @@ class QueuedProcess:
             queue=self.queue,
             dead_letters=app.backend.dead_letters,
             identity=self.identity,
-            route=operator_route(app.settings.bot.operator_chat_id, app.backend.handoffs),
+            route=operator_route(app.settings.bot.operator_chat_id, app.backend.handoffs, app.backend.faq),
             serve=self.worker if serve_received else None,
             albums=app.backend.albums,
         )
@@ -69,6 +70,8 @@ class QueuedProcess:
         async def internal(chat_id: int, item_id: str, fence: Fence) -> None:
             if item_id.startswith(OVERDUE_PREFIX) and desk.enabled:
                 await desk.overdue(app.bot, chat_id, fence)
+            elif item_id.startswith(FEEDBACK_PREFIX) and desk.feedback is not None:
+                await desk.feedback.ask(app.bot, chat_id, fence)
 
         return Worker(
             queue=self.queue,
@@ -136,6 +139,9 @@ class QueuedProcess:
         # every worker runs them (each due handoff is queued once: its deadline goes)
         for name, run in app.background_tasks(enqueue_overdue(queue)).items():
             self._beside_task(name, run)
+        if desk.feedback is not None and desk.feedback.enabled:  # each due question is queued once
+            conversations, act, hold = desk.feedback.conversations, enqueue_feedback(queue), self._lease_ms / 1000
+            self._beside_task("feedback", lambda: watch_feedback(conversations, act, hold=hold))
         settings = app.settings.bot
         if self._webhook is not None:
             log.info(

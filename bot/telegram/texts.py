@@ -80,6 +80,15 @@ TEXTS: dict[str, dict[str, str]] = {
         "command_help": "What I can do",
         "command_operator": "Talk to a person",
         "operator_off": "Only the assistant is available in this chat; I will do my best to help.",
+        "feedback_question": "Did this solve your problem?",
+        "feedback_yes": "Yes",
+        "feedback_no": "No",
+        "feedback_person": "Talk to a person",
+        "feedback_thanks": "Thank you! Glad I could help.",
+        "feedback_sorry": "Sorry I could not solve it. What was missing? Write it here and I will try again.",
+        "feedback_sorry_person": "Sorry I could not solve it. What was missing? Write it here and I will try "
+        "again, or a person from the support team can take over.",
+        "feedback_noted": "Thank you, noted.",
         "handoff_started": "I am passing our conversation to a person from the support team. They will "
         "answer here, in this chat. You can keep writing: they see everything you send.",
         "handoff_already": "A person from the support team is already handling this chat and will answer here.",
@@ -93,6 +102,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "op_ticket": "Ticket for {name}",
         "op_reason": "Reason",
         "op_reason_command": "the customer asked for a person (/operator)",
+        "op_reason_feedback": "the customer said the assistant's answer did not solve the problem",
         "op_reason_given_up": "the assistant could not answer (the model was unavailable): “{question}”",
         "op_language": "Customer's language",
         "op_summary": "Summary",
@@ -108,6 +118,22 @@ TEXTS: dict[str, dict[str, str]] = {
         "op_overdue": "⚠ No operator reply within {minutes} min: the customer was told it takes longer.",
         "op_overdue_resumed": "⚠ No operator reply within {minutes} min: the assistant answers again.",
         "op_not_open": "This handoff is not open: the customer does not see this message.",
+        "faq_digest_head": "Questions the documents did not answer ({day}, the {count} most asked). Reply to "
+        "one with its answer: it becomes a FAQ entry the bot answers from.",
+        "faq_digest_group": "❓ asked {count}×: {question}",
+        "faq_saved": "Saved as FAQ #{id}: every worker answers from it within a minute. /faq remove {id} takes "
+        "it back.",
+        "faq_edited": "FAQ #{id} is now version {version}.",
+        "faq_removed": "FAQ #{id} removed: the bot no longer answers from it.",
+        "faq_missing": "There is no FAQ entry #{id}.",
+        "faq_none": "No learned FAQ entries yet.",
+        "faq_no_knowledge": "Note: KNOWLEDGE_DIR is not set, so the bot answers from no documents and no FAQ "
+        "entries until it is.",
+        "faq_no_answer": "No answer of yours with a customer's question before it in this handoff: write the "
+        "answer first, or use /faq add QUESTION | ANSWER.",
+        "faq_usage": "/faq add QUESTION | ANSWER: a new entry. /faq list. /faq remove ID. /faq edit ID QUESTION "
+        "| ANSWER. In a handoff topic, /faq (or /faq as a reply to one of your answers) saves your last "
+        "answer with the customer's question before it.",
         "chat_id_forum": "This chat's id: {chat_id}\nTo make this group the operators' desk, set "
         "OPERATOR_CHAT_ID={chat_id} and restart the bot (the bot must be an admin here that can manage topics).",
         "chat_id_group": "This chat's id: {chat_id}\nThe operators' desk needs a group with Topics: turn "
@@ -196,6 +222,15 @@ TEXTS: dict[str, dict[str, str]] = {
         "command_help": "Что я умею",
         "command_operator": "Связаться с человеком",
         "operator_off": "В этом чате доступен только ассистент; я постараюсь помочь.",
+        "feedback_question": "Удалось решить вашу проблему?",
+        "feedback_yes": "Да",
+        "feedback_no": "Нет",
+        "feedback_person": "Позвать сотрудника",
+        "feedback_thanks": "Спасибо! Рад, что смог помочь.",
+        "feedback_sorry": "Жаль, что не получилось. Чего не хватило? Напишите здесь, и я попробую ещё раз.",
+        "feedback_sorry_person": "Жаль, что не получилось. Чего не хватило? Напишите здесь, и я попробую ещё "
+        "раз, или разговор продолжит сотрудник поддержки.",
+        "feedback_noted": "Спасибо, учтено.",
         "handoff_started": "Передаю наш разговор сотруднику поддержки. Он ответит здесь, в этом чате. "
         "Можете продолжать писать: он видит всё, что вы отправляете.",
         "handoff_already": "Вашим вопросом уже занимается сотрудник поддержки, он ответит здесь.",
@@ -209,6 +244,7 @@ TEXTS: dict[str, dict[str, str]] = {
         "op_ticket": "Обращение: {name}",
         "op_reason": "Причина",
         "op_reason_command": "клиент попросил соединить с человеком (/operator)",
+        "op_reason_feedback": "клиент ответил, что ответ ассистента не решил проблему",
         "op_language": "Язык клиента",
         "op_summary": "Сводка",
         "op_no_summary": "(разговора ещё не было)",
@@ -223,6 +259,22 @@ TEXTS: dict[str, dict[str, str]] = {
         "op_overdue": "⚠ Нет ответа оператора за {minutes} мин: клиенту сообщили о задержке.",
         "op_overdue_resumed": "⚠ Нет ответа оператора за {minutes} мин: снова отвечает ассистент.",
         "op_not_open": "Передача не открыта: клиент не увидит это сообщение.",
+        "faq_digest_head": "Вопросы без ответа в документах ({day}, {count} самых частых). Ответьте на "
+        "вопрос ответом на его сообщение: он станет записью FAQ, по которой бот отвечает.",
+        "faq_digest_group": "❓ спросили {count}×: {question}",
+        "faq_saved": "Сохранено как FAQ #{id}: все воркеры отвечают по ней в течение минуты. /faq remove {id} "
+        "отменяет.",
+        "faq_edited": "FAQ #{id}: теперь версия {version}.",
+        "faq_removed": "FAQ #{id} удалена: бот больше не отвечает по ней.",
+        "faq_missing": "Записи FAQ #{id} нет.",
+        "faq_none": "Записей FAQ пока нет.",
+        "faq_no_knowledge": "Внимание: KNOWLEDGE_DIR не задан, поэтому бот не отвечает ни по документам, ни по "
+        "записям FAQ, пока его не зададут.",
+        "faq_no_answer": "В этой передаче нет вашего ответа с вопросом клиента перед ним: сначала ответьте "
+        "клиенту или используйте /faq add ВОПРОС | ОТВЕТ.",
+        "faq_usage": "/faq add ВОПРОС | ОТВЕТ: новая запись. /faq list. /faq remove ID. /faq edit ID ВОПРОС "
+        "| ОТВЕТ. В теме передачи /faq (или /faq в ответ на ваше сообщение) сохраняет ваш последний ответ с "
+        "вопросом клиента перед ним.",
         "chat_id_forum": "Id этого чата: {chat_id}\nЧтобы операторы работали в этой группе, задайте "
         "OPERATOR_CHAT_ID={chat_id} и перезапустите бота (бот должен быть здесь админом с правом управлять темами).",
         "chat_id_group": "Id этого чата: {chat_id}\nДля операторов нужна группа с темами: включите темы "

@@ -91,3 +91,30 @@ class Retrieval:
     @property
     def matched(self) -> bool:
         return bool(self.passages)
+
+
+FAQ_SOURCE = "FAQ, answered by the support team"
+"""How a learned FAQ entry is cited: the source line of its passages."""
+
+
+@dataclass(frozen=True, slots=True)
+class FaqEntry:
+    """A learned FAQ entry, as its newest version: ``id`` short and stable (shown as ``#ID``),
+    ``questions`` (the first is its title), the operator's ``answer``, who wrote this version and when
+    (epoch seconds); ``version`` counts from 1 (an edit is a new version, the old ones are kept)."""
+
+    id: str
+    questions: tuple[str, ...]
+    answer: str
+    author: str
+    created: float
+    version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class DigestPost:
+    """A gap group posted in the daily digest, by its message in the operators' group: what an
+    operator's reply to that message answers."""
+
+    questions: tuple[str, ...]
+    count: int

@@ -11,12 +11,16 @@ CUSTOMER_TAG = "customer_message"
 SUMMARY_TAG = "conversation_summary"
 KNOWLEDGE_TAG = "knowledge"
 KNOWLEDGE_STATUS_TAG = "knowledge_status"
+TOOL_RESULT_TAG = "tool_result"
+ACTIONS_TAG = "actions_done"
 # Every tag any of our prompts uses as a data fence.
 FENCE_TAGS = (
     CUSTOMER_TAG,
     SUMMARY_TAG,
     KNOWLEDGE_TAG,
     KNOWLEDGE_STATUS_TAG,
+    TOOL_RESULT_TAG,
+    ACTIONS_TAG,
     "previous_summary",
     "conversation_turns",
     "support_reply",
@@ -109,3 +113,16 @@ def customer_block(text: str) -> str:
 
 def summary_block(rendered_summary: str) -> str:
     return wrap(SUMMARY_TAG, rendered_summary)
+
+
+def tool_result_block(text: str) -> str:
+    """What a tool returned, as the data block of its ``tool`` message (fences and look-alikes defused)."""
+    return wrap(TOOL_RESULT_TAG, text)
+
+
+def with_actions(reply: str, lines: tuple[str, ...]) -> str:
+    """A stored reply as later prompts show it: the lines of the actions its turn took first, as a
+    short data block (none: the reply unchanged)."""
+    if not lines:
+        return reply
+    return f"{wrap(ACTIONS_TAG, chr(10).join(lines))}\n{reply}"

@@ -33,8 +33,17 @@ class PromptPart:
     content: str
     tokens: int
     images: tuple[ImagePart, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
+    """An assistant message's tool calls (a tool loop's turn: the model's calls sent back to it)."""
+    tool_call_id: str = ""
+    """A ``tool`` message's call id (the result of that call)."""
 
     def as_openai(self) -> dict[str, Any]:
+        if self.tool_calls:
+            calls = [call.as_openai() for call in self.tool_calls]
+            return {"role": self.role, "content": self.content or None, "tool_calls": calls}
+        if self.tool_call_id:
+            return {"role": self.role, "tool_call_id": self.tool_call_id, "content": self.content}
         if not self.images:
             return {"role": self.role, "content": self.content}
         parts = [{"type": "text", "text": self.content}, *(image.as_openai() for image in self.images)]
@@ -52,14 +61,28 @@ class MediaRef:
 
 
 def _message_fields(
-    role: str, content: str, tokens: int, knowledge: tuple[str, ...], media: tuple[MediaRef, ...] = ()
+    role: str,
+    content: str,
+    tokens: int,
+    knowledge: tuple[str, ...],
+    media: tuple[MediaRef, ...] = (),
+    actions: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     fields: dict[str, Any] = {"r": role, "c": content, "t": tokens}
     if knowledge:  # only then: a turn without passages is stored byte for byte as before
         fields["k"] = list(knowledge)
     if media:  # likewise: a text turn's record is unchanged
         fields["m"] = [[ref.kind, ref.file_id] for ref in media]
+    if actions:  # likewise: a turn without actions is stored as before
+        fields["a"] = list(actions)
     return fields
+
+
+def _actions_of(data: dict[str, Any]) -> tuple[str, ...]:
+    lines = data.get("a", [])
+    if not isinstance(lines, list):
+        raise ValueError(f"bad action lines {lines!r}")
+    return tuple(str(line) for line in lines)
 
 
 def _media_of(data: dict[str, Any]) -> tuple[MediaRef, ...]:
@@ -79,7 +102,8 @@ class StoredMessage:
 
     ``knowledge``: ids of the passages the reply's prompt carried (JSON ``k``, absent when none);
     ``media``: what the customer sent besides text (JSON ``m``). Records of the turn, never prompt
-    text: the next prompt is the same with or without them."""
+    text: the next prompt is the same with or without them. ``actions``: the compact lines of the
+    actions the reply's turn took (JSON ``a``): rendered as a note with the reply, in ``tokens``."""
 
     seq: int
     role: Role
@@ -87,9 +111,10 @@ class StoredMessage:
     tokens: int
     knowledge: tuple[str, ...] = ()
     media: tuple[MediaRef, ...] = ()
+    actions: tuple[str, ...] = ()
 
     def to_json(self) -> str:
-        fields = _message_fields(self.role, self.content, self.tokens, self.knowledge, self.media)
+        fields = _message_fields(self.role, self.content, self.tokens, self.knowledge, self.media, self.actions)
         return _dumps({"s": self.seq, **fields})
 
     @classmethod
@@ -108,6 +133,7 @@ class StoredMessage:
             tokens=int(data["t"]),
             knowledge=tuple(str(i) for i in ids),
             media=_media_of(data),
+            actions=_actions_of(data),
         )
 
     def as_prompt_part(self) -> PromptPart:
@@ -125,10 +151,13 @@ class NewMessage:
     """Ids of the passages the reply's prompt carried (see ``StoredMessage.knowledge``)."""
     media: tuple[MediaRef, ...] = ()
     """What the customer sent besides text (see ``StoredMessage.media``)."""
+    actions: tuple[str, ...] = ()
+    """The lines of the actions the turn took (see ``StoredMessage.actions``)."""
 
     def to_json(self) -> str:
         """The stored record without its sequence number (the store prefixes ``"s"``)."""
-        return _dumps(_message_fields(self.role, self.content, self.tokens, self.knowledge, self.media))
+        fields = _message_fields(self.role, self.content, self.tokens, self.knowledge, self.media, self.actions)
+        return _dumps(fields)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,11 +213,16 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """A function the model asked to call (the first one, if it asked for several)."""
+    """A function the model asked to call."""
 
     name: str
     arguments: str
     """The arguments as the model wrote them (JSON text, not yet validated)."""
+    id: str = field(default="", repr=False)
+    """The call's id (a ``tool`` message answers it by this id)."""
+
+    def as_openai(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,3 +233,12 @@ class Completion:
     model: str
     seconds: float
     tool_call: ToolCall | None = None
+    """The first of ``tool_calls`` (either may be given: each fills the other)."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Every call of the reply, in the model's order."""
+
+    def __post_init__(self) -> None:
+        if self.tool_calls and self.tool_call is None:
+            object.__setattr__(self, "tool_call", self.tool_calls[0])
+        elif self.tool_call is not None and not self.tool_calls:
+            object.__setattr__(self, "tool_calls", (self.tool_call,))

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import base64
 import gzip
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import tiktoken
 from tiktoken.load import check_hash
@@ -124,3 +125,37 @@ class TokenCounter:
     def count_messages(self, messages: Iterable[tuple[str, str]]) -> int:
         """Tokens of a whole prompt given as (role, content) pairs, reply primer included."""
         return sum(self.count_message(role, content) for role, content in messages) + REPLY_PRIMER_TOKENS
+
+
+# The OpenAI cookbook's rule for the tokens of a ``tools`` block (gpt-4o family): "How to count
+# tokens with tiktoken", num_tokens_for_tools.
+FUNCTION_INIT, PROPERTY_INIT, PROPERTY_KEY, ENUM_INIT, ENUM_ITEM, FUNCTIONS_END = 7, 3, 3, -3, 3, 12
+
+
+def count_tools(counter: TokenCounter, tools: Iterable[Mapping[str, Any]]) -> int:
+    """Prompt tokens a ``tools`` block adds, by the cookbook's function-token rule (0 for none)."""
+    total, any_tool = 0, False
+    for tool in tools:
+        any_tool = True
+        function = tool.get("function") or {}
+        description = str(function.get("description") or "").removesuffix(".")
+        total += FUNCTION_INIT + counter.count_text(f"{function.get('name', '')}:{description}")
+        properties = (function.get("parameters") or {}).get("properties") or {}
+        if properties:
+            total += PROPERTY_INIT
+        for key, spec in properties.items():
+            spec = spec if isinstance(spec, Mapping) else {}
+            total += PROPERTY_KEY
+            for item in spec.get("enum") or ():
+                total += ENUM_ITEM + counter.count_text(str(item))
+            if spec.get("enum"):
+                total += ENUM_INIT
+            description = str(spec.get("description") or "").removesuffix(".")
+            total += counter.count_text(f"{key}:{spec.get('type', '')}:{description}")
+    return total + FUNCTIONS_END if any_tool else 0
+
+
+def count_calls(counter: TokenCounter, calls: Iterable[tuple[str, str, str]]) -> int:
+    """Tokens of an assistant message's tool calls (id, name, arguments): their texts and a framing
+    of TOKENS_PER_MESSAGE each (the cookbook gives no rule for them; this errs on the high side)."""
+    return sum(TOKENS_PER_MESSAGE + sum(counter.count_text(text) for text in call) for call in calls)

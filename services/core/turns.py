@@ -59,11 +59,12 @@ class TurnResult:
     cited: tuple[str, ...] = ()
     """Ids of the passages the reply cites."""
     actions: tuple[ActionOutcome, ...] = ()
-    """The tool calls the turn made, in order (ACTIONS_FILE)."""
+    """What this turn's tool calls gave (and a decision carried out or expired, told in it), in order."""
     pending: PendingAction | None = None
-    """A write waiting for the customer's button, or an approval waiting for an operator."""
+    """A write awaiting the customer's button, or an approval awaiting an operator: the edge renders
+    the buttons or the card."""
     ask_contact: bool = False
-    """A tool needs the customer's phone number: the share-contact button is shown."""
+    """A tool needs the customer's phone number: the edge shows the share-contact keyboard."""
 
     @property
     def summary_updated(self) -> bool:

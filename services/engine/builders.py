@@ -14,12 +14,15 @@ import openai
 from openai import AsyncOpenAI
 
 from prompts import PromptRegistry, default_registry
+from prompts.actions import RULES as ACTION_RULES
 from prompts.support_chat import HANDOFF, knowledge_rules
 from services.core.errors import ConfigurationError
 from services.core.retry import RetryPolicy
 from services.core.tokens import TokenCounter
 from services.engine.chat import ChatService
+from services.engine.decisions import Decisions
 from services.engine.grounding import Grounding
+from services.engine.tool_loop import ToolLoop
 from services.engine.turn_steps import TurnStep
 from services.llm.client import Call, LLMClient
 from services.llm.dialect import Dialect
@@ -31,6 +34,7 @@ from services.memory.breaker import CircuitBreaker
 from services.memory.policy import WaterMarkPolicy
 from services.memory.summarizer import Summarizer
 from services.memory.summary_format import FormatSetting
+from services.ports.actions import ActionLedger, ActionTools
 from services.ports.chat_model import ChatModel
 from services.ports.knowledge import KnowledgeGaps, KnowledgeSource
 from services.ports.media import MediaMemos
@@ -174,6 +178,56 @@ def build_grounding(
     )
 
 
+def grounding_and_rules(
+    knowledge: KnowledgeSource | None,
+    settings: KnowledgeSettings | None,
+    counter: TokenCounter,
+    role: str,
+    gaps: KnowledgeGaps | None,
+    *,
+    handoff: bool,
+) -> tuple[Grounding | None, str]:
+    """The grounding of ``knowledge`` (if any) and the instruction's rules for it."""
+    if knowledge is None:
+        return None, ""
+    options = settings if settings is not None else KnowledgeSettings()
+    grounding = build_grounding(knowledge, options, counter=counter, role=role, gaps=gaps)
+    return grounding, knowledge_rules(handoff=handoff, whole=options.knowledge_static_tokens > 0)
+
+
+def water_mark_policy(memory: MemorySettings) -> WaterMarkPolicy:
+    return WaterMarkPolicy(
+        high_water=memory.history_high_water,
+        low_water=memory.history_low_water,
+        min_verbatim_turns=memory.history_min_verbatim_turns,
+    )
+
+
+def build_actions(
+    actions: ActionTools,
+    ledger: ActionLedger | None,
+    *,
+    llm: ChatModel,
+    counter: TokenCounter,
+    budget: int,
+    max_calls: int,
+    confirm_seconds: float,
+) -> tuple[ToolLoop, Decisions]:
+    """The tool loop step and the decisions of ``actions`` (ACTIONS_FILE), on the backend's ledger."""
+    if ledger is None:
+        raise ConfigurationError("actions need the backend's action ledger")
+    loop = ToolLoop(
+        actions=actions,
+        ledger=ledger,
+        llm=llm,
+        counter=counter,
+        budget=budget,
+        max_calls=max_calls,
+        confirm_seconds=confirm_seconds,
+    )
+    return loop, Decisions(actions=actions, ledger=ledger, counter=counter)
+
+
 def build_chat_service(
     *,
     llm: LLMClient,
@@ -191,48 +245,47 @@ def build_chat_service(
     gaps: KnowledgeGaps | None = None,
     notes: ImageNotes | None = None,
     after_answer: Sequence[TurnStep] = (),
+    actions: ActionTools | None = None,
+    ledger: ActionLedger | None = None,
+    actions_max_calls: int = 4,
+    actions_confirm_seconds: float = 600,
 ) -> ChatService:
-    """A ChatService from settings (``after_answer``: ChatService's); ConfigurationError for an unusable budget."""
+    """A ChatService from settings (``after_answer``: ChatService's); ConfigurationError for an unusable
+    budget. ``actions`` (ACTIONS_FILE) with the backend's ``ledger``: the tool loop after the answer,
+    at most ``actions_max_calls`` calls a turn, decisions pending ``actions_confirm_seconds``."""
     counter = counter or TokenCounter.for_encoding(memory.tokenizer_encoding)
-    prompts = prompts or default_registry()
-    role = instruction_role
+    loop, decisions = build_actions(
+        actions, ledger, llm=llm, counter=counter, budget=memory.chat_input_token_budget,
+        max_calls=actions_max_calls, confirm_seconds=actions_confirm_seconds,
+    ) if actions is not None else (None, None)  # fmt: skip
+    prompts, role = prompts or default_registry(), instruction_role
     chat_prompt = prompts.get("support_chat", memory.chat_prompt_version)  # named first when unknown
-    grounding, rules = None, ""
-    if knowledge is not None:
-        options = knowledge_settings if knowledge_settings is not None else KnowledgeSettings()
-        grounding = build_grounding(knowledge, options, counter=counter, role=role, gaps=gaps)
-        rules = knowledge_rules(handoff=handoff, whole=options.knowledge_static_tokens > 0)
+    grounding, rules = grounding_and_rules(knowledge, knowledge_settings, counter, role, gaps, handoff=handoff)
+    summarizer = build_summarizer(
+        llm=llm, memory=memory, counter=counter, prompts=prompts, instruction_role=role,
+        response_format=summary_response_format, observers=summary_observers,
+    )  # fmt: skip
+    # variables a version does not use are ignored (v1 has no $handoff)
+    instruction = chat_prompt.render(
+        company=memory.support_company_name, handoff=HANDOFF if handoff else "", knowledge=rules
+    ) + (ACTION_RULES if actions is not None else "")  # fmt: skip
     return ChatService(
         store=store,
         llm=llm,
-        summarizer=build_summarizer(
-            llm=llm,
-            memory=memory,
-            counter=counter,
-            prompts=prompts,
-            instruction_role=role,
-            response_format=summary_response_format,
-            observers=summary_observers,
-        ),
+        summarizer=summarizer,
         counter=counter,
-        # variables a version does not use are ignored (v1 has no $handoff)
-        instruction=chat_prompt.render(
-            company=memory.support_company_name, handoff=HANDOFF if handoff else "", knowledge=rules
-        ),
+        instruction=instruction,
         instruction_role=role,
         budget=memory.chat_input_token_budget,
         summary_max_tokens=memory.summary_max_tokens,
-        policy=WaterMarkPolicy(
-            high_water=memory.history_high_water,
-            low_water=memory.history_low_water,
-            min_verbatim_turns=memory.history_min_verbatim_turns,
-        ),
+        policy=water_mark_policy(memory),
         max_message_chars=memory.max_message_chars,
         observer=observer,
         handoff_tool=handoff,
         grounding=grounding,
         notes=notes,
-        after_answer=after_answer,
+        after_answer=(*after_answer, loop) if loop is not None else after_answer,
+        decisions=decisions,
     )
 
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from prompts.support_chat import HANDOFF_MARK, HANDOFF_TOOL_SPEC
+from services.core.actions import ActionOutcome, Customer
 from services.core.errors import ConfigurationError, CorruptSessionError, MessageTooLongError, StoreError
 from services.core.fence import Fence
 from services.core.prompt_format import clean_text
@@ -15,6 +16,7 @@ from services.core.records import OnDelta, OnRestart, PromptPart, Session
 from services.core.tokens import TokenCounter
 from services.core.turn_media import TurnMedia
 from services.core.turns import CompactionReport, NoObserver, PendingTurn, TurnResult
+from services.engine.decisions import Decisions
 from services.engine.grounding import Grounding
 from services.engine.turn_steps import (
     TurnDraft,
@@ -69,9 +71,12 @@ class ChatService:
         notes: ImageNotes | None = None,
         note_wait: float = NOTE_WAIT_SECONDS,
         after_answer: Sequence[TurnStep] = (),
+        decisions: Decisions | None = None,
     ) -> None:
         """``after_answer``: steps run between the model's answer and the reply made of it (a tool
-        loop); the tools they name (their ``tools``) are offered to the model with the handoff's."""
+        loop); the tools they name (their ``tools``) are offered to the model with the handoff's, in
+        a turn with a customer, and the window holds back their ``held_tokens``. ``decisions``: with
+        actions, the pending decisions carried out (``carry_out``) and expired."""
         self._store = store
         self.summarizer = summarizer
         self._llm = llm
@@ -82,7 +87,8 @@ class ChatService:
         knowledge_room = grounding.budget if grounding is not None else 0
         # the knowledge room is always held back, found passages or not: which history fits does not
         # depend on retrieval, so the prompt's prefix stays the same from turn to turn
-        self._budget = budget - knowledge_room
+        self._budget = budget - knowledge_room - sum(getattr(step, "held_tokens", 0) for step in after_answer)
+        self._decisions = decisions
         self._commit_attempts = commit_attempts
         self._max_message_chars = max_message_chars
         self._observer = observer or NoObserver()
@@ -102,10 +108,9 @@ class ChatService:
         )
         self.steps = turn_steps(parts, after_answer=after_answer)
         """The turn's steps, in order."""
-        self._tools: tuple[dict[str, Any], ...] = (
-            *((HANDOFF_TOOL_SPEC,) if handoff_tool else ()),
-            *offered_tools(self.steps),
-        )
+        self._bare_tools: tuple[dict[str, Any], ...] = (HANDOFF_TOOL_SPEC,) if handoff_tool else ()
+        """Offered in a turn without a customer (a group's) when the steps' tools need one."""
+        self._tools: tuple[dict[str, Any], ...] = (*self._bare_tools, *offered_tools(self.steps))
 
     def _history_room(self, budget: int, summary_max_tokens: int, grounding: Grounding | None) -> int:
         """The tokens left for the history; ConfigurationError when none are."""
@@ -150,6 +155,7 @@ class ChatService:
         fence: Fence | None = None,
         media: TurnMedia | None = None,
         media_source: MediaSource | None = None,
+        customer: Customer | None = None,
     ) -> PendingTurn:
         """Produce the turn and commit it; the caller sends ``result`` if ``deliver``, then calls
         ``finish``, which records the reply as sent and compacts memory if it passed the high-water
@@ -160,7 +166,8 @@ class ChatService:
         With a ``fence`` (queued mode) every write is fenced by the chat's lease and nothing is
         to be delivered once the lease may have expired (LeaseLostError). ``media_source`` (instead of
         ``media``): read once the turn is new and ``text`` within its limit, so a redelivered turn
-        downloads nothing and a caption too long is refused before any download."""
+        downloads nothing and a caption too long is refused before any download. ``customer``: who
+        actions act for (from the update; None in groups: no actions are offered)."""
         quarantined = False
         session: Session | None = None
         if turn_id is not None:
@@ -188,9 +195,16 @@ class ChatService:
             fence=fence,
             loaded=session,
             media=media,
+            customer=customer,
         )
         if quarantined:
             result = replace(result, quarantined=True)
+        return await self._produced(chat_id, turn_id, result, fence)
+
+    async def _produced(
+        self, chat_id: int, turn_id: str | None, result: TurnResult, fence: Fence | None
+    ) -> PendingTurn:
+        """The pending turn of a committed result (another worker's commit meanwhile: its reply)."""
         if turn_id is not None and result.duplicate:  # another worker committed it meanwhile
             status = await self._store.turn_status(chat_id, turn_id)
             if status.replied:
@@ -199,6 +213,45 @@ class ChatService:
         if fence is not None:
             fence.ensure_valid()
         return PendingTurn(chat_id, turn_id, result, deliver=True, after="answered")
+
+    async def carry_out(
+        self,
+        chat_id: int,
+        action_id: str,
+        *,
+        turn_id: str,
+        customer: Customer,
+        fence: Fence | None = None,
+        on_delta: OnDelta | None = None,
+    ) -> PendingTurn | None:
+        """After the edge moved a pending action with ``ledger.decide``: run it exactly once
+        (confirmed, approved) or drop it (declined, expired), and continue the conversation with a
+        turn whose customer part is the event (prompts/actions.py) and whose tool result is the
+        outcome, so the model tells the customer. The caller sends it and calls ``finish`` as for any
+        turn. None when there is nothing to do (still pending, unknown, or that turn already answered)."""
+        if self._decisions is None:
+            return None
+        status, session = await self._store.load_turn(chat_id, turn_id)
+        if status.replied:
+            return None
+        if status.committed:
+            return await self._redeliver(chat_id, turn_id, status, fence)
+        carried = await self._decisions.carry(chat_id, action_id, fence=fence)
+        if carried is None:
+            return None
+        pending, outcome = carried
+        result = await self.respond(
+            chat_id,
+            self._decisions.event(pending, outcome),
+            on_delta=on_delta,
+            turn_id=turn_id,
+            fence=fence,
+            loaded=session,
+            customer=customer,
+            extra=self._decisions.told(pending, outcome),
+            prior=(replace(outcome, tool=pending.tool),),
+        )
+        return await self._produced(chat_id, turn_id, result, fence)
 
     async def finish(self, turn: PendingTurn, *, fence: Fence | None = None) -> TurnResult:
         """After ``turn`` was delivered (or had nothing to deliver): the reply recorded as sent, then
@@ -232,6 +285,9 @@ class ChatService:
         log.warning("chat %s turn %s: committed earlier, reply possibly unsent: sending it", chat_id, turn_id)
         handoff = status.reply.removeprefix(HANDOFF_MARK) if status.reply.startswith(HANDOFF_MARK) else None
         result = TurnResult(reply=status.reply, duplicate=True, redelivered=True, handoff_reason=handoff)
+        if self._decisions is not None:  # the buttons of a decision still open are shown again with it
+            waiting = await self._decisions.ledger.open_pending(chat_id)
+            result = replace(result, pending=waiting[-1] if waiting else None)
         if fence is not None:
             fence.ensure_valid()
         return PendingTurn(chat_id, turn_id, result, deliver=True, after="redelivered")
@@ -263,16 +319,29 @@ class ChatService:
         fence: Fence | None = None,
         loaded: Session | None = None,
         media: TurnMedia | None = None,
+        customer: Customer | None = None,
+        extra: tuple[PromptPart, ...] = (),
+        prior: tuple[ActionOutcome, ...] = (),
     ) -> TurnResult:
         """Produce and store one turn: ``self.steps`` in order (services.engine.turn_steps). Nothing is
         written unless the model replied. ``loaded``: the session as just loaded (the first attempt uses
         it instead of loading again). When another writer changed the chat meanwhile the turn is
         produced again, after ``on_restart``. ``media``: what the customer sent besides ``text`` (the
         caption); images go to the model this turn only (at low detail when the prompt has no room for
-        them), the history keeps notes."""
+        them), the history keeps notes. ``customer``: actions are offered (expired decisions told
+        first); ``extra`` and ``prior``: a decision's call and outcome the turn tells the model."""
         self._check_length(text)
         text = clean_text(text)
-        request = TurnRequest(chat_id, text, media, on_delta, turn_id, fence, tools=self._tools)
+        tools = self._tools
+        if customer is not None and self._decisions is not None:
+            customer = await self._decisions.customer(chat_id, customer)
+            expired = await self._decisions.expire(chat_id)
+            extra, prior = (*extra, *expired.messages), (*prior, *expired.outcomes)
+        elif self._decisions is not None:
+            tools = self._bare_tools
+        request = TurnRequest(
+            chat_id, text, media, on_delta, turn_id, fence, tools=tools, customer=customer, extra=extra, prior=prior
+        )
         new_part = turn_part(self._counter, text, media)
         draft = TurnDraft(request, 1, self._commit_attempts, new_part, loaded=loaded)
         return await run_turn(self.steps, draft, on_restart)

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from prompts.support_chat import HANDOFF_MARK
 from services.core import media_reasons as reasons
@@ -24,131 +23,23 @@ from services.core.errors import (
     MediaError,
 )
 from services.core.fence import Fence
-from services.core.records import (
-    Compaction,
-    Completion,
-    NewMessage,
-    OnDelta,
-    OnRestart,
-    PromptPart,
-    Session,
-    Usage,
-)
+from services.core.prompt_format import with_actions
+from services.core.records import Completion, NewMessage, OnRestart, PromptPart, Session
 from services.core.tokens import TokenCounter
-from services.core.turn_media import TurnMedia
-from services.core.turns import CompactionReport, TurnResult
-from services.engine.grounding import Grounded, Grounding
+from services.core.turns import TurnResult
+from services.engine.grounding import Grounding
 from services.engine.handoff_call import handoff_reason
+from services.engine.turn_draft import TurnDraft, TurnRequest, TurnStep, need, offered_tools, once
 from services.engine.turn_window import TurnWindow
 from services.media.notes import ImageNotes, cancel_quietly, notes_within
 from services.media.prompt_parts import stored_part
 from services.memory.compactor import Compactor
-from services.memory.window import Window
 from services.ports.chat_model import ChatModel
-from services.ports.sessions import CommitResult, SessionStore
+from services.ports.sessions import SessionStore
+
+__all__ = ["TurnDraft", "TurnRequest", "TurnStep", "need", "offered_tools", "once", "run_turn", "turn_steps"]
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-
-def need(value: T | None, what: str) -> T:
-    """A draft's field an earlier step fills (a step list in the wrong order fails loudly)."""
-    if value is None:
-        raise AssertionError(f"the turn's {what} is read before the step that makes it")
-    return value
-
-
-@dataclass(frozen=True, slots=True)
-class TurnRequest:
-    """What the caller asked for: the same on every attempt of the turn."""
-
-    chat_id: int
-    text: str
-    """The customer's text, cleaned."""
-    media: TurnMedia | None
-    on_delta: OnDelta | None
-    turn_id: str | None
-    fence: Fence | None
-    tools: tuple[dict[str, Any], ...] = ()
-    """The tools the model is offered (the handoff, those the steps name): ``TurnDraft.tools`` starts so."""
-    kept: dict[str, Any] = field(default_factory=dict, compare=False)
-    """What a step with an outside side effect did, by its key (``once``): kept across attempts."""
-
-
-@dataclass(slots=True)
-class TurnDraft:
-    """One attempt of a turn: each step reads what the steps before it wrote and adds its part."""
-
-    request: TurnRequest
-    attempt: int
-    attempts: int
-    """How many attempts the turn may take (a concurrent update on the last one is raised)."""
-    new_part: PromptPart
-    """The new message as sent (its images at low detail once they did not fit: kept for a retry)."""
-    loaded: Session | None = None
-    """The session as the caller just loaded it (the first attempt only)."""
-    quarantined: bool = False
-    session: Session | None = None
-    window: Window | None = None
-    compaction: Compaction | None = None
-    forced: CompactionReport | None = None
-    grounded: Grounded | None = None
-    completion: Completion | None = None
-    stored: PromptPart | None = None
-    """The customer's message as the history keeps it (image notes instead of pixels)."""
-    reply: NewMessage | None = None
-    handoff: str | None = None
-    cited: tuple[str, ...] = ()
-    commit: CommitResult | None = None
-    tools: tuple[dict[str, Any], ...] | None = None
-    """The tools offered to the model this attempt (None: the request's); a step may add to them."""
-    usage: Usage | None = None
-    """The usage of every model call of this attempt, summed (``count``)."""
-    llm_seconds: float = 0.0
-
-    def offered(self) -> tuple[dict[str, Any], ...]:
-        """The tools the model is offered: the request's, and any a step added (``tools``)."""
-        return self.request.tools if self.tools is None else self.tools
-
-    def count(self, completion: Completion) -> None:
-        """A model call of the turn: its usage and seconds added to the turn's (a tool loop's every call)."""
-        self.llm_seconds += completion.seconds
-        if completion.usage is None:
-            return
-        before = self.usage or Usage()
-        more = completion.usage
-        self.usage = Usage(
-            before.prompt_tokens + more.prompt_tokens,
-            before.completion_tokens + more.completion_tokens,
-            before.cached_tokens + more.cached_tokens,
-        )
-
-    def retry(self) -> TurnDraft:
-        """The next attempt, after a concurrent update: the session is loaded again and every step runs
-        again; only the request (and what steps kept on it: ``once``) carries over."""
-        return TurnDraft(self.request, self.attempt + 1, self.attempts, self.new_part, quarantined=self.quarantined)
-
-
-class TurnStep(Protocol):
-    """One step of a turn. A step that offers the model tools also has ``tools`` (a tuple of specs)."""
-
-    async def run(self, draft: TurnDraft) -> None: ...
-
-
-async def once(draft: TurnDraft, key: str, action: Callable[[], Awaitable[T]]) -> T:
-    """``action``'s result, made on the turn's first attempt that reaches it and kept on the request:
-    a retry after a concurrent update reuses it (for a step with an outside side effect)."""
-    kept = draft.request.kept
-    if key not in kept:
-        kept[key] = await action()
-    result: T = kept[key]
-    return result
-
-
-def offered_tools(steps: Sequence[object]) -> tuple[dict[str, Any], ...]:
-    """The tools the ``steps`` name (a step's ``tools`` attribute), in order."""
-    return tuple(tool for step in steps for tool in getattr(step, "tools", ()))
 
 
 class RetryTurn(Exception):
@@ -261,7 +152,7 @@ class Answer:
         draft.stored = stored_part(self._counter, request.text, media, notes)
 
     async def _complete(self, draft: TurnDraft) -> Completion:
-        messages, chat_id = need(draft.window, "window").messages, draft.request.chat_id
+        messages, chat_id = (*need(draft.window, "window").messages, *draft.request.extra), draft.request.chat_id
         on_delta, tools = draft.request.on_delta, draft.offered()
         try:
             if tools:
@@ -295,7 +186,9 @@ class Reply:
             text, draft.cited = rendered.text, rendered.cited
         knowledge = grounded.ids if grounded is not None else ()
         draft.handoff = handoff
-        draft.reply = NewMessage("assistant", text, self._counter.count_message("assistant", text), knowledge=knowledge)
+        lines = tuple(o.line for o in (*draft.request.prior, *draft.actions) if o.line)
+        tokens = self._counter.count_message("assistant", with_actions(text, lines))
+        draft.reply = NewMessage("assistant", text, tokens, knowledge=knowledge, actions=lines)
 
 
 class Commit:
@@ -406,6 +299,9 @@ def turn_result(draft: TurnDraft) -> TurnResult:
         attempts=draft.attempt,
         quarantined=draft.quarantined,
         cited=draft.cited,
+        actions=(*draft.request.prior, *draft.actions),
+        pending=draft.pending,
+        ask_contact=draft.ask_contact,
     )
     grounded = draft.grounded
     if grounded is None:

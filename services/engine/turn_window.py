@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from services.core import media_reasons as reasons
 from services.core.errors import MediaError, MessageTooLongError
-from services.core.prompt_format import customer_block
+from services.core.prompt_format import customer_block, with_actions
 from services.core.records import PromptPart, StoredMessage
 from services.core.tokens import TokenCounter
 from services.core.turn_media import TurnMedia
@@ -17,8 +17,11 @@ from services.memory.window import Window, build_window
 
 
 def render_stored(message: StoredMessage) -> PromptPart:
-    """A stored message as prompt text: customer text goes inside its data fence."""
-    content = customer_block(message.content) if message.role == "user" else message.content
+    """A stored message as prompt text: customer text goes inside its data fence, a reply after the
+    note of the actions its turn took (if any)."""
+    if message.role == "user":
+        return PromptPart(message.role, customer_block(message.content), message.tokens)
+    content = with_actions(message.content, message.actions)
     return PromptPart(message.role, content, message.tokens)
 
 

@@ -112,6 +112,13 @@ class Embedder:
         self._paused_until = 0.0
         return row
 
+    async def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit vectors of ``texts`` (rows in order), in batches, not cached: an operator command's
+        questions (``knowledge gaps``). Raises EmbeddingUnavailable."""
+        step = self._batch_size
+        rows = [await self._embed(texts[i : i + step], seconds=self._batch_timeout) for i in range(0, len(texts), step)]
+        return np.vstack(rows) if rows else np.zeros((0, 1), dtype=np.float32)
+
     async def embed_passages(self, passages: Sequence[Passage]) -> dict[str, bytes]:
         """Vectors (float32 bytes) of every passage that gets one: from the cache, else embedded here;
         what another worker has claimed is waited for (its claim expires if it died). A failed batch

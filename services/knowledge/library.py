@@ -2,7 +2,8 @@
 KNOWLEDGE_REFRESH_SECONDS; a changed folder, or passages still without vectors, are rebuilt aside (the
 reading and indexing in a thread) and swapped in whole, so a turn never sees a half-built index. A
 failed rebuild, or a folder gone (deleted, unmounted: left empty, not a folder), keeps the last good
-one, told by one WARNING line per fault, not per look."""
+one, told by one WARNING line per fault, not per look. With ``learned`` (the operators' FAQ entries)
+each look also polls their revision; a change is indexed with the folder's passages the same way."""
 
 from __future__ import annotations
 
@@ -13,11 +14,15 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+from services.core.errors import SupportBotError
+from services.core.knowledge import Passage
 from services.core.tokens import TokenCounter
 from services.knowledge.corpus import Corpus, DocumentInfo, ParsedFiles, fingerprint, read_corpus
 from services.knowledge.embedder import Embedder
+from services.knowledge.learned import entry_passages
 from services.knowledge.progress import IndexProgress, ProgressLog, ProgressSink
 from services.knowledge.snapshot import IndexSnapshot
+from services.ports.knowledge import LearnedFaq
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +74,13 @@ class KnowledgeLibrary:
         min_similarity: float = 0.45,
         reader: CorpusReader = read_corpus,
         progress: ProgressSink | None = None,
+        learned: LearnedFaq | None = None,
     ) -> None:
+        self._learned = learned
+        self._learned_revision: int | None = None
+        self.learned: tuple[Passage, ...] = ()
+        """The learned FAQ entries' passages in the index."""
+        self._corpus: Corpus | None = None
         self._reader = reader
         self._progress: ProgressSink = progress if progress is not None else ProgressLog()
         """Told after every file read and every batch embedded (default: a log line every few seconds)."""
@@ -102,9 +113,9 @@ class KnowledgeLibrary:
             progress=self._progress,
         )
 
-    def _index(self, corpus: Corpus) -> IndexSnapshot:
+    def _index(self, corpus: Corpus, learned: tuple[Passage, ...] | None = None) -> IndexSnapshot:
         return IndexSnapshot.build(
-            passages=corpus.passages,
+            passages=(*corpus.passages, *(self.learned if learned is None else learned)),
             skipped=corpus.skipped,
             min_score=self._min_score,
             documents=len(corpus.documents),
@@ -117,14 +128,14 @@ class KnowledgeLibrary:
         corpus = self._read()
         return corpus, self._index(corpus)
 
-    async def _embed(self, corpus: Corpus) -> bool:
+    async def _embed(self, passages: tuple[Passage, ...]) -> bool:
         """Vectors for the passages that have none yet (from the cache, else embedded); True if any
         came. A failure leaves them out, retried at the next look."""
         if self._embedder is None:
             return False
-        known = {p.id for p in corpus.passages}
+        known = {p.id for p in passages}
         self._vectors = {pid: vector for pid, vector in self._vectors.items() if pid in known}
-        missing = [p for p in corpus.passages if p.id not in self._vectors]
+        missing = [p for p in passages if p.id not in self._vectors]
         if not missing:
             return False
         found = 0
@@ -138,7 +149,7 @@ class KnowledgeLibrary:
                 break
             self._vectors.update(vectors)
             found += len(vectors)
-            self._progress(IndexProgress("embedding", start + len(chunk), len(missing), len(corpus.passages)))
+            self._progress(IndexProgress("embedding", start + len(chunk), len(missing), len(passages)))
             if len(vectors) < len(chunk):  # a batch failed (logged): the rest waits for the next refresh
                 break
         return found > 0
@@ -170,51 +181,80 @@ class KnowledgeLibrary:
             log.info("knowledge: %s reads again (was: %s)", self.root, self._fault)
             self._fault = None
 
+    async def _learned_now(self) -> tuple[int, tuple[Passage, ...]] | None:
+        """The learned entries' revision and passages when the revision changed since the index in
+        use (None: unchanged, or unreadable now: the passages in use stay, logged)."""
+        if self._learned is None:
+            return None
+        try:
+            revision = await self._learned.revision()
+            if revision == self._learned_revision:
+                return None
+            entries = await self._learned.entries()
+        except SupportBotError as exc:
+            log.warning("knowledge: the learned FAQ entries are unavailable (%s); the ones in use stay", exc)
+            return None
+        cut = [entry_passages(e, counter=self._counter, max_tokens=self._passage_tokens) for e in entries]
+        return revision, tuple(p for passages in cut for p in passages)
+
+    async def _corpus_now(self, seen: str) -> Corpus:
+        if seen == self._fingerprint and self._corpus is not None:
+            return self._corpus  # only the learned entries or the vectors changed
+        return await asyncio.to_thread(self._read)
+
     async def refresh(self) -> bool:
-        """Rebuild if any file changed since the last build; True if a new snapshot was swapped in.
-        The new full-text index is swapped in first (a new file reaches turns without waiting for
-        /embeddings), then again with the new passages' vectors."""
+        """Rebuild if any file (or a learned FAQ entry) changed since the last build; True if a new
+        snapshot was swapped in. The new full-text index is swapped in first (a new file reaches turns
+        without waiting for /embeddings), then again with the new passages' vectors."""
         started = time.perf_counter()
         try:
             fault = await asyncio.to_thread(self._fault_now)
             if fault is not None:
                 return self._keep(fault)
             seen = await asyncio.to_thread(fingerprint, self.root)
-            if seen == self._fingerprint and not self.needs_vectors:
+            learned = await self._learned_now()
+            if seen == self._fingerprint and learned is None and not self.needs_vectors:
                 self._cleared()  # the same files back (a remount): the index in use is theirs
                 return False
-            corpus = await asyncio.to_thread(self._read)
+            corpus = await self._corpus_now(seen)
             fault = await asyncio.to_thread(self._fault_now)  # gone while it was read: what was read is not it
             if fault is not None:
                 return self._keep(fault)
-            snapshot = await asyncio.to_thread(self._index, corpus)
+            passages = self.learned if learned is None else learned[1]
+            snapshot = await asyncio.to_thread(self._index, corpus, passages)
         except Exception as exc:  # a rebuild must never take the last good knowledge away
             log.debug("knowledge: the failed rebuild", exc_info=True)
             failure = f"rebuilding failed ({type(exc).__name__}: {exc})"[:300]
             return self._keep(failure, kind=f"rebuilding failed ({type(exc).__name__})")
         self._cleared()
         # the fingerprint from before the read: a file changed while reading is read again next time
-        self._snapshot, self.documents, self._fingerprint = snapshot, corpus.documents, seen
-        if await self._embed(corpus):
-            try:
-                self._snapshot = await asyncio.to_thread(self._index, corpus)
-            except Exception:  # the full-text index just swapped in stays
-                log.exception("knowledge: indexing the new vectors failed; full text only until the next refresh")
+        self._snapshot, self.documents, self._fingerprint, self._corpus = snapshot, corpus.documents, seen, corpus
+        if learned is not None:
+            self._learned_revision, self.learned = learned
+        await self._add_vectors(corpus)
         log.info(
-            "knowledge: index %s: %d documents, %d passages, %d files skipped (%.2f s)",
+            "knowledge: index %s: %d documents, %d passages (%d of learned FAQ entries), %d files skipped (%.2f s)",
             self._snapshot.version,
             len(corpus.documents),
             len(self._snapshot.passages),
+            len(self.learned),
             len(corpus.skipped),
             time.perf_counter() - started,
         )
         return True
 
+    async def _add_vectors(self, corpus: Corpus) -> None:
+        if await self._embed((*corpus.passages, *self.learned)):
+            try:
+                self._snapshot = await asyncio.to_thread(self._index, corpus)
+            except Exception:  # the full-text index just swapped in stays
+                log.exception("knowledge: indexing the new vectors failed; full text only until the next refresh")
+
     def load(self) -> None:
         """The first build, before the bot serves (blocking: start-up waits for its knowledge)."""
         seen = fingerprint(self.root)
         corpus, snapshot = self._build()
-        self._snapshot, self.documents, self._fingerprint = snapshot, corpus.documents, seen
+        self._snapshot, self.documents, self._fingerprint, self._corpus = snapshot, corpus.documents, seen, corpus
         if not self.root.is_dir():  # read_corpus logged it: the refresh does not log it again
             self._fault = folder_fault(self.root, had_documents=False)
         log.info(
@@ -228,8 +268,8 @@ class KnowledgeLibrary:
 
     async def run(self) -> None:
         """Refresh every ``refresh_seconds`` until cancelled; with embeddings the first refresh (at
-        once) adds the vectors to the full-text index ``load`` built."""
-        if self.needs_vectors:
+        once) adds the vectors to the full-text index ``load`` built, and the learned FAQ entries."""
+        if self.needs_vectors or self._learned is not None:
             await self.refresh()
         while True:
             await asyncio.sleep(self.refresh_seconds)

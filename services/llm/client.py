@@ -127,6 +127,8 @@ class LLMClient:
         role and the name of the reply cap (``limit``) are the dialect's; an error whose body names one
         of them, or the response format, as refused is raised as that refusal, not as an outage."""
         sent = [self.dialect.message(m.as_openai()) for m in messages]
+        if not self.dialect.tools:  # refused once: the same request without them
+            extra = {key: value for key, value in extra.items() if key not in ("tools", "tool_choice")}
         body: dict[str, Any] = {"model": model, "messages": sent, **extra, self.dialect.token_limit_param: limit}
         try:
             if not stream:
@@ -182,10 +184,13 @@ class LLMClient:
         on_delta: OnDelta | None = None,
         tools: Sequence[dict[str, Any]] = (),
         chat_id: int | None = None,
+        tool_choice: str | None = None,
     ) -> Completion:
         """A support reply. With ``on_delta`` the reply is streamed and each text delta is passed on.
-        With ``tools`` the model may answer with a call of one of them (``Completion.tool_call``).
-        ``chat_id``: the chat's prompt_cache_key is sent when this client has a cache-key secret."""
+        With ``tools`` the model may answer with calls of them (``Completion.tool_calls``);
+        ``tool_choice`` ("none": answer in text) is sent with them. An endpoint that refuses tools is
+        asked again without them (once learnt, never sent again: ``Dialect.tools``). ``chat_id``: the
+        chat's prompt_cache_key is sent when this client has a cache-key secret."""
         extra: dict[str, Any] = {}
         if chat_id is not None and self._cache_key_secret is not None:
             extra["prompt_cache_key"] = self.prompt_cache_key(chat_id)
@@ -193,6 +198,8 @@ class LLMClient:
             extra["temperature"] = self._temperature
         if tools:
             extra["tools"] = list(tools)
+            if tool_choice is not None:
+                extra["tool_choice"] = tool_choice
         limit = self._max_output_tokens
         if on_delta is None:
             return await self._with_retries(
@@ -328,10 +335,10 @@ class LLMClient:
             raise LLMReplyTruncatedError("the reply hit the output-token limit")
         if reply.finish_reason == "content_filter":
             raise LLMBadReplyError("the reply was blocked by the provider's content filter")
-        if not reply.text.strip() and reply.tool_call is None:
+        if not reply.text.strip() and not reply.tool_calls:
             raise LLMBadReplyError("the model returned an empty reply")
         elapsed = time.perf_counter() - started
-        return Completion(reply.text, reply.finish_reason, reply.usage, model, elapsed, reply.tool_call)
+        return Completion(reply.text, reply.finish_reason, reply.usage, model, elapsed, tool_calls=reply.tool_calls)
 
 
 def _refused(refusal: Refusal) -> LLMError:

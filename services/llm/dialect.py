@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 RoleSetting = Literal["auto", "developer", "system"]
 LimitSetting = Literal["auto", "max_completion_tokens", "max_tokens"]
-Feature = Literal["instruction_role", "token_limit_param", "response_format"]
+Feature = Literal["instruction_role", "token_limit_param", "response_format", "tools"]
 INSTRUCTION_ROLES = frozenset({"developer", "system"})
 LIMIT_PARAMS = ("max_completion_tokens", "max_tokens")
 _PARAM_NAMED = {name: re.compile(rf"\b{name}\b") for name in LIMIT_PARAMS}
@@ -40,6 +40,10 @@ _FORMAT_REFUSED = re.compile(
 )
 """Beside "response_format", what makes an error body its refusal: a 500 that merely echoes the request
 (it holds "response_format" too) is an outage, not a refusal."""
+_TOOLS_NAMED = re.compile(r"\btools?\b|tool_choice|tool[ _-]?call|\bfunctions?\b")
+"""An error body naming the tools (llama.cpp: "tools param requires --jinja"; vLLM: "auto tool choice
+requires --enable-auto-tool-choice"; Ollama: "does not support tools")."""
+_TOOLS_STATUSES = frozenset({400, 422, 500, 501})
 _PARAM_REFUSED = re.compile(
     r"unsupported|not supported|unrecogni[sz]ed|unknown|not permitted|not allowed|extra_forbidden|instead"
 )
@@ -77,6 +81,8 @@ def refusal_of(exc: openai.APIStatusError, sent: Mapping[str, Any]) -> Refusal |
     response_format = sent.get("response_format")
     if isinstance(response_format, Mapping) and "response_format" in text and _FORMAT_REFUSED.search(text):
         return Refusal("response_format", str(response_format.get("type")), status)
+    if sent.get("tools") and status in _TOOLS_STATUSES and _TOOLS_NAMED.search(text):
+        return Refusal("tools", "tools", status)
     return None
 
 
@@ -187,6 +193,8 @@ class Dialect:
             token_limit_param,
             "max_completion_tokens" if openai_api else "max_tokens",
         )
+        self.tools = True
+        """Whether tools are sent (False once the endpoint refused them: the bot answers without actions)."""
 
     @property
     def role(self) -> str | None:
@@ -209,4 +217,12 @@ class Dialect:
             return self._role is not None and self._role.learn(refusal)
         if refusal.feature == "token_limit_param":
             return self._limit.learn(refusal)
+        if refusal.feature == "tools" and self.tools:
+            self.tools = False
+            log.warning(
+                "the LLM endpoint refused the request's tools (HTTP %d, its error names tools or tool_choice): "
+                "the bot answers without actions or the handoff tool from now on in this process",
+                refusal.status,
+            )
+            return True
         return False

@@ -27,7 +27,11 @@ class Reply:
     text: str
     finish_reason: str
     usage: Usage | None
-    tool_call: ToolCall | None
+    tool_calls: tuple[ToolCall, ...] = ()
+
+    @property
+    def tool_call(self) -> ToolCall | None:
+        return self.tool_calls[0] if self.tool_calls else None
 
 
 def read_completion(body: object) -> Reply:
@@ -38,7 +42,7 @@ def read_completion(body: object) -> Reply:
         raise LLMIncompleteReplyError(f"the LLM answer has no readable choice ({type(body).__name__})")
     finish = _complete_finish(_finish(choice))
     usage = usage_of(body.get("usage") if isinstance(body, dict) else None)
-    return Reply(_text(message.get("content")), finish, usage, _tool_call(message.get("tool_calls")))
+    return Reply(_text(message.get("content")), finish, usage, _tool_calls(message.get("tool_calls")))
 
 
 @dataclass
@@ -48,8 +52,8 @@ class StreamReader:
     parts: list[str] = field(default_factory=list)
     finish_reason: str = ""
     usage: Usage | None = None
-    tool_name: str = ""
-    tool_arguments: list[str] = field(default_factory=list)
+    calls: dict[int, _CallParts] = field(default_factory=dict)
+    """The tool calls by their delta ``index``: id and name come once, the arguments in pieces."""
 
     def feed(self, chunk: object) -> str:
         if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
@@ -63,22 +67,44 @@ class StreamReader:
             return ""
         calls = delta.get("tool_calls")
         for call in calls if isinstance(calls, list) else []:
-            # the first call only (index 0): its name comes once, its arguments in pieces
-            function = call.get("function") if isinstance(call, dict) else None
-            if not isinstance(function, dict) or call.get("index", 0) != 0:
-                continue
-            self.tool_name = self.tool_name or _str(function.get("name"))
-            self.tool_arguments.append(_str(function.get("arguments")))
+            if isinstance(call, dict):
+                self._feed_call(call)
         text = _text(delta.get("content"))
         if text:
             self.parts.append(text)
         return text
 
+    def _feed_call(self, call: dict[str, Any]) -> None:
+        index = call.get("index", 0)
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < MAX_CALLS:
+            return
+        parts = self.calls.setdefault(index, _CallParts())
+        parts.id = parts.id or _str(call.get("id"))
+        function = call.get("function")
+        if isinstance(function, dict):
+            parts.name = parts.name or _str(function.get("name"))
+            parts.arguments.append(_str(function.get("arguments")))
+
     def reply(self) -> Reply:
         if not self.finish_reason:
             raise LLMIncompleteReplyError("the LLM stream ended without a finish reason")
-        call = ToolCall(self.tool_name, "".join(self.tool_arguments)) if self.tool_name else None
-        return Reply("".join(self.parts), _complete_finish(self.finish_reason), self.usage, call)
+        calls = tuple(
+            ToolCall(parts.name, "".join(parts.arguments), parts.id or f"call_{index}")
+            for index, parts in sorted(self.calls.items())
+            if parts.name
+        )
+        return Reply("".join(self.parts), _complete_finish(self.finish_reason), self.usage, calls)
+
+
+MAX_CALLS = 64
+"""Of one reply, the tool calls read (by delta index); a larger index is ignored."""
+
+
+@dataclass
+class _CallParts:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
 
 
 def _complete_finish(finish: str) -> str:
@@ -115,13 +141,17 @@ def _text(content: object) -> str:
     return _str(content)
 
 
-def _tool_call(calls: object) -> ToolCall | None:
-    if not isinstance(calls, list) or not calls or not isinstance(calls[0], dict):
-        return None
-    function = calls[0].get("function")
-    if not isinstance(function, dict) or not _str(function.get("name")):
-        return None
-    return ToolCall(_str(function.get("name")), _str(function.get("arguments")))
+def _tool_calls(calls: object) -> tuple[ToolCall, ...]:
+    """Every named call of a whole answer's ``tool_calls``, in order (an id made up when missing)."""
+    if not isinstance(calls, list):
+        return ()
+    found: list[ToolCall] = []
+    for index, call in enumerate(calls[:MAX_CALLS]):
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict) and _str(function.get("name")):
+            call_id = _str(call.get("id")) or f"call_{index}"
+            found.append(ToolCall(_str(function.get("name")), _str(function.get("arguments")), call_id))
+    return tuple(found)
 
 
 def _first_choice(data: object) -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from prompts import PromptTemplate
 from prompts.summary import PLAIN_JSON
 from services.core.errors import LLMConfigurationError, LLMError, ResponseFormatRejectedError, SummaryError
-from services.core.prompt_format import fence, summary_block, wrap
+from services.core.prompt_format import ACTIONS_TAG, fence, summary_block, wrap
 from services.core.records import Completion, PromptPart, StoredMessage, Usage
 from services.core.summary_state import SummaryFormat, SummaryState, merge_summaries, render_summary
 from services.core.tokens import TokenCounter
@@ -31,6 +31,21 @@ class SummaryOutcome:
     usage: list[Usage] = field(default_factory=list)
     restored: list[Identifier] = field(default_factory=list)
     calls: int = 0
+
+
+def with_action_lines(summary: SummaryState, messages: Sequence[StoredMessage]) -> SummaryState:
+    """``summary`` with the lines of the actions the folded turns took in ``actions_taken`` (kept by
+    code, whatever the summarizer wrote: an order's status or a cancellation survives compaction)."""
+    kept = {" ".join(item.casefold().split()) for item in summary.actions_taken}
+    lines: list[str] = []
+    for line in (line for message in messages for line in message.actions):
+        key = " ".join(line.casefold().split())
+        if key and key not in kept:
+            kept.add(key)
+            lines.append(line.strip())
+    if not lines:
+        return summary
+    return summary.model_copy(update={"actions_taken": [*summary.actions_taken, *lines]})
 
 
 class SummaryModel(Protocol):
@@ -99,7 +114,7 @@ class Summarizer:
         """No model: the previous summary plus each identifier of ``messages`` (order numbers, e-mails...)
         as a key fact with its phrase, bare if over the cap (then the oldest facts go first). A later
         real summary starts from it."""
-        base = previous or SummaryState()
+        base = with_action_lines(previous or SummaryState(), messages)
         summary, restored = restore_identifiers(base, messages=messages)
         block = self.block_part(summary)
         if block.tokens > self._max_tokens:
@@ -122,7 +137,7 @@ class Summarizer:
     async def _fold(self, previous: SummaryState | None, messages: Sequence[StoredMessage]) -> SummaryOutcome:
         usage: list[Usage] = []
         fresh = await self._ask(previous, messages, usage)
-        merged = merge_summaries(previous, fresh)
+        merged = with_action_lines(merge_summaries(previous, fresh), messages)
         summary, restored = restore_identifiers(merged, messages=messages, previous=previous)
         calls = len(usage) or 1
         block = self.block_part(summary)
@@ -143,6 +158,8 @@ class Summarizer:
             log.warning("summary over its cap and re-compression failed (%s); keeping it whole", exc)
             return summary, self.block_part(summary), []
         shorter, restored = restore_identifiers(shorter, previous=summary)
+        # what was done stays on record (the actions' lines above all): re-compression never drops it
+        shorter = shorter.model_copy(update={"actions_taken": merge_summaries(summary, shorter).actions_taken})
         block = self.block_part(shorter)
         if block.tokens > self._max_tokens:
             log.warning("summary still %d tokens after re-compression (cap %d)", block.tokens, self._max_tokens)
@@ -162,7 +179,9 @@ class Summarizer:
                 "shorter: merge duplicates, drop what is settled, keep every identifier and number."
             )
         turns = "\n".join(
-            wrap("customer_message" if m.role == "user" else "support_reply", m.content) for m in messages
+            wrap("customer_message" if m.role == "user" else "support_reply", m.content)
+            + (f"\n{wrap(ACTIONS_TAG, chr(10).join(m.actions))}" if m.actions else "")
+            for m in messages
         )
         previous_json = previous.to_json() if previous is not None else "{}"
         body = f"{wrap('previous_summary', previous_json)}\n{fence('conversation_turns', turns)}"

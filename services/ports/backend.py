@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Protocol
 
 from services.core.fence import Fence
+from services.ports.actions import ActionLedger
 from services.ports.deadletters import DeadLetters, Quarantine
 from services.ports.handoffs import HandoffStore
-from services.ports.knowledge import KnowledgeGaps
+from services.ports.knowledge import KnowledgeGaps, LearnedFaq
 from services.ports.media import Albums, MediaMemos
+from services.ports.quality import ConversationLog
 from services.ports.queue import PollingLease, WorkQueue
 from services.ports.ratelimit import RateLimiter
 from services.ports.sessions import SessionStore
@@ -34,6 +36,12 @@ class Backend(Protocol):
         ...
 
     @property
+    def faq(self) -> LearnedFaq:
+        """FAQ entries operators wrote and the daily gaps digest's marks (not a chat's records: /forget
+        leaves them)."""
+        ...
+
+    @property
     def memos(self) -> MediaMemos:
         """Transcripts and image notes by file (a redelivered update pays the provider once)."""
         ...
@@ -41,6 +49,17 @@ class Backend(Protocol):
     @property
     def albums(self) -> Albums:
         """The photos of Telegram albums, collected so an album is answered as one turn."""
+        ...
+
+    @property
+    def conversations(self) -> ConversationLog:
+        """Conversations and the feedback question (docs/quality.md); /forget removes a chat's."""
+        ...
+
+    @property
+    def actions(self) -> ActionLedger:
+        """What actions did (recorded outcomes, pending decisions, lines, the shared phone); /forget
+        deletes it."""
         ...
 
     async def ping(self) -> None:

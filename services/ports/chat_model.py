@@ -18,9 +18,11 @@ class ChatModel(Protocol):
         on_delta: OnDelta | None = None,
         tools: Sequence[dict[str, Any]] = (),
         chat_id: int | None = None,
+        tool_choice: str | None = None,
     ) -> Completion:
-        """The reply to ``messages`` (or a call of one of ``tools``); raises LLMError subclasses.
-        ``chat_id`` lets the provider keep one chat's prompts on one cache (prompt_cache_key)."""
+        """The reply to ``messages`` (or calls of ``tools``: ``tool_choice`` "none" asks for text);
+        raises LLMError subclasses. ``chat_id`` lets the provider keep one chat's prompts on one cache
+        (prompt_cache_key)."""
         ...
 
     async def describe(self, messages: Sequence[PromptPart], *, max_tokens: int) -> Completion:

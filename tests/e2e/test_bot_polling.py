@@ -24,8 +24,10 @@ def prompt_text(request: dict) -> str:
 
 
 async def snapshot(redis: Redis) -> dict[bytes, bytes | None]:
-    """Every session key (the rate-limit window is not part of the session)."""
-    keys = [key for key in sorted(await redis.keys("*")) if not key.endswith((b":rate", b":rate_notice"))]
+    """Every session key (the rate-limit window is not part of the session, nor are the conversation
+    records: a message that arrived took the chat's feedback question off the schedule, answered or not)."""
+    other = (b":rate", b":rate_notice", b":quality", b"quality}:due", b"quality}:conversations")
+    keys = [key for key in sorted(await redis.keys("*")) if not key.endswith(other)]
     return {key: await redis.dump(key) for key in keys}
 
 

@@ -58,6 +58,7 @@ async def test_metrics_health_and_clean_json_logs(
         "worker": True,
         "gauges": True,
         "provider-probe": True,
+        "feedback": True,
         "poller": True,
         "redis": True,
         "model_provider": True,

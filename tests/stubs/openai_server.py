@@ -105,8 +105,42 @@ what some OpenAI-compatible servers send when generation failed part-way)."""
 ``tool_calls``), plain or streamed as OpenAI does: the name in the first chunk, the arguments in pieces."""
 
 
+TOOLS_PREFIX = "<<tools>>"
+"""A reply ``<<tools>>[[NAME, ARGUMENTS], ...]`` is answered as several tool calls in one reply, in
+that order (streamed as OpenAI does: each call's first chunk with its index, id and name, then its
+argument fragments; ``finish_reason`` ``tool_calls``)."""
+
+
 def tool_reply(name: str, **arguments: Any) -> str:
     return f"{TOOL_PREFIX}{name}>>{json.dumps(arguments, ensure_ascii=False)}"
+
+
+def tool_calls_reply(*calls: tuple[str, dict[str, Any] | str]) -> str:
+    """Several calls in one reply (arguments as a dict, or as the raw text the model wrote)."""
+    raw = [[name, args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)] for name, args in calls]
+    return TOOLS_PREFIX + json.dumps(raw, ensure_ascii=False)
+
+
+def tool_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``tool`` messages of a request (the results the bot sent back), in order."""
+    return [m for m in body["messages"] if m.get("role") == "tool"]
+
+
+def tool_protocol_error(body: dict[str, Any]) -> str | None:
+    """What OpenAI answers 400 for in a request's tool messages: a ``tool`` message that answers no
+    call of the assistant message before it, or a call left without its ``tool`` message."""
+    expected: list[str] = []
+    for message in body["messages"]:
+        if message.get("role") == "tool":
+            if not expected or message.get("tool_call_id") != expected[0]:
+                return "messages with role 'tool' must be a response to a preceding message with 'tool_calls'"
+            expected.pop(0)
+            continue
+        if expected:
+            return "an assistant message with 'tool_calls' must be followed by tool messages for each call"
+        if message.get("role") == "assistant" and message.get("tool_calls"):
+            expected = [call.get("id") for call in message["tool_calls"]]
+    return "tool calls without their results at the end of the messages" if expected else None
 
 
 ReplyFn = Callable[[dict[str, Any]], str]
@@ -239,6 +273,10 @@ class StubOpenAI:
     _model: asyncio.Lock = field(default_factory=asyncio.Lock)
     _waiting: int = 0
     # --- image input (tests.stubs.vision) ---
+    tools_support: Literal["all", "reject", "ignore"] = "all"
+    """What the server does with ``tools``: honours them; ``reject``: 400 naming them (as a server
+    without tool support does; the request again without tools is answered); ``ignore``: drops them
+    (the model answers in text)."""
     vision: bool = True
     """False: image parts are refused with OpenAI's 400 for a model without vision."""
     image_rule: str = "gpt-4o"
@@ -332,12 +370,15 @@ class StubOpenAI:
             return await self._broken(request, body, reply)
         if is_summary:
             reply = self._summary_as_served(body, reply)
-        reply, finish, tool = _finish_of(reply)
+        reply, finish, tools = _finish_of(reply)
+        if tools and (self.tools_support == "ignore" or body.get("tool_choice") == "none"):
+            reply, finish, tools = "(the model wrote a call as text: " + json.dumps(tools) + ")", "stop", []
         reply, finish = self._capped(reply, body, finish)
         usage = self._usage(prompt, reply, cached)
+        calls = [(f"call_{len(self.requests)}_{n}", name, arguments) for n, (name, arguments) in enumerate(tools)]
         if body.get("stream"):
-            return await self._stream(request, body, reply, finish, usage, tool)
-        return _completion(body, reply, finish, usage, tool)
+            return await self._stream(request, body, reply, finish, usage, calls)
+        return _completion(body, reply, finish, usage, calls)
 
     def _metered(self, body: dict[str, Any]) -> tuple[list[ImageInput], web.Response | None, array[int], int]:
         """The request's images, the refusal they get (if any), its prompt as the tokenizer sees it and
@@ -365,6 +406,14 @@ class StubOpenAI:
             return web.json_response({"error": {"message": "down", "type": "server_error"}}, status=503)
         if self.always is not None:
             return _error_response(self.always)
+        problem = tool_protocol_error(body)
+        if problem is not None:
+            error = {"message": f"Invalid parameter: {problem}.", "type": "invalid_request_error", "param": "messages"}
+            return web.json_response({"error": error}, status=400)
+        if body.get("tools") and self.tools_support == "reject":
+            error = {"message": "tools is not supported by this model", "type": "invalid_request_error",
+                     "param": "tools", "code": None}  # fmt: skip
+            return web.json_response({"error": error}, status=400)
         # Not ``or``: before aiohttp 3.10 a Response is an empty mapping, so it is falsy.
         return image_refused if image_refused is not None else self._response_format_refusal(body)
 
@@ -425,7 +474,7 @@ class StubOpenAI:
         reply: str,
         finish: str,
         usage: dict[str, Any],
-        tool: tuple[str, str] | None = None,
+        calls: list[tuple[str, str, str]] | None = None,
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
@@ -445,12 +494,11 @@ class StubOpenAI:
             await send({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
             if self.llama_cpp and await self._interrupted(response):
                 return response
-        if tool is not None:
-            name, arguments = tool
-            head = {"index": 0, "id": "call_stub", "type": "function", "function": {"name": name, "arguments": ""}}
+        for index, (call_id, name, arguments) in enumerate(calls or ()):
+            head = {"index": index, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
             await send({**base, "choices": [{"index": 0, "delta": {"tool_calls": [head]}, "finish_reason": None}]})
             for start in range(0, len(arguments), 8):
-                piece = {"index": 0, "function": {"arguments": arguments[start : start + 8]}}
+                piece = {"index": index, "function": {"arguments": arguments[start : start + 8]}}
                 await send({**base, "choices": [{"index": 0, "delta": {"tool_calls": [piece]}, "finish_reason": None}]})
         await send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
         if (body.get("stream_options") or {}).get("include_usage"):
@@ -561,29 +609,33 @@ class StubOpenAI:
         return f"{prose}\n\n```json\n{reply}\n```\n\nLet me know if you need more."
 
 
-def _finish_of(reply: str) -> tuple[str, str, tuple[str, str] | None]:
-    """The reply, its finish reason and its tool call, from the reply's prefix (``<<length>>``,
-    ``FINISH_PREFIX``, ``TOOL_PREFIX``)."""
+def _finish_of(reply: str) -> tuple[str, str, list[tuple[str, str]]]:
+    """The reply, its finish reason and its tool calls, from the reply's prefix (``<<length>>``,
+    ``FINISH_PREFIX``, ``TOOL_PREFIX``, ``TOOLS_PREFIX``)."""
     finish = "stop"
-    tool: tuple[str, str] | None = None
-    if reply.startswith("<<length>>"):
+    tools: list[tuple[str, str]] = []
+    if reply.startswith(TOOLS_PREFIX):
+        calls = json.loads(reply.removeprefix(TOOLS_PREFIX))
+        tools, reply, finish = [(str(name), str(arguments)) for name, arguments in calls], "", "tool_calls"
+    elif reply.startswith("<<length>>"):
         reply, finish = reply.removeprefix("<<length>>"), "length"
     elif reply.startswith(FINISH_PREFIX):
         finish, reply = reply.removeprefix(FINISH_PREFIX).split(">>", 1)
     elif reply.startswith(TOOL_PREFIX):
         name, arguments = reply.removeprefix(TOOL_PREFIX).split(">>", 1)
-        tool, reply, finish = (name, arguments), "", "tool_calls"
-    return reply, finish, tool
+        tools, reply, finish = [(name, arguments)], "", "tool_calls"
+    return reply, finish, tools
 
 
 def _completion(
-    body: dict[str, Any], reply: str, finish: str, usage: dict[str, Any], tool: tuple[str, str] | None
+    body: dict[str, Any], reply: str, finish: str, usage: dict[str, Any], calls: list[tuple[str, str, str]]
 ) -> web.Response:
     """A non-streamed chat completion."""
     message: dict[str, Any] = {"role": "assistant", "content": reply or None}
-    if tool is not None:
+    if calls:
         message["tool_calls"] = [
-            {"id": "call_stub", "type": "function", "function": {"name": tool[0], "arguments": tool[1]}}
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+            for call_id, name, arguments in calls
         ]
     return web.json_response(
         {

@@ -139,6 +139,30 @@ class StubTelegram(MediaUpdates):
     def send_text(self, chat_id: int, text: str, **kwargs: Any) -> dict[str, Any]:
         return self.push(self.message_update(chat_id, text, **kwargs))
 
+    def press(self, chat_id: int, data: str, *, message_id: int = 1, language: str = "en") -> dict[str, Any]:
+        """A customer presses an inline button with ``data`` on the bot's message ``message_id``."""
+        update_id = next(self._ids)
+        user = {"id": abs(chat_id) + 7, "is_bot": False, "first_name": "Customer", "language_code": language}
+        message = {
+            "message_id": message_id,
+            "date": int(time.time()),
+            "chat": {"id": chat_id, "type": "private", "first_name": "Customer"},
+            "from": BOT_USER,
+            "text": "?",
+        }
+        callback = {"id": f"cb{update_id}", "from": user, "chat_instance": "1", "data": data, "message": message}
+        return self.push({"update_id": update_id, "callback_query": callback})
+
+    def buttons_to(self, chat_id: int) -> list[list[str]]:
+        """The callback data of the inline buttons of each message sent to ``chat_id`` (none: [])."""
+        found = []
+        for call in self.of("sendMessage", chat_id):
+            markup = call.params.get("reply_markup")
+            markup = json.loads(markup) if isinstance(markup, str) else markup or {}
+            rows = markup.get("inline_keyboard", []) if isinstance(markup, dict) else []
+            found.append([button.get("callback_data", "") for row in rows for button in row])
+        return found
+
     def sticker_update(self, chat_id: int) -> dict[str, Any]:
         sticker = {
             "file_id": "CAAC",

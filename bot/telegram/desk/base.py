@@ -24,6 +24,7 @@ from bot.metrics import (
     HANDOFFS_OPEN,
 )
 from bot.settings import BotSettings
+from bot.telegram.feedback import Feedback
 from bot.telegram.render import TELEGRAM_TEXT_LIMIT
 from bot.telegram.texts import Texts, pick_language
 from services.core.errors import SupportBotError
@@ -111,8 +112,17 @@ def split_text(body: str, limit: int = TELEGRAM_TEXT_LIMIT) -> list[str]:
 class DeskBase:
     """The desk's state and the steps every part uses. ``enabled`` is False without ``OPERATOR_CHAT_ID``."""
 
-    def __init__(self, *, store: HandoffStore, memory: HandoffMemory | None, settings: BotSettings) -> None:
+    def __init__(
+        self,
+        *,
+        store: HandoffStore,
+        memory: HandoffMemory | None,
+        settings: BotSettings,
+        feedback: Feedback | None = None,
+    ) -> None:
         self.store = store
+        self.feedback = feedback
+        """The conversation events and the feedback question (told when a handoff opens or ends)."""
         self.memory = memory
         self.settings = settings
         self.group = settings.operator_chat_id

@@ -56,6 +56,8 @@ class Ending(DeskBase):
             await self.memory.fold_transcript(chat_id, full.transcript, fence=fence)
         if await self.store.end(chat_id, item_id=f"{by} {item_id}", fence=fence):
             HANDOFFS_CLOSED.labels(by).inc()
+        if self.feedback is not None:  # asked after it, when a person or the timeout ended it
+            await self.feedback.handoff_ended(chat_id, by)
         await self._ended(bot, chat_id, record, by=by, fence=fence)
 
     async def _resume_ending(self, bot: Bot, chat_id: int, record: Handoff, fence: Fence | None) -> bool:

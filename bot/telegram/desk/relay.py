@@ -60,6 +60,10 @@ class Relaying(Ending):
             return None
         return chat_id, thread
 
+    async def customer_of(self, bot: Bot, message: Message) -> tuple[int, int] | None:
+        """(customer chat, topic) of an operator's message in a handoff topic (``/faq`` there)."""
+        return await self._customer_of(bot, message)
+
     async def _open_in(self, bot: Bot, record: Handoff, thread: int, fence: Fence | None) -> bool:
         """Whether the handoff ``record`` is open in topic ``thread``; if not, the topic is told."""
         if record.open and record.topic_id == thread:

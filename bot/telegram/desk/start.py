@@ -95,6 +95,8 @@ class Starting(DeskBase):
         )
         if opened:
             HANDOFFS_OPENED.labels(trigger).inc()
+        if self.feedback is not None:
+            await self.feedback.handoff_opened(chat_id)
 
     async def _show_media(
         self, bot: Bot, chat_id: int, recent: Sequence[StoredMessage], topic: int, fence: Fence | None

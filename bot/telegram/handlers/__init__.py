@@ -2,15 +2,17 @@
 
 from aiogram import Router
 
-from bot.telegram.handlers import actions, chat, commands, errors, handoff, media, unsupported
+from bot.telegram.handlers import actions, chat, commands, errors, faq, feedback, handoff, media, unsupported
 
 
 def all_routers() -> list[Router]:
     """Fresh routers (a router attaches to one dispatcher), in matching order: errors, the operator
-    group and /operator, commands, the customer's messages during a handoff, the actions' buttons and
-    a shared contact, text, media, everything else."""
+    group (its /faq and digest replies first) and /operator, commands, the customer's messages during a
+    handoff, the actions' buttons and a shared contact, text, media, everything else; the feedback
+    buttons (callback queries)."""
     return [
         errors.make_router(),
+        faq.make_router(),
         handoff.make_router(),
         commands.make_router(),
         handoff.make_relay_router(),
@@ -18,4 +20,5 @@ def all_routers() -> list[Router]:
         chat.make_router(),
         media.make_router(),
         unsupported.make_router(),
+        feedback.make_router(),
     ]

@@ -100,6 +100,9 @@ async def serve_turn(
             customer=customer,
         )
 
+    feedback = desk.feedback
+    if feedback is not None:
+        await feedback.customer_message(chat_id, private=message.chat.type == "private", language=say.language)
     where = TurnPlace(chat_id, message.from_user, message.message_id, private=message.chat.type == "private")
     result, drafts_sent = await deliver_turn(bot, chat, settings, say, desk, where, turn_id, produce, fence, links)
     assert result is not None  # begin always makes a turn
@@ -152,6 +155,9 @@ async def deliver_turn(
                     links=links,
                 )  # fmt: skip
             result = await chat.finish(turn, fence=fence)
+            feedback = desk.feedback
+            if feedback is not None and turn.deliver and not (result.handoff_reason is not None and desk.enabled):
+                await feedback.answered(where.chat_id)  # the quiet period before the question starts
         except (asyncio.CancelledError, LeaseLostError):
             if drafts is not None:
                 await drafts.abandon()  # the turn is over for this worker: nothing more goes out

@@ -57,6 +57,8 @@ async def on_new(
             await chat.reset(message.chat.id, fence=fence)
     else:
         await chat.reset(message.chat.id, fence=fence)
+    if desk.feedback is not None:
+        await desk.feedback.ended(message.chat.id)
     if fence is not None:
         fence.ensure_valid()
     await message.answer(say("new_done"))

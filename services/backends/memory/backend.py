@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+from services.backends.memory.actions import InMemoryActionLedger
+from services.backends.memory.faq import InMemoryLearnedFaq
 from services.backends.memory.gaps import InMemoryKnowledgeGaps
 from services.backends.memory.handoffs import InMemoryHandoffStore
 from services.backends.memory.media import InMemoryAlbums, InMemoryMediaMemos
+from services.backends.memory.quality import InMemoryConversationLog
 from services.backends.memory.ratelimit import InMemoryRateLimiter
 from services.backends.memory.store import InMemorySessionStore
 from services.core.fence import Fence
@@ -19,8 +22,11 @@ class InMemoryBackend:
         self.limiter = InMemoryRateLimiter(per_minute=per_minute)
         self.handoffs = InMemoryHandoffStore()
         self.gaps = InMemoryKnowledgeGaps(ttl_seconds=ttl_seconds)
+        self.faq = InMemoryLearnedFaq()
         self.memos = InMemoryMediaMemos(ttl_seconds=ttl_seconds)
         self.albums = InMemoryAlbums(ttl_seconds=ttl_seconds)
+        self.conversations = InMemoryConversationLog(ttl_seconds=ttl_seconds)
+        self.actions = InMemoryActionLedger()
 
     async def ping(self) -> None:
         await self.store.ping()
@@ -35,6 +41,8 @@ class InMemoryBackend:
         await self.gaps.forget(chat_id)
         self.memos.forget(chat_id)
         await self.albums.forget(chat_id)
+        await self.conversations.forget(chat_id)
+        await self.actions.forget(chat_id)
 
     async def close(self) -> None:
         await self.store.close()

@@ -90,7 +90,13 @@ class InMemorySessionStore:
         for message in messages:
             chat.messages.append(
                 StoredMessage(
-                    chat.next_seq, message.role, message.content, message.tokens, message.knowledge, message.media
+                    chat.next_seq,
+                    message.role,
+                    message.content,
+                    message.tokens,
+                    message.knowledge,
+                    message.media,
+                    message.actions,
                 )
             )
             chat.next_seq += 1

@@ -33,6 +33,8 @@ CHAT_KEY_NAMES = (
     "handoff_relayed",  # sorted set: message ids already relayed (exactly once), by time
     "memos",  # hash: transcripts and image notes by file_unique_id (t:<id>, n:<id>)
     "albums",  # hash: album photos (i:<group>:<msg>), their order (l:<group>) and takers (t:<group>:<msg>)
+    "quality",  # hash: the current conversation, its feedback state, and each conversation's record (c:<id>)
+    "actions",  # hash: actions' recorded outcomes, pending decisions, lines and the shared phone
 )
 
 CONTENT_KEY_NAMES = (
@@ -46,6 +48,7 @@ CONTENT_KEY_NAMES = (
     "handoff_log",
     "handoff_relayed",
     "memos",
+    "actions",
 )
 """Per-chat keys /forget deletes outright (``meta`` is cut down to its version counter). The queue's
 ``inbox``/``seen``/``lease``/``attempts`` stay (ids and work still to do), so do the album photos no
@@ -100,6 +103,8 @@ class ChatKeys:
     handoff_relayed = _ChatKey()
     memos = _ChatKey()
     albums = _ChatKey()
+    quality = _ChatKey()
+    actions = _ChatKey()
 
     def __init__(self, tag: str) -> None:
         self.tag = tag
@@ -197,6 +202,48 @@ class KeySpace:
         return f"{{{self.namespace}:kgaps}}:chat:{chat_id}"
 
     @property
+    def feedback_due(self) -> str:
+        """Sorted set: chat id → when its feedback question is due, or held until (ms, Redis clock)."""
+        return f"{{{self.namespace}:quality}}:due"
+
+    @property
+    def conversations(self) -> str:
+        """Sorted set: ``<chat id>:<conversation id>`` by its start (ms): the report's index; the due set's slot."""
+        return f"{{{self.namespace}:quality}}:conversations"
+
+    @property
     def handoff_deadlines(self) -> str:
         """Sorted set: chat id → when its handoff is overdue without an operator reply (ms, Redis clock)."""
         return f"{{{self.namespace}:handoff}}:deadlines"
+
+    @property
+    def faq_entries(self) -> str:
+        """Hash: learned FAQ entry id → its newest version (JSON, with the version number); removed
+        entries leave it (their versions stay in ``faq_versions``)."""
+        return f"{{{self.namespace}:faq}}:entries"
+
+    def faq_versions(self, entry_id: str) -> str:
+        """List: every version of one entry (JSON), oldest first; the entries' slot."""
+        return f"{{{self.namespace}:faq}}:versions:{entry_id}"
+
+    @property
+    def faq_next_id(self) -> str:
+        """String: the last entry id handed out (INCR)."""
+        return f"{{{self.namespace}:faq}}:next"
+
+    @property
+    def faq_revision(self) -> str:
+        """String: grows with every change of the entries; every worker's library polls it."""
+        return f"{{{self.namespace}:faq}}:revision"
+
+    def faq_made(self, key: str) -> str:
+        """String: the id of the entry the update ``key`` made (a redelivery makes no second one)."""
+        return f"{{{self.namespace}:faq}}:made:{key}"
+
+    def gaps_digest(self, day: str) -> str:
+        """String: the worker that posted the day's gaps digest (SET NX, expires after a few days)."""
+        return f"{{{self.namespace}:faq}}:digest:{day}"
+
+    def gaps_digest_post(self, message_id: int) -> str:
+        """String: the gap group a digest message in the operators' group shows (JSON; expires)."""
+        return f"{{{self.namespace}:faq}}:post:{message_id}"

@@ -79,7 +79,7 @@ def test_a_command_has_its_own_help(how: list[str], capsys: pytest.CaptureFixtur
     assert exited.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: python -m bot knowledge ")
-    assert "{list,search,gaps}" in out and "dead-letters" not in out and "--certificate" not in out
+    assert "{list,search,gaps,faq}" in out and "dead-letters" not in out and "--certificate" not in out
 
 
 @pytest.mark.slow  # a new interpreter
@@ -92,6 +92,7 @@ def test_a_command_has_its_own_help(how: list[str], capsys: pytest.CaptureFixtur
         (["quarantine", "show", "abc"], "CHAT_ID must be a number"),
         (["chat", "show"], "chat show needs CHAT_ID"),
         (["console", "--chat-id", "x"], "invalid int value"),
+        (["report", "--days", "0"], "must be from 1 to 3660"),
         (["nonsense"], "invalid choice: 'nonsense'"),
         (["actions", "test"], "actions test needs TOOL"),
         (["actions", "test", "order_status"], "actions test needs --customer-id N"),
@@ -117,6 +118,7 @@ def test_an_argument_mistake_exits_2_before_the_heavy_imports(args: list[str], s
         (["quarantine", "drop", "5"], "quarantine needs REDIS_URL"),
         (["chat", "show", "5"], "REDIS_URL is unset: the sessions live only in the running bot's process"),
         (["actions", "list"], "actions: ACTIONS_FILE is not set"),
+        (["report"], "report reads the conversation records in Redis, and REDIS_URL is unset"),
     ],
 )
 def test_a_setting_a_command_needs_is_named_before_the_heavy_imports(

@@ -36,6 +36,19 @@ def test_ticket_holds_summary_recent_turns_reason_and_language() -> None:
     assert "(none)" in ticket_text(title="T", summary=None, recent=[], reason="r", language="en", labels=LABELS)
 
 
+def test_ticket_lists_the_actions_taken_and_the_decisions_waiting() -> None:
+    text = ticket_text(
+        title="T", summary=None, recent=[], reason="r", language="en",
+        labels={**LABELS, "actions": "Actions taken", "waiting": "Waiting for a decision"},
+        actions=["order_status 5521: shipped, eta 2026-12-06"], waiting=["Cancel order 7718? (customer to confirm)"],
+    )  # fmt: skip
+    assert "Actions taken:\n- order_status 5521: shipped, eta 2026-12-06" in text
+    assert "Waiting for a decision:\n- Cancel order 7718? (customer to confirm)" in text
+    assert "Actions taken" not in ticket_text(
+        title="T", summary=None, recent=[], reason="r", language="en", labels=LABELS
+    )
+
+
 def test_long_tickets_split_on_lines_within_the_limit() -> None:
     lines = [f"line {n}: " + "x" * 50 for n in range(200)] + ["y" * 9000]
     chunks = split_text("\n".join(lines), limit=4096)

@@ -240,6 +240,28 @@ def test_passage_ids_serialize_under_a_short_key_only_when_there_are_some() -> N
         StoredMessage.from_json('{"s":3,"r":"assistant","c":"ok","t":2,"k":"p1"}')
 
 
+async def test_the_action_lines_of_a_reply_round_trip_and_go_with_forget(backend: Backend) -> None:
+    lines = ("order_status 5521: shipped, eta 2026-12-06",)
+    acted = [NewMessage("user", "where is 5521", 10), NewMessage("assistant", "shipped", 30, actions=lines)]
+    await backend.store.commit_turn(1, expected_version=0, messages=acted, turn_id="u1")
+    await backend.store.commit_turn(1, expected_version=1, messages=turn(1))
+    assert [m.actions for m in (await backend.store.load(1)).messages] == [(), lines, (), ()]
+    await backend.forget_chat(1)
+    if isinstance(backend, RedisBackend):
+        assert not [key for key, value in await redis_contents(backend) if b"order_status" in value]
+
+
+def test_action_lines_serialize_under_a_short_key_only_when_there_are_some() -> None:
+    plain = StoredMessage(3, "assistant", "ok", 2)
+    acted = StoredMessage(3, "assistant", "ok", 9, actions=("order_status 5521: shipped",))
+    assert plain.to_json() == '{"s":3,"r":"assistant","c":"ok","t":2}'
+    assert acted.to_json() == '{"s":3,"r":"assistant","c":"ok","t":9,"a":["order_status 5521: shipped"]}'
+    assert StoredMessage.from_json(acted.to_json()) == acted
+    assert render_stored(acted).content == "<actions_done>\norder_status 5521: shipped\n</actions_done>\nok"
+    with pytest.raises(ValueError):
+        StoredMessage.from_json('{"s":3,"r":"assistant","c":"ok","t":2,"a":"x"}')
+
+
 async def redis_contents(backend: RedisBackend) -> list[tuple[str, bytes]]:
     """Every key of the test namespace with its value, flattened to bytes (what /forget must have cleared)."""
     found: list[tuple[str, bytes]] = []

@@ -1,0 +1,207 @@
+"""The tool loop, an ``after_answer`` step: while the model answers with calls of the operator's
+tools, each call is checked and carried out in order (a read runs now; a write or approval becomes a
+pending decision the model can never confirm; at most ``max_calls`` a turn), its result goes back as
+a ``tool`` message, and the model is asked again, until it answers in text. Side effects survive a
+retried or redelivered turn once: the ledger's record is read first and written before the answer."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from prompts import actions as told
+from prompts.support_chat import HANDOFF_TOOL, HANDOFF_TOOL_SPEC
+from services.core.actions import ActionOutcome, Customer, PendingAction, idempotency_key
+from services.core.records import Completion, ToolCall
+from services.core.tokens import TokenCounter, count_tools
+from services.engine.tool_messages import ToolTranscript
+from services.engine.turn_draft import TurnDraft, need, once
+from services.ports.actions import ActionLedger, ActionTools
+from services.ports.chat_model import ChatModel
+
+log = logging.getLogger(__name__)
+
+TOOL_ROOM_TOKENS = 2000
+"""Held back in the window for a turn's tool calls and results (besides the tools block)."""
+
+
+def refused(note: str) -> ActionOutcome:
+    return ActionOutcome("refused", note)
+
+
+def action_calls(completion: Completion) -> tuple[ToolCall, ...]:
+    """The reply's calls when it asks for actions (none when it made no call or handed over)."""
+    calls = completion.tool_calls
+    if not calls or any(call.name == HANDOFF_TOOL for call in calls):
+        return ()
+    return calls
+
+
+def handoff_only(completion: Completion) -> Completion:
+    """A reply that hands over, among other calls, as the handoff alone (Reply reads the first call);
+    its other calls are not made."""
+    handoff = next((call for call in completion.tool_calls if call.name == HANDOFF_TOOL), None)
+    if handoff is None or completion.tool_calls == (handoff,):
+        return completion
+    return replace(completion, tool_call=handoff, tool_calls=(handoff,))
+
+
+class ToolLoop:
+    """The step (``ChatService(after_answer=[ToolLoop(...)])``). ``tools``: the operator's schemas,
+    offered after the handoff's, byte-identical every turn; ``held_tokens``: what the window holds back
+    for them and for the turn's calls and results."""
+
+    def __init__(
+        self,
+        *,
+        actions: ActionTools,
+        ledger: ActionLedger,
+        llm: ChatModel,
+        counter: TokenCounter,
+        budget: int,
+        max_calls: int = 4,
+        confirm_seconds: float = 600,
+        room_tokens: int = TOOL_ROOM_TOKENS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._actions = actions
+        self._ledger = ledger
+        self._llm = llm
+        self._counter = counter
+        self._budget = budget
+        self._max_calls = max_calls
+        self._confirm_seconds = confirm_seconds
+        self._clock = clock
+        self.tools = tuple(actions.schemas())
+        self._names = frozenset(actions.names())
+        self.held_tokens = count_tools(counter, (HANDOFF_TOOL_SPEC, *self.tools)) + room_tokens
+
+    async def run(self, draft: TurnDraft) -> None:
+        completion = need(draft.completion, "completion")
+        if draft.request.customer is None or not action_calls(completion):
+            draft.completion = handoff_only(completion)
+            return
+        window = need(draft.window, "window")
+        extra = draft.request.extra
+        room = self._budget - window.estimated_tokens - count_tools(self._counter, draft.offered())
+        transcript = ToolTranscript(self._counter, room - sum(part.tokens for part in extra), extra)
+        made = 0
+        while calls := action_calls(completion):
+            fitted = transcript.calls(completion, calls)  # a round that does not fit is not sent
+            for number, call in enumerate(calls if fitted else ()):
+                outcome = await self._outcome(draft, call, made)
+                made += 1
+                draft.actions = (*draft.actions, replace(outcome, tool=call.name))  # the metrics' label
+                transcript.result(call.id, outcome, still_to_come=len(calls) - number - 1)
+            answer = not fitted or made >= self._max_calls or not transcript.another_round()
+            completion = await self._ask(draft, transcript, answer=answer)
+            if answer:
+                break
+        draft.completion = handoff_only(completion)
+
+    async def _ask(self, draft: TurnDraft, transcript: ToolTranscript, *, answer: bool) -> Completion:
+        """The model again, with the turn's calls and results (``answer``: it must answer in text; the
+        tools block stays, so the prompt's cached prefix holds)."""
+        request = draft.request
+        messages = (*need(draft.window, "window").messages, *transcript.messages)
+        completion = await self._llm.chat(
+            messages,
+            on_delta=request.on_delta,
+            tools=draft.offered(),
+            chat_id=request.chat_id,
+            tool_choice="none" if answer else None,
+        )
+        draft.count(completion)
+        return completion
+
+    async def _outcome(self, draft: TurnDraft, call: ToolCall, index: int) -> ActionOutcome:
+        """One call's outcome: refused, run (a read), or a decision asked for (a write, an approval)."""
+        tool, customer = call.name, need(draft.request.customer, "customer")
+        if index >= self._max_calls:
+            return refused(told.TOO_MANY)
+        if tool not in self._names:
+            return refused(told.UNKNOWN_TOOL.format(tool=tool[:64]))
+        checked = self._actions.check(tool, call.arguments)
+        if isinstance(checked, str):
+            return refused(f"Refused: {checked}")
+        if self._actions.needs_phone(tool) and not customer.phone:
+            draft.ask_contact = True
+            return ActionOutcome("needs_contact", told.NEEDS_CONTACT)
+        key = idempotency_key(draft.request.chat_id, await turn_key(draft), index, tool)
+        if self._actions.risk(tool) == "read":
+            return await self._read(draft, tool, checked, key)
+        return await self._decision(draft, tool, checked, key)
+
+    async def _read(self, draft: TurnDraft, tool: str, arguments: dict[str, Any], key: str) -> ActionOutcome:
+        request, customer = draft.request, need(draft.request.customer, "customer")
+        prior = await self._ledger.recorded(request.chat_id, key)
+        if prior is not None:  # a redelivered or retried turn: the recorded result, no second request
+            return prior
+
+        async def run() -> ActionOutcome:
+            return await run_safely(self._actions, tool, dict(arguments), customer, None)
+
+        outcome = await once(draft, f"action:{key}", run)
+        await self._ledger.record(request.chat_id, key, outcome, fence=request.fence)
+        return outcome
+
+    async def _decision(self, draft: TurnDraft, tool: str, arguments: dict[str, Any], key: str) -> ActionOutcome:
+        """A write or approval: stored as pending (the action id is its idempotency key), never run here."""
+        request, customer = draft.request, need(draft.request.customer, "customer")
+        chat_id, asked = request.chat_id, f"{key}:asked"
+        prior = await self._ledger.recorded(chat_id, asked)
+        if prior is not None:
+            pending = await self._ledger.pending(chat_id, key)
+            if pending is not None and pending.state == "pending":
+                draft.pending = pending
+            return replace(prior, line=waiting_line(tool, pending.prompt if pending else ""))
+        waiting = draft.pending or next(iter(await self._ledger.open_pending(chat_id)), None)
+        if waiting is not None:
+            return refused(told.ONE_PENDING.format(prompt=waiting.prompt))
+        now, risk = self._clock(), self._actions.risk(tool)
+        prompt = self._actions.prompt(tool, dict(arguments))
+        pending = PendingAction(
+            key, chat_id, tool, risk, dict(arguments), prompt, key, now, now + self._confirm_seconds, customer
+        )
+        await self._ledger.put_pending(pending, fence=request.fence)
+        if risk == "write":
+            outcome = ActionOutcome("pending_confirmation", told.PENDING_CONFIRMATION.format(prompt=prompt))
+        else:
+            outcome = ActionOutcome("pending_approval", told.PENDING_APPROVAL.format(prompt=prompt))
+        outcome = replace(outcome, idempotency_key=key)
+        await self._ledger.record(chat_id, asked, outcome, fence=request.fence)
+        draft.pending = pending
+        return replace(outcome, line=waiting_line(tool, prompt))
+
+
+async def run_safely(
+    actions: ActionTools, tool: str, arguments: dict[str, Any], customer: Customer, key: str | None
+) -> ActionOutcome:
+    """``actions.run``, whose contract is never to raise for the API's failures; anything it raises
+    all the same (a bug) is logged and told as a failure: the customer still gets an answer, and the
+    failure is recorded like any outcome (a write is never sent a second time for it)."""
+    try:
+        return await actions.run(tool, arguments, customer, idempotency_key=key)
+    except Exception:
+        log.exception("action %s raised instead of returning its outcome", tool)
+        return ActionOutcome("failed", "the service could not be reached", idempotency_key=key)
+
+
+def waiting_line(tool: str, prompt: str) -> str:
+    """The memory line of a decision asked for (the ledger's lines keep only what was done)."""
+    return f"{tool}: waiting for a decision on: {prompt}"
+
+
+async def turn_key(draft: TurnDraft) -> str:
+    """The turn's part of an idempotency key: the update's id, or one made once for the request."""
+    if draft.request.turn_id is not None:
+        return draft.request.turn_id
+
+    async def made() -> str:
+        return uuid.uuid4().hex
+
+    return await once(draft, "actions:turn", made)
