@@ -1,8 +1,9 @@
-"""Actions end to end at the edge with the real engine: aiogram's Dispatcher and Bot against the stub
-Bot API, the real ChatService (its tool loop and decisions) against the stub OpenAI server, the
-in-process ledger, and a fake of the operator's tools that counts effects. A write's button runs it
-once; a typed "yes" confirms nothing; a shared contact lets the model call the tool again; every call
-is counted by tool and outcome."""
+"""Actions at the Telegram edge with the real engine: aiogram's Dispatcher and Bot against the stub
+Bot API, the real ChatService (tool loop, decisions) against the stub OpenAI server, the real ledger,
+and a fake of the operator's tools that counts effects. A write runs once on its button (pressed
+twice, cancelled, expired, forged: never more); a typed "yes" confirms nothing; only the sender's own
+contact is taken; an operator's approval reaches the customer, in queued mode on a real redis-server
+after a worker restart and a failed attempt."""
 
 from __future__ import annotations
 
@@ -150,6 +151,9 @@ async def test_a_write_runs_once_on_the_button_and_never_on_a_typed_yes(edge: Ed
     await edge.press(confirm)  # a double tap
     assert [effect[:3] for effect in edge.tools.effects] == [("cancel_order", "5521", USER)]
     assert edge.telegram.texts_to(CUSTOMER)[-2:] == ["Order 5521 is cancelled.", EN["action_gone"]]
+    toasts = [c.params["text"] for c in edge.telegram.of("answerCallbackQuery")]
+    assert toasts == [EN["action_confirmed"], EN["action_gone"]]
+    assert len(edge.telegram.of("editMessageReplyMarkup", CUSTOMER)) == 2  # the buttons removed
     told = customer_texts(edge.openai.chat_requests[-1])
     assert any("pressed Confirm" in text for text in told), told
 
@@ -184,6 +188,8 @@ async def test_an_operators_approval_runs_it_and_the_customer_hears_the_outcome(
     assert [effect[:3] for effect in edge.tools.effects] == [("refund", "5521", USER)]
     assert edge.telegram.texts_to(CUSTOMER)[-1] == "Your refund is on its way."
     assert counted("sb_action_approvals_total", step="approved") == approved + 1
+    [edited] = edge.telegram.of("editMessageText", GROUP)
+    assert edited.params["text"].endswith(EN["op_approved"].format(name="@presser"))
     await edge.dispatcher.feed_raw_update(edge.bot, press)  # a second operator's press: nothing more
     assert len(edge.tools.effects) == 1
 
@@ -259,3 +265,48 @@ async def test_queued_an_approval_survives_a_worker_restart_and_a_failed_attempt
     finally:
         await bot.session.close()
         await backend.close()
+
+
+async def test_cancel_runs_nothing_and_the_model_is_told(edge: Edge) -> None:
+    declined = counted("sb_action_confirmations_total", step="declined")
+    edge.openai.chat_replies.extend([tool_reply("cancel_order", order_id="5521"), "Press Confirm."])
+    await edge.say("cancel order 5521")
+    _confirm, cancel = edge.buttons()
+    edge.openai.chat_replies.append("OK, your order stays.")
+    await edge.press(cancel)
+    assert edge.tools.effects == [] and edge.telegram.texts_to(CUSTOMER)[-1] == "OK, your order stays."
+    assert any("pressed Cancel" in text for text in customer_texts(edge.openai.chat_requests[-1]))
+    assert counted("sb_action_confirmations_total", step="declined") == declined + 1
+
+
+async def test_a_forged_press_decides_nothing(edge: Edge) -> None:
+    """A modified client can send any callback data: "confirm" on an action waiting for an operator,
+    another customer confirming this one, or an "approve" pressed outside the operators' group."""
+    edge.openai.chat_replies.extend([tool_reply("refund", order_id="5521"), "I asked the team."])
+    await edge.say("refund order 5521")
+    approve, _reject = edge.buttons(GROUP)
+    [waiting] = await edge.backend.actions.open_pending(CUSTOMER)
+    await edge.press(f"act:y:{waiting.action_id}")  # the customer "confirms" their own approval
+    await edge.press(approve)  # the operators' button, pressed in the customer's chat
+    pressed = edge.telegram.press_update(CUSTOMER, 1001, f"act:y:{waiting.action_id}", user_id=USER + 1)
+    await edge.dispatcher.feed_raw_update(edge.bot, pressed)  # someone else
+    assert edge.tools.effects == []
+    assert [p.action_id for p in await edge.backend.actions.open_pending(CUSTOMER)] == [waiting.action_id]
+
+
+async def test_a_contact_of_someone_else_is_refused(edge: Edge) -> None:
+    contact = {"phone_number": "+15550002", "first_name": "Bob", "user_id": USER + 1}  # forwarded or attached
+    await edge.say(None, extra={"contact": contact})
+    [refused] = edge.telegram.of("sendMessage", CUSTOMER)
+    assert refused.params["text"] == EN["contact_not_own"]
+    assert refused.params["reply_markup"]["keyboard"][0][0]["request_contact"] is True
+    assert await edge.backend.actions.phone(CUSTOMER) is None and edge.openai.chat_requests == []
+
+
+async def test_a_model_failure_after_a_press_is_told_in_the_customers_chat(edge: Edge) -> None:
+    edge.openai.chat_replies.extend([tool_reply("cancel_order", order_id="5521"), "Press Confirm."])
+    await edge.say("cancel order 5521")
+    confirm, _cancel = edge.buttons()
+    edge.openai.chat_replies.append(StubError(503))
+    await edge.press(confirm)
+    assert len(edge.tools.effects) == 1 and edge.telegram.texts_to(CUSTOMER)[-1] == EN["llm_unavailable"]
