@@ -250,7 +250,10 @@ def build_engine(
         store=store,
         memory=settings.memory,
         instruction_role=role,
-        observer=PrometheusObserver(drift_warn_ratio=settings.bot.token_drift_warn_ratio),
+        observer=PrometheusObserver(
+            drift_warn_ratio=settings.bot.token_drift_warn_ratio,
+            tools=actions.names() if actions is not None else None,  # any other name is labelled unknown
+        ),
         handoff=settings.bot.handoff_enabled,
         summary_response_format=settings.llm.summary_response_format,
         summary_observers=summary_observers(provider),
