@@ -17,7 +17,6 @@ from aiogram.client.default import DefaultBotProperties
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.fsm.storage.memory import SimpleEventIsolation
 
-from bot.actions_setup import NO_ACTIONS, EngineActions, build_actions
 from bot.backends import build_backend
 from bot.knowledge_setup import build_knowledge
 from bot.metrics import (
@@ -62,12 +61,12 @@ from services.engine.builders import (
 from services.engine.chat import ChatService
 from services.media.reader import MediaReader
 from services.memory.handoff_memory import HandoffMemory
+from services.ports.actions import ActionTools
 from services.ports.backend import Backend
-from services.ports.knowledge import KnowledgeGaps, KnowledgeSource
-from services.ports.media import MediaMemos
-from services.ports.sessions import SessionStore
+from services.ports.knowledge import KnowledgeSource
 
 if TYPE_CHECKING:
+    from services.actions.catalog import Catalog
     from services.knowledge.library import KnowledgeLibrary
 
 log = logging.getLogger(__name__)
@@ -85,12 +84,13 @@ class Core:
     knowledge: KnowledgeLibrary | None
     chat: ChatService
     media: MediaReader
-    actions: EngineActions = NO_ACTIONS
+    actions: Catalog | None = None
 
     async def close(self) -> None:
         await self.media.close()
         await self.chat.close()
-        await self.actions.close()
+        if self.actions is not None:
+            await self.actions.close()
 
 
 @dataclass(frozen=True)
@@ -154,11 +154,37 @@ def build_core(settings: Settings, backend: Backend) -> Core:
     """Knowledge (its full-text index loaded: a folder mistake is a ConfigurationError here), then the
     engine and the media reader on the backend's store, records and memos, with one provider watch."""
     provider = ProviderWatch()
-    knowledge, actions = build_knowledge(settings, backend), build_actions(settings, backend.actions)
-    chat = build_engine(settings, backend.store, provider=provider, knowledge=knowledge, gaps=backend.gaps,
-                        memos=backend.memos, actions=actions)  # fmt: skip
+    knowledge = build_knowledge(settings, backend)
+    actions = build_actions_catalog(settings)
+    chat = build_engine(
+        settings,
+        backend,
+        provider=provider,
+        knowledge=knowledge,
+        actions=actions,
+    )
     media = build_media(settings, backend, knowledge)
     return Core(provider=provider, knowledge=knowledge, chat=chat, media=media, actions=actions)
+
+
+def build_actions_catalog(settings: Settings) -> Catalog | None:
+    """With ``ACTIONS_FILE``: the operator's tools, loaded and checked (every mistake of the file in one
+    ConfigurationError, a line each); None otherwise (YAML, RE2 and JSON Schema never imported)."""
+    options = settings.actions
+    if not options.actions_file:
+        return None
+    from services.actions.loading import ActionsFileError, load_catalog
+
+    try:
+        return load_catalog(
+            options.actions_file,
+            operator_chat_configured=settings.bot.handoff_enabled,
+            timeout=options.actions_timeout_seconds,
+            max_bytes=options.actions_max_response_bytes,
+        )
+    except ActionsFileError as exc:
+        what = "\n".join(exc.lines)
+        raise ConfigurationError(f"ACTIONS_FILE={options.actions_file} cannot be used:\n{what}") from exc
 
 
 @overload
@@ -195,18 +221,18 @@ def cache_key_secret(settings: Settings) -> bytes:
 
 def build_engine(
     settings: Settings,
-    store: SessionStore,
+    backend: Backend,
     *,
     provider: ProviderWatch,
     knowledge: KnowledgeSource | None = None,
-    gaps: KnowledgeGaps | None = None,
-    memos: MediaMemos | None = None,
-    actions: EngineActions = NO_ACTIONS,
+    actions: ActionTools | None = None,
 ) -> ChatService:
     """The engine as the bot runs it, on the backend's store: every turn and every LLM call in flight
     lands in the metrics, a refused summary call in ``provider`` (the app's one watch), and every
     request the provider accepts clears its refusal (a turn that made no model call clears nothing).
-    With ``OPERATOR_CHAT_ID`` the model is offered the handoff tool; with ACTIONS_FILE, ``actions``."""
+    With ``OPERATOR_CHAT_ID`` the model is offered the handoff tool; with ``actions`` (ACTIONS_FILE) the
+    operator's tools too, their outcomes kept in the backend's ledger."""
+    store, gaps, memos = backend.store, backend.gaps, backend.memos
     llm = build_llm_client(
         settings.llm,
         settings.memory,
@@ -224,7 +250,10 @@ def build_engine(
         store=store,
         memory=settings.memory,
         instruction_role=role,
-        observer=PrometheusObserver(drift_warn_ratio=settings.bot.token_drift_warn_ratio),
+        observer=PrometheusObserver(
+            drift_warn_ratio=settings.bot.token_drift_warn_ratio,
+            tools=actions.names() if actions is not None else None,  # any other name is labelled unknown
+        ),
         handoff=settings.bot.handoff_enabled,
         summary_response_format=settings.llm.summary_response_format,
         summary_observers=summary_observers(provider),
@@ -233,7 +262,10 @@ def build_engine(
         gaps=gaps,
         counter=counter,
         notes=notes,
-        **actions.options(),
+        actions=actions,
+        ledger=backend.actions if actions is not None else None,
+        actions_max_calls=settings.actions.actions_max_calls_per_turn,
+        actions_confirm_seconds=settings.actions.actions_confirm_seconds,
     )
 
 

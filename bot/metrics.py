@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from services.core.actions import ActionOutcome
 from services.core.turns import CompactionReport, TurnResult
 
 if TYPE_CHECKING:
@@ -123,6 +125,58 @@ OPTIONAL_CALL_FAILURES = Counter(
     ["method", "kind"],
 )
 
+ACTION_CALLS = Counter(
+    "sb_action_calls_total",
+    "Tool calls of the model (ACTIONS_FILE), by tool and outcome (ok, refused, failed, timeout, pending_confirmation, "
+    "pending_approval, needs_contact, declined, expired)",
+    ["tool", "outcome"],
+)
+ACTION_SECONDS = Histogram(
+    "sb_action_call_seconds",
+    "Latency of the requests made to the operator's API, by tool",
+    ["tool"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30),
+)
+CONFIRMATIONS = Counter(
+    "sb_action_confirmations_total",
+    "Writes put to the customer's button, by step (asked, accepted, declined, expired)",
+    ["step"],
+)
+APPROVALS = Counter(
+    "sb_action_approvals_total", "Actions put to the operators, by step (asked, approved, rejected)", ["step"]
+)
+for _step in ("asked", "accepted", "declined", "expired"):
+    CONFIRMATIONS.labels(_step)  # every step's series exists from the start (at 0): the dashboard shows them
+for _step in ("asked", "approved", "rejected"):
+    APPROVALS.labels(_step)
+TOOL_LABEL_LIMIT = 64
+
+
+def tool_label(name: str, known: Collection[str] | None = None) -> str:
+    """A tool's name as a label: one the operator's file declares (``known``, when given) and of a
+    label's shape (letters, digits, ``_``, ``-``), else ``unknown`` (a model may call a tool that
+    does not exist: its name is text the model wrote, not a label)."""
+    shaped = 0 < len(name) <= TOOL_LABEL_LIMIT and name.isascii() and name.replace("_", "a").replace("-", "a").isalnum()
+    if not shaped or (known is not None and name not in known):
+        return "unknown"
+    return name
+
+
+def record_actions(
+    actions: tuple[ActionOutcome, ...], pending_risk: str | None, *, known: Collection[str] | None = None
+) -> None:
+    """A turn's tool calls (by tool and outcome kind, the requests' latency) and the decision it put
+    to a person (asked)."""
+    for outcome in actions:
+        tool = tool_label(outcome.tool, known)
+        ACTION_CALLS.labels(tool, outcome.kind).inc()
+        if outcome.requested:
+            ACTION_SECONDS.labels(tool).observe(outcome.seconds)
+    if pending_risk == "write":
+        CONFIRMATIONS.labels("asked").inc()
+    elif pending_risk == "approval":
+        APPROVALS.labels("asked").inc()
+
 
 def record_compaction(kind: str, report: CompactionReport | None) -> None:
     if report is None:
@@ -157,8 +211,11 @@ def count_embedding_request(kind: str, ok: bool) -> None:
     EMBEDDING_REQUESTS.labels(kind, "ok" if ok else "failed").inc()
 
 
-def record_turn(result: TurnResult, *, drift_warn_ratio: float = 0.15) -> float | None:
-    """Count one handled message; returns the prompt-token drift ratio when the provider reported usage."""
+def record_turn(
+    result: TurnResult, *, drift_warn_ratio: float = 0.15, tools: Collection[str] | None = None
+) -> float | None:
+    """Count one handled message; returns the prompt-token drift ratio when the provider reported usage.
+    ``tools``: the declared tools' names (other names are labelled ``unknown``)."""
     if result.quarantined:
         QUARANTINED.inc()
     if result.redelivered:
@@ -171,6 +228,7 @@ def record_turn(result: TurnResult, *, drift_warn_ratio: float = 0.15) -> float 
         return None
     TURNS.labels("ok").inc()
     LLM_SECONDS.labels("chat").observe(result.llm_seconds)
+    record_actions(result.actions, result.pending.risk if result.pending is not None else None, known=tools)
     PROMPT_TOKENS_ESTIMATED.inc(result.estimated_tokens)
     record_compaction("forced", result.forced_compaction)
     record_compaction("proactive", result.proactive_compaction)
@@ -204,11 +262,12 @@ def record_turn(result: TurnResult, *, drift_warn_ratio: float = 0.15) -> float 
 class PrometheusObserver:
     """The bot's TurnObserver: every turn the engine handles lands in the metrics above."""
 
-    def __init__(self, *, drift_warn_ratio: float = 0.15) -> None:
+    def __init__(self, *, drift_warn_ratio: float = 0.15, tools: Collection[str] | None = None) -> None:
         self._drift_warn_ratio = drift_warn_ratio
+        self._tools = frozenset(tools) if tools is not None else None
 
     def turn_finished(self, result: TurnResult) -> None:
-        record_turn(result, drift_warn_ratio=self._drift_warn_ratio)
+        record_turn(result, drift_warn_ratio=self._drift_warn_ratio, tools=self._tools)
 
 
 def watch_knowledge(library: KnowledgeLibrary) -> None:

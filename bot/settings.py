@@ -91,8 +91,9 @@ class BotSettings(BaseSettings):
     optional_call_timeout_seconds: float = Field(
         default=3.0,
         gt=0,
-        description='the command menu (setMyCommands), "typing…" (sendChatAction) and drafts (sendMessageDraft) '
-        "are best effort: a call not answered within this many seconds is dropped, like one that fails",
+        description='the command menu (setMyCommands), "typing…" (sendChatAction), drafts (sendMessageDraft) and a '
+        "button press's toast and buttons removed (answerCallbackQuery, editMessageReplyMarkup) are best effort: "
+        "a call not answered within this many seconds is dropped, like one that fails",
     )
     polling_min_interval_seconds: float = Field(
         default=1.0,

@@ -42,3 +42,7 @@ EVENTS = {
     "expired": "[Nobody decided in time on: {prompt}]",
 }
 """The customer part of the turn that carries a decision out (the decision's result follows it)."""
+
+CONTACT_SHARED = "[The customer shared their phone number with Telegram's button.]"
+"""The turn's text after the customer shared their own number with the share-contact button: the model
+may now call the tool that needed it again (the number itself reaches only the tool's request)."""

@@ -52,6 +52,10 @@ def read_certificate(path: Path) -> Path:
     return path
 
 
+ALLOWED_UPDATES = ["message", "callback_query"]
+"""Messages, and the presses of the actions' buttons (confirm, cancel, approve, reject)."""
+
+
 async def set_webhook(settings: Settings, certificate: Path | None = None) -> None:
     url = check_webhook_url(settings.bot.webhook_url or "")
     checked = read_certificate(certificate) if certificate else None
@@ -64,7 +68,7 @@ async def set_webhook(settings: Settings, certificate: Path | None = None) -> No
     secret = settings.bot.webhook_secret.get_secret_value() if settings.bot.webhook_secret else None
     bot = build_bot(settings.bot)
     try:
-        await bot.set_webhook(url, certificate=cert, secret_token=secret, allowed_updates=["message", "callback_query"])
+        await bot.set_webhook(url, certificate=cert, secret_token=secret, allowed_updates=ALLOWED_UPDATES)
         await set_commands(bot, settings.bot)
     finally:
         await bot.session.close()

@@ -23,6 +23,7 @@ from aiogram.exceptions import ClientDecodeError, TelegramAPIError, TelegramConf
 from aiohttp import web
 
 from bot.metrics import DEAD_LETTERS, REDELIVERIES
+from bot.telegram.action_buttons import read_press
 from bot.telegram.albums import record_album_photo
 from services.core.errors import TransientError
 from services.ports.deadletters import DeadLetters
@@ -56,14 +57,21 @@ Route = Callable[[int, dict[str, Any]], Awaitable[int | None]]
 
 def operator_route(operator_chat_id: int | None, handoffs: HandoffStore, faq: LearnedFaq | None = None) -> Route:
     """Updates from the operator group go into the inbox of the customer chat whose forum topic they
-    were written in (so both directions of a handoff are served in order under that chat's lease);
-    outside a topic, a ``/faq`` command and a reply to a message of the gaps digest go into the
-    group's own inbox (served under its lease); the group's other messages, and topics no handoff
-    opened, are dropped here and never reach the model. Every other update stays with its own chat."""
+    were written in (so both directions of a handoff are served in order under that chat's lease),
+    and an operator's press on an approval card into the inbox of the chat it names (the action runs
+    there, in that chat's order, under its lease; the handler checks the ledger, so a forged press
+    decides nothing); outside a topic, a ``/faq`` command and a reply to a message of the gaps digest
+    go into the group's own inbox (served under its lease); the group's other messages and presses,
+    and topics no handoff opened, are dropped here and never reach the model. Every other update
+    stays with its own chat."""
 
     async def route(chat_id: int, update: dict[str, Any]) -> int | None:
         if operator_chat_id is None or chat_id != operator_chat_id:
             return chat_id
+        query = update.get("callback_query")
+        if isinstance(query, dict):  # an operator's Approve / Reject: the customer's chat carries it out
+            press = read_press(query.get("data") if isinstance(query.get("data"), str) else None)
+            return press.chat_id if press is not None and press.by_operator else None
         message = update.get("message")
         if not isinstance(message, dict):
             return None

@@ -303,6 +303,7 @@ class Worker:
                 queued=True,
                 fence=serving.fence,
                 transient_failures=item.transient_failures,
+                attempt=item.started,
                 final_attempt=self._retrying.is_final_attempt(item),
                 last_download_attempt=self._retrying.is_last_download_attempt(item),
             ),

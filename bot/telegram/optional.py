@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from aiogram.client.session.middlewares.base import BaseRequestMiddleware, NextRequestMiddlewareType
 from aiogram.exceptions import TelegramAPIError
-from aiogram.methods import SendChatAction, SendMessageDraft, SetMyCommands, TelegramMethod
+from aiogram.methods import (
+    AnswerCallbackQuery,
+    EditMessageReplyMarkup,
+    SendChatAction,
+    SendMessageDraft,
+    SetMyCommands,
+    TelegramMethod,
+)
 from aiogram.methods.base import Response, TelegramType
 
 from bot.metrics import OPTIONAL_CALL_FAILURES
@@ -27,8 +34,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OPTIONAL_METHODS = (SetMyCommands, SendChatAction, SendMessageDraft)
-"""Calls the bot serves customers without."""
+OPTIONAL_METHODS = (SetMyCommands, SendChatAction, SendMessageDraft, AnswerCallbackQuery, EditMessageReplyMarkup)
+"""Calls the bot serves customers without (a button press's toast and the pressed buttons' removal:
+the decision is the ledger's, not theirs)."""
 
 
 class OptionalCallFailed(TelegramAPIError):

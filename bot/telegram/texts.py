@@ -140,6 +140,22 @@ TEXTS: dict[str, dict[str, str]] = {
         "Topics on in the group's settings, then send /chatid again (the group may get a new id).",
         "chat_id_private": "This chat's id: {chat_id}\nTo find the operators' group id, add me to that "
         "group and send /chatid there.",
+        "action_confirm": "Confirm",
+        "action_cancel": "Cancel",
+        "action_confirmed": "Confirmed",
+        "action_cancelled": "Cancelled",
+        "action_gone": "This request has expired or was already handled.",
+        "approval_waiting": "This needs the approval of a person from the support team. I will tell you here "
+        "as soon as they decide.",
+        "contact_ask": "For this I need your phone number. Please share it with the button below.",
+        "contact_button": "Share my phone number",
+        "contact_not_own": "Please share your own number with the button below.",
+        "contact_saved": "Thank you, I have your number.",
+        "op_approval": "Approval needed: {tool}\nCustomer: {customer}, Telegram id {customer_id}\n\n{prompt}",
+        "op_approve": "Approve",
+        "op_reject": "Reject",
+        "op_approved": "Approved by {name}",
+        "op_rejected": "Rejected by {name}",
     },
     "ru": {
         "start": (
@@ -265,6 +281,21 @@ TEXTS: dict[str, dict[str, str]] = {
         "в настройках группы и пришлите /chatid ещё раз (id группы может измениться).",
         "chat_id_private": "Id этого чата: {chat_id}\nЧтобы узнать id группы операторов, добавьте меня "
         "в эту группу и пришлите /chatid там.",
+        "action_confirm": "Подтвердить",
+        "action_cancel": "Отменить",
+        "action_confirmed": "Подтверждено",
+        "action_cancelled": "Отменено",
+        "action_gone": "Этот запрос устарел или уже обработан.",
+        "approval_waiting": "Это должен одобрить сотрудник поддержки. Я сообщу здесь, как только он решит.",
+        "contact_ask": "Для этого мне нужен ваш номер телефона. Поделитесь им кнопкой ниже.",
+        "contact_button": "Поделиться номером",
+        "contact_not_own": "Пожалуйста, поделитесь своим собственным номером кнопкой ниже.",
+        "contact_saved": "Спасибо, номер получен.",
+        "op_approval": "Нужно одобрение: {tool}\nКлиент: {customer}, Telegram id {customer_id}\n\n{prompt}",
+        "op_approve": "Одобрить",
+        "op_reject": "Отклонить",
+        "op_approved": "Одобрил(а) {name}",
+        "op_rejected": "Отклонил(а) {name}",
     },
 }
 

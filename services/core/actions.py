@@ -59,6 +59,8 @@ class ActionOutcome:
     idempotency_key: str | None = None
     line: str = ""
     """The compact line the turn keeps in memory ("order_status 5521: shipped, eta 2026-12-06")."""
+    tool: str = ""
+    """The tool's name as the operator's file declares it (the metrics' label; never an argument)."""
 
     @property
     def requested(self) -> bool:

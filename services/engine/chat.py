@@ -249,7 +249,7 @@ class ChatService:
             loaded=session,
             customer=customer,
             extra=self._decisions.told(pending, outcome),
-            prior=(outcome,),
+            prior=(replace(outcome, tool=pending.tool),),
         )
         return await self._produced(chat_id, turn_id, result, fence)
 

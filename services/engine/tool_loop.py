@@ -95,7 +95,7 @@ class ToolLoop:
             for number, call in enumerate(calls if fitted else ()):
                 outcome = await self._outcome(draft, call, made)
                 made += 1
-                draft.actions = (*draft.actions, outcome)
+                draft.actions = (*draft.actions, replace(outcome, tool=call.name))  # the metrics' label
                 transcript.result(call.id, outcome, still_to_come=len(calls) - number - 1)
             answer = not fitted or made >= self._max_calls or not transcript.another_round()
             completion = await self._ask(draft, transcript, answer=answer)

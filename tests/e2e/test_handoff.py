@@ -260,7 +260,7 @@ async def test_a_start_redone_after_a_failure_posts_the_ticket_once(
     settings = make_settings(telegram.base_url, stub_llm.base_url, None, bot={"operator_chat_id": GROUP})
     backend = InMemoryBackend()
     backend.handoffs = StartFailsOnce()
-    chat = build_engine(settings, backend.store, provider=ProviderWatch())
+    chat = build_engine(settings, backend, provider=ProviderWatch())
     desk = build_desk(chat, settings.bot, backend)
     bot = build_bot(settings.bot)
     try:

@@ -398,7 +398,7 @@ async def test_a_dispatcher_built_without_a_media_reader_keeps_the_text_only_rep
     settings = make_settings(telegram.base_url, stub_llm.base_url, redis_server.url)
     backend = build_backend(settings)
     provider = ProviderWatch()
-    chat = build_engine(settings, backend.store, provider=provider, memos=backend.memos)
+    chat = build_engine(settings, backend, provider=provider)
     dispatcher = build_dispatcher(chat, settings.bot, backend=backend, provider=provider)
     bot = RunningBot(settings, backend, chat, build_bot(settings.bot), dispatcher)
     await bot.start()

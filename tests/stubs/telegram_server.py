@@ -1,6 +1,7 @@
 """A stub Telegram Bot API server on loopback: records every call, serves queued updates to getUpdates.
 
 Implements getMe, getUpdates, sendMessage, sendMessageDraft, sendChatAction, editMessageText,
+editMessageReplyMarkup, answerCallbackQuery (``press_update`` builds a button press),
 deleteWebhook, setWebhook, setMyCommands, and for forum topics createForumTopic, closeForumTopic,
 reopenForumTopic and copyMessage (``message_thread_id`` is recorded with every call's parameters), and
 getFile with the file downloads (``files``: tests.stubs.files, which also builds the media updates).
@@ -193,6 +194,30 @@ class StubTelegram(MediaUpdates):
             message["message_thread_id"] = thread_id
             message["is_topic_message"] = True
         return update
+
+    def press_update(
+        self, chat_id: int, message_id: int, data: str, *, user_id: int | None = None, chat_type: str = "private"
+    ) -> dict[str, Any]:
+        """A press of an inline button with ``data`` on message ``message_id`` the bot sent in ``chat_id``
+        (by the chat's customer, or ``user_id``)."""
+        update_id = next(self._ids)
+        presser = user_id if user_id is not None else abs(chat_id) + 7
+        chat: dict[str, Any] = {"id": chat_id, "type": chat_type}
+        message = {"message_id": message_id, "date": int(time.time()), "chat": chat, "from": BOT_USER, "text": "?"}
+        query = {
+            "id": str(update_id),
+            "from": {
+                "id": presser,
+                "is_bot": False,
+                "first_name": "Presser",
+                "username": "presser",
+                "language_code": "en",
+            },
+            "chat_instance": "1",
+            "message": message,
+            "data": data,
+        }
+        return {"update_id": update_id, "callback_query": query}
 
     def in_topic(self, thread_id: int, method: str | None = None) -> list[Call]:
         """Calls posting into a forum topic (sendMessage and copyMessage by default), in order."""

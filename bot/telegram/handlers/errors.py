@@ -6,7 +6,7 @@ import logging
 
 from aiogram import Bot, Router
 from aiogram.exceptions import TelegramAPIError
-from aiogram.types import ErrorEvent, Update
+from aiogram.types import ErrorEvent, Message, Update, User
 
 from bot.metrics import ERRORS
 from bot.provider_health import ProviderWatch
@@ -139,16 +139,29 @@ async def _tell(
         log.warning("update %s failed: %s: %s", update.update_id, type(exc).__name__, exc)
     else:
         log.error("update %s failed with an unexpected error", update.update_id, exc_info=exc)
-    message = update.message
-    if message is None:
+    told = _told(update, settings)
+    if told is None:
         return
-    say = Texts.for_user(message.from_user, settings)
+    chat_id, user = told
+    say = Texts.for_user(user, settings)
     if fence is not None:
         fence.ensure_valid()
     try:
-        await bot.send_message(message.chat.id, say(key) if key else user_text_for(exc, say.language))
+        await bot.send_message(chat_id, say(key) if key else user_text_for(exc, say.language))
     except TelegramAPIError as send_error:
-        log.warning("could not tell chat %s about the error: %s", message.chat.id, send_error)
+        log.warning("could not tell chat %s about the error: %s", chat_id, send_error)
+
+
+def _told(update: Update, settings: BotSettings) -> tuple[int, User | None] | None:
+    """Who hears of a failure: the chat of the message, or of a customer's pressed button (an
+    operator's press on an approval card: nobody here, the operators' group is not a customer)."""
+    if update.message is not None:
+        return update.message.chat.id, update.message.from_user
+    query = update.callback_query
+    pressed = query.message if query is not None else None
+    if query is None or not isinstance(pressed, Message) or pressed.chat.id == settings.operator_chat_id:
+        return None
+    return pressed.chat.id, query.from_user
 
 
 def make_router() -> Router:

@@ -8,6 +8,7 @@ from aiogram import Bot, Router
 from aiogram.types import Message, Update
 
 from bot.settings import BotSettings
+from bot.telegram.action_render import customer_of
 from bot.telegram.albums import take_album
 from bot.telegram.desk import HandoffDesk
 from bot.telegram.download_notice import DownloadNotice, tell_once
@@ -20,6 +21,7 @@ from services.core.fence import Fence
 from services.engine.chat import ChatService
 from services.media.reader import MediaReader
 from services.media.source import MediaSource
+from services.ports.backend import Backend
 from services.ports.media import Albums
 from services.ports.queue import item_id_of
 
@@ -38,6 +40,7 @@ async def on_media(
     desk: HandoffDesk,
     media_reader: MediaReader | None,
     albums: Albums,
+    backend: Backend,
     fence: Fence | None = None,
     customer_text: str | None = None,
     links: LinkPolicy | None = None,
@@ -64,8 +67,9 @@ async def on_media(
     source = MediaSource(media_reader, items, downloader(bot, family, on_slow=slow))
     source.check()  # before any download
     result = await serve_turn(
-        message, bot, chat, settings, say, event_update, desk, caption, fence=fence, media=source, links=links
-    )
+        message, bot, chat, settings, say, event_update, desk, caption, fence=fence, media=source, links=links,
+        customer=await customer_of(message, backend),
+    )  # fmt: skip
     document = source.media.document if source.media is not None else None
     if document is not None and document.truncated and not result.duplicate:
         if fence is not None:

@@ -55,3 +55,35 @@ async def test_in_flight_gauge_follows_the_calls(llm: LLMClient, counter: TokenC
     assert REGISTRY.get_sample_value("sb_llm_calls_in_flight") == 1.0
     await turn
     assert REGISTRY.get_sample_value("sb_llm_calls_in_flight") == 0.0
+
+
+def test_a_turns_actions_are_counted_by_tool_and_outcome_with_no_argument_in_a_label() -> None:
+    from services.core.actions import ActionOutcome, Customer, PendingAction
+
+    def value(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    pending = PendingAction(
+        action_id="a1", chat_id=5, tool="cancel_order", risk="write", arguments={"order_id": "5521"},
+        prompt="Cancel order 5521?", idempotency_key="k", created=0.0, expires=600.0, customer=Customer(5),
+    )  # fmt: skip
+    outcomes = (
+        ActionOutcome("ok", "shipped", status=200, seconds=0.2, tool="order_status"),
+        ActionOutcome("refused", "no such tool", tool="order_status\nINJECTED 5521"),  # a name the model made up
+        ActionOutcome("pending_confirmation", "waits", tool="cancel_order"),
+    )
+    before = {
+        "ok": value("sb_action_calls_total", tool="order_status", outcome="ok"),
+        "unknown": value("sb_action_calls_total", tool="unknown", outcome="refused"),
+        "latency": value("sb_action_call_seconds_count", tool="order_status"),
+        "asked": value("sb_action_confirmations_total", step="asked"),
+    }
+    observer = PrometheusObserver(tools=("order_status", "cancel_order"))
+    observer.turn_finished(TurnResult(reply="…", actions=outcomes, pending=pending))
+    observer.turn_finished(TurnResult(reply="…", actions=outcomes, pending=pending, duplicate=True))  # not again
+    assert value("sb_action_calls_total", tool="order_status", outcome="ok") == before["ok"] + 1
+    assert value("sb_action_calls_total", tool="unknown", outcome="refused") == before["unknown"] + 1
+    assert value("sb_action_call_seconds_count", tool="order_status") == before["latency"] + 1  # requested only
+    assert value("sb_action_confirmations_total", step="asked") == before["asked"] + 1
+    exposed = "\n".join(f"{s.name}{s.labels}" for m in REGISTRY.collect() for s in m.samples if "action" in s.name)
+    assert "5521" not in exposed and "INJECTED" not in exposed

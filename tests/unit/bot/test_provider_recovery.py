@@ -132,7 +132,7 @@ async def test_a_turn_without_a_model_call_does_not_clear_a_refusal(stub_llm: St
     asked: the refusal stays."""
     settings = make_settings("http://127.0.0.1:9", stub_llm.base_url, None)
     provider = ProviderWatch()  # the application's watch, as build_app gives the engine
-    chat = build_engine(settings, build_backend(settings).store, provider=provider)
+    chat = build_engine(settings, build_backend(settings), provider=provider)
 
     async def deliver(_result: object) -> None:
         return None

@@ -98,7 +98,7 @@ async def test_the_bot_wires_summary_refusals_to_the_provider_watch(
 ) -> None:
     settings = make_settings("http://127.0.0.1:9", stub_llm.base_url, None)
     provider = ProviderWatch()  # the application's watch, as build_app gives the engine
-    chat = build_engine(settings, InMemoryBackend().store, provider=provider)
+    chat = build_engine(settings, InMemoryBackend(), provider=provider)
     caplog.set_level(logging.ERROR, logger="bot.provider_health")
     stub_llm.summary_replies.append(MODEL_NOT_FOUND)
     try:
