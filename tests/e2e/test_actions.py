@@ -202,8 +202,8 @@ async def test_forget_deletes_what_actions_gave(world: World) -> None:
 
 async def test_the_secret_reached_the_shop_and_nothing_else(world: World) -> None:
     """Over everything the module did: every shop request but the deliberately refused ones carried
-    the token; it is in no log line, prompt, Telegram call or Redis value."""
-    assert len(world.shop.log) >= 10
+    the token; it is in no log line, prompt, Telegram call or Redis value (run alone, over its own call)."""
+    await ask(world, MIA, "And order 5523?", call("order_status", order_id="5523"))
     assert all(r.headers.get("Authorization") == f"Bearer {SHOP_TOKEN}" for r in world.shop.log)
     assert SHOP_TOKEN not in world.logs()
     assert SHOP_TOKEN not in json.dumps(world.llm.requests)
@@ -213,10 +213,13 @@ async def test_the_secret_reached_the_shop_and_nothing_else(world: World) -> Non
 
 
 async def test_prompts_within_budget_and_the_tools_block_identical(world: World) -> None:
-    """Every chat request's tools block is the same bytes; the largest prompt the stub billed (its
-    messages) plus the tools block (the cookbook's rule) and the calls' text stays within the budget."""
+    """Every chat request of the module (this case's two turns at least) has the same tools block bytes;
+    the largest prompt the stub billed (its messages) plus the tools block (the cookbook's rule) and the
+    calls' text stays within the budget."""
+    await ask(world, MIA, "And 5522?", call("order_status", order_id="5522"))
+    await ask(world, MIA, "Thanks, and 5521 again?", call("order_status", order_id="5521"))
     chats = world.llm.chat_requests
-    assert len(chats) >= 15
+    assert len(chats) >= 4
     assert {json.dumps(r.get("tools"), sort_keys=False) for r in chats} == {json.dumps(chats[0]["tools"])}
     assert chats[0]["tools"], "the tools were offered"
     from services.core.tokens import TokenCounter, count_tools  # count_tools: the engine's (issue 39)
