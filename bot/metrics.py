@@ -244,9 +244,11 @@ def record_turn(
     PROMPT_TOKENS_ACTUAL.labels("chat").inc(result.usage.prompt_tokens)
     PROMPT_TOKENS_CACHED.labels("chat").inc(result.usage.cached_tokens)
     COMPLETION_TOKENS.labels("chat").inc(result.usage.completion_tokens)
+    counted = result.first_prompt_tokens if result.first_prompt_tokens is not None else result.usage.prompt_tokens
     if not result.estimated_tokens:
         return None
-    drift = (result.usage.prompt_tokens - result.estimated_tokens) / result.estimated_tokens
+    # the estimate is of the first request's prompt: a tool loop's later calls are not in it
+    drift = (counted - result.estimated_tokens) / result.estimated_tokens
     TOKEN_DRIFT.observe(drift)
     if abs(drift) > drift_warn_ratio:
         log.warning(
@@ -254,7 +256,7 @@ def record_turn(
             "in CHAT_INPUT_TOKEN_BUDGET or check TOKENIZER_ENCODING for this model",
             drift * 100,
             result.estimated_tokens,
-            result.usage.prompt_tokens,
+            counted,
         )
     return drift
 

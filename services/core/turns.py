@@ -35,6 +35,9 @@ class TurnResult:
     stored_messages: int = 0
     summary_present: bool = False
     usage: Usage | None = None
+    """Summed over the turn's model calls (a tool loop makes several)."""
+    first_prompt_tokens: int | None = None
+    """The provider's count of the first call's prompt, the one ``estimated_tokens`` estimates."""
     llm_seconds: float = 0.0
     forced_compaction: CompactionReport | None = None
     proactive_compaction: CompactionReport | None = None

@@ -78,6 +78,8 @@ class TurnDraft:
     """The tools offered to the model this attempt (None: the request's); a step may add to them."""
     usage: Usage | None = None
     """The usage of every model call of this attempt, summed (``count``)."""
+    first_prompt_tokens: int | None = None
+    """The provider's prompt tokens of the attempt's first model call: the prompt the estimate is of."""
     llm_seconds: float = 0.0
     actions: tuple[ActionOutcome, ...] = ()
     """What this attempt's tool calls gave (a tool loop's), in order."""
@@ -97,6 +99,8 @@ class TurnDraft:
             return
         before = self.usage or Usage()
         more = completion.usage
+        if self.first_prompt_tokens is None:
+            self.first_prompt_tokens = more.prompt_tokens
         self.usage = Usage(
             before.prompt_tokens + more.prompt_tokens,
             before.completion_tokens + more.completion_tokens,

@@ -294,6 +294,7 @@ def turn_result(draft: TurnDraft) -> TurnResult:
         history_tokens=sum(m.tokens for m in session.messages[folded:]) + stored.tokens + reply.tokens,
         summary_present=compaction is not None or session.summary is not None,
         usage=draft.usage,
+        first_prompt_tokens=draft.first_prompt_tokens,
         llm_seconds=draft.llm_seconds,
         forced_compaction=draft.forced,
         attempts=draft.attempt,

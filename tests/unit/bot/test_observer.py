@@ -4,11 +4,14 @@ feeds Prometheus, and the in-flight gauge follows the LLM calls."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
+import pytest
 from prometheus_client import REGISTRY
 
-from bot.metrics import LLM_IN_FLIGHT, PrometheusObserver
+from bot.metrics import LLM_IN_FLIGHT, PrometheusObserver, record_turn
 from services.backends.memory import InMemorySessionStore
+from services.core.records import Usage
 from services.core.tokens import TokenCounter
 from services.core.turns import TurnResult
 from services.llm.client import LLMClient
@@ -87,3 +90,13 @@ def test_a_turns_actions_are_counted_by_tool_and_outcome_with_no_argument_in_a_l
     assert value("sb_action_confirmations_total", step="asked") == before["asked"] + 1
     exposed = "\n".join(f"{s.name}{s.labels}" for m in REGISTRY.collect() for s in m.samples if "action" in s.name)
     assert "5521" not in exposed and "INJECTED" not in exposed
+
+
+def test_a_tool_loop_turn_is_compared_with_its_first_prompt_only(caplog: pytest.LogCaptureFixture) -> None:
+    """A turn with a tool call makes two model calls: their usage is summed, but the estimate is of the
+    first prompt, so the drift (and its warning) compares that prompt alone."""
+    result = TurnResult(reply="ok", estimated_tokens=439, usage=Usage(1005, 40), first_prompt_tokens=445)
+    with caplog.at_level(logging.WARNING, logger="bot.metrics"):
+        drift = record_turn(result)
+    assert drift is not None and abs(drift) < 0.05
+    assert "prompt token estimate off" not in caplog.text
