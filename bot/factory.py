@@ -210,6 +210,8 @@ def build_app(settings: Settings, backend: Backend | None = None) -> App[Backend
         knowledge=core.knowledge,
         provider=core.provider,
     )
+    if core.actions is not None:  # in-process mode closes on the dispatcher's shutdown; queued mode by core.close
+        dispatcher.shutdown.register(core.actions.close)
     return App(settings=settings, backend=backend, core=core, bot=bot, dispatcher=dispatcher)
 
 
