@@ -57,7 +57,7 @@ class ConversationLog(Protocol):
         in groups, during a handoff or once asked). The seconds to the first answer, when it is one."""
         ...
 
-    async def handoff_opened(self, chat_id: int, *, private: bool = True) -> tuple[bool, bool]:
+    async def handoff_opened(self, chat_id: int, *, private: bool) -> tuple[bool, bool]:
         """A handoff opened: never asked while it is open (a new conversation clears it: an end that
         was not recorded does not silence the chat). Whether it is the conversation's first, and
         whether it started a conversation (``/operator`` with none going, in a private chat or not)."""

@@ -33,7 +33,7 @@ class Starting(DeskBase):
         say: Texts,
         item_id: str,
         fence: Fence | None,
-        private: bool = True,
+        private: bool,
     ) -> None:
         """Open (or reopen) the chat's topic, post the ticket, open the handoff, tell the customer.
         Each step is safe to redo if a worker dies in the middle (``item_id``, the update that started

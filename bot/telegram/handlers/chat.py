@@ -222,7 +222,7 @@ async def render_turn(
     item_id: str,
     fence: Fence | None,
     links: LinkPolicy | None = None,
-    private: bool = True,
+    private: bool,
 ) -> None:
     """What the turn says, in Telegram: the session-lost notice, then the handoff started (the model
     handed the chat over) or the reply, and after it what an action waits for (the customer's button,

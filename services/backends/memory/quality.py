@@ -86,7 +86,7 @@ class InMemoryConversationLog:
             self._due[chat_id] = chat.due_ms
         return first
 
-    async def handoff_opened(self, chat_id: int, *, private: bool = True) -> tuple[bool, bool]:
+    async def handoff_opened(self, chat_id: int, *, private: bool) -> tuple[bool, bool]:
         chat = self._chats.setdefault(chat_id, _Chat())
         started = chat.current is None
         current = chat.current if chat.current is not None else self._begin(chat_id, chat, private)

@@ -289,7 +289,7 @@ class RedisConversationLog:
             await self._schedule(chat_id, int(due))
         return int(first) / 1000 if int(first) >= 0 else None
 
-    async def handoff_opened(self, chat_id: int, *, private: bool = True) -> tuple[bool, bool]:
+    async def handoff_opened(self, chat_id: int, *, private: bool) -> tuple[bool, bool]:
         first, started, conversation = await self._chat("opened", chat_id, self._ttl, int(private))
         if int(started):
             await self._index(chat_id, int(conversation))

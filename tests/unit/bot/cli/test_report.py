@@ -48,7 +48,7 @@ async def conversation(
         clock.now = at + answer_after
         await log.answered(chat, ask_after_seconds=60)
     if handoff:
-        await log.handoff_opened(chat)
+        await log.handoff_opened(chat, private=private)
         clock.now += 120
         await log.handoff_ended(chat, ask=True)
     if asked or rating:
@@ -71,7 +71,7 @@ async def scripted() -> InMemoryConversationLog:
     await conversation(log, clock, 1, DEC_3 + DAY + 11 * hour, answer_after=10, asked=True)  # D: resolved
     await conversation(log, clock, 4, DEC_3 + DAY + 12 * hour)  # E: never answered
     clock.now = DEC_3 + DAY + 13 * hour
-    await log.handoff_opened(5)  # F: /operator first
+    await log.handoff_opened(5, private=True)  # F: /operator first
     await conversation(log, clock, -7, DEC_3 + DAY + 14 * hour, answer_after=3, private=False)  # G: resolved
     return log
 

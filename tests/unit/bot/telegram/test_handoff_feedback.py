@@ -34,7 +34,7 @@ async def test_a_close_whose_end_was_not_recorded_records_it_when_redone() -> No
     await log.customer_message(CHAT, private=True, language="en", gap_seconds=86400)
     await log.answered(CHAT, ask_after_seconds=3600)
     await opened(backend)
-    await log.handoff_opened(CHAT)
+    await log.handoff_opened(CHAT, private=True)
     real, calls = log.handoff_ended, {"n": 0}
 
     async def fails_once(chat_id: int, *, ask: bool) -> None:
@@ -69,7 +69,7 @@ async def test_relayed_customer_messages_keep_the_conversation_going() -> None:
     gap = 0.2
     await log.customer_message(CHAT, private=True, language="en", gap_seconds=gap)
     await opened(backend)
-    await log.handoff_opened(CHAT)
+    await log.handoff_opened(CHAT, private=True)
     desk, bot = desk_with_feedback(backend), FakeBot()
     for n in range(3):
         await asyncio.sleep(gap * 0.6)

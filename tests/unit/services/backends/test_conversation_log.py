@@ -78,9 +78,9 @@ async def test_never_during_a_handoff_nor_in_groups_and_after_a_handoff_at_once(
     await log.answered(-100500, ask_after_seconds=SOON)
     await message(log)
     await log.answered(CHAT, ask_after_seconds=SOON)
-    assert await log.handoff_opened(CHAT) == (True, False)
-    assert await log.handoff_opened(CHAT) == (False, False), "handed off once per conversation"
-    assert await log.handoff_opened(99) == (True, True), "/operator first: a conversation starts"
+    assert await log.handoff_opened(CHAT, private=True) == (True, False)
+    assert await log.handoff_opened(CHAT, private=True) == (False, False), "handed off once per conversation"
+    assert await log.handoff_opened(99, private=True) == (True, True), "/operator first: a conversation starts"
     await log.answered(CHAT, ask_after_seconds=SOON)
     await asyncio.sleep(SOON * 2)
     assert await log.due() == [], "not while the handoff is open, never in a group"
@@ -173,7 +173,7 @@ async def test_a_handoff_end_that_was_not_recorded_does_not_silence_the_chat(log
     """The handoff store ended it, then recording the end failed (or the worker died): a new
     conversation (after the gap, or /new) clears the stale "handoff open"."""
     await message(log)
-    await log.handoff_opened(CHAT)
+    await log.handoff_opened(CHAT, private=True)
     await log.ended(CHAT)  # later: /new (its own handoff_ended could fail the same way)
     await asyncio.sleep(0.03)
     assert await message(log, gap=0.01), "a new conversation"
@@ -185,7 +185,7 @@ async def test_customer_messages_relayed_during_a_handoff_keep_the_conversation(
     gap = 0.2
     await message(log, gap=gap)
     await log.answered(CHAT, ask_after_seconds=3600)
-    await log.handoff_opened(CHAT)
+    await log.handoff_opened(CHAT, private=True)
     for update in ("u2", "u3", "u3"):  # the customer keeps writing to the operator (u3 redelivered)
         await asyncio.sleep(gap * 0.6)
         await log.relayed(CHAT, item_id=update)
