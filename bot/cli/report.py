@@ -77,10 +77,10 @@ async def report(
     for name, value in figure_lines(figures):
         out.write(f"  {name:<{width}}  {value}\n")
     top = await gaps.top(TOP_GAPS)
-    asked = sum(count for _, count in top)
-    out.write(
-        f"  {'unanswered questions':<{width}}  the {len(top)} most asked, {asked} time(s); "
-        f"{figures.messages} customer messages in the period (`knowledge gaps` lists them all)\n"
+    out.write(f"  {'customer messages':<{width}}  {figures.messages} in the period\n")
+    out.write(  # a listing: the gaps store counts over SESSION_TTL_SECONDS, not over the period
+        f"  {'unanswered questions':<{width}}  the {len(top)} most asked, kept over SESSION_TTL_SECONDS "
+        "(a listing, not a share of the period; `knowledge gaps` groups them all)\n"
     )
     for question, count in top:
         out.write(f"  {'':<{width}}    {count}\t{question}\n")

@@ -80,5 +80,5 @@ async def _to_operators(
         return
     await desk.start(
         bot, chat_id, user=message.from_user, reason=reason, trigger="given_up", say=say,
-        item_id=f"{item.id}:given-up", fence=fence,
+        item_id=f"{item.id}:given-up", fence=fence, private=message.chat.type == "private",
     )  # fmt: skip

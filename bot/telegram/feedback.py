@@ -1,7 +1,8 @@
 """The feedback question and the conversation events, Telegram side (docs/quality.md): what the
 handlers and the desk report (a customer message, the bot's answer sent, a handoff opened or ended,
 /new), the question asked once per conversation with Yes / No buttons, and the presses. Recording is
-best effort (a failure is logged, the customer is still answered); asking runs under the chat's lease."""
+best effort (a failure is logged, the customer is still answered), but for a handoff's end (raised: the
+item is retried); asking runs under the chat's lease."""
 
 from __future__ import annotations
 
@@ -88,15 +89,25 @@ class Feedback:
     def enabled(self) -> bool:
         return self.after > 0
 
-    async def customer_message(self, chat_id: int, *, private: bool, language: str) -> None:
+    async def customer_message(
+        self, chat_id: int, *, private: bool, language: str, sent_ms: int = 0, item_id: str = ""
+    ) -> None:
+        """``sent_ms``: the message's own date (a new conversation starts then); ``item_id``: its update
+        (a redelivery is not counted again)."""
         try:
             started = await self.conversations.customer_message(
-                chat_id, private=private, language=language, gap_seconds=self.gap
+                chat_id, private=private, language=language, gap_seconds=self.gap, sent_ms=sent_ms, item_id=item_id
             )
         except StoreError as exc:
             return _not_recorded("a customer message", chat_id, exc)
         if started.new:
             CONVERSATIONS.inc()
+
+    async def relayed(self, chat_id: int, item_id: str) -> None:
+        try:
+            await self.conversations.relayed(chat_id, item_id=item_id)
+        except StoreError as exc:
+            _not_recorded("a relayed customer message", chat_id, exc)
 
     async def answered(self, chat_id: int) -> None:
         try:
@@ -106,9 +117,9 @@ class Feedback:
         if first is not None:
             FIRST_ANSWER.observe(first)
 
-    async def handoff_opened(self, chat_id: int) -> None:
+    async def handoff_opened(self, chat_id: int, *, private: bool) -> None:
         try:
-            first, started = await self.conversations.handoff_opened(chat_id)
+            first, started = await self.conversations.handoff_opened(chat_id, private=private)
         except StoreError as exc:
             return _not_recorded("a handoff", chat_id, exc)
         if started:
@@ -117,10 +128,8 @@ class Feedback:
             CONVERSATIONS_HANDED_OFF.inc()
 
     async def handoff_ended(self, chat_id: int, by: str) -> None:
-        try:
-            await self.conversations.handoff_ended(chat_id, ask=self.enabled and by in ENDINGS_ASKED_AFTER)
-        except StoreError as exc:
-            _not_recorded("the end of a handoff", chat_id, exc)
+        """Raises StoreError: the update is retried (a lost end would keep the question off)."""
+        await self.conversations.handoff_ended(chat_id, ask=self.enabled and by in ENDINGS_ASKED_AFTER)
 
     async def ended(self, chat_id: int) -> None:
         try:
@@ -140,12 +149,14 @@ class Feedback:
         say = Texts(ask.language or self._default_language)
         if fence is not None:
             fence.ensure_valid()
+        sent = True
         try:
             buttons = question_buttons(say, ask.conversation)
             await bot.send_message(chat_id, say("feedback_question"), reply_markup=buttons)
         except (TelegramBadRequest, TelegramForbiddenError) as exc:  # blocked, chat gone: never tried again
             log.warning("chat %s: the feedback question was refused: %s", chat_id, exc)
-        if await self.conversations.asked(chat_id, ask.conversation, fence=fence):
+            sent = False
+        if await self.conversations.asked(chat_id, ask.conversation, fence=fence, sent=sent) and sent:
             FEEDBACK_ASKED.inc()
             log.info("chat %s: feedback asked (conversation %s)", chat_id, ask.conversation)
 

@@ -210,7 +210,7 @@ class KnowledgeLibrary:
         try:
             fault = await asyncio.to_thread(self._fault_now)
             if fault is not None:
-                return self._keep(fault)
+                return await self._learned_only(fault, await self._learned_now())
             seen = await asyncio.to_thread(fingerprint, self.root)
             learned = await self._learned_now()
             if seen == self._fingerprint and learned is None and not self.needs_vectors:
@@ -219,7 +219,7 @@ class KnowledgeLibrary:
             corpus = await self._corpus_now(seen)
             fault = await asyncio.to_thread(self._fault_now)  # gone while it was read: what was read is not it
             if fault is not None:
-                return self._keep(fault)
+                return await self._learned_only(fault, learned)
             passages = self.learned if learned is None else learned[1]
             snapshot = await asyncio.to_thread(self._index, corpus, passages)
         except Exception as exc:  # a rebuild must never take the last good knowledge away
@@ -241,6 +241,18 @@ class KnowledgeLibrary:
             len(corpus.skipped),
             time.perf_counter() - started,
         )
+        return True
+
+    async def _learned_only(self, fault: str, learned: tuple[int, tuple[Passage, ...]] | None) -> bool:
+        """The folder at fault: its last good corpus stays, but a changed learned FAQ (an entry added,
+        edited or removed) is still indexed with it; True if that swapped in a new snapshot."""
+        self._keep(fault)
+        if learned is None or self._corpus is None:
+            return False
+        self._snapshot = await asyncio.to_thread(self._index, self._corpus, learned[1])
+        self._learned_revision, self.learned = learned
+        await self._add_vectors(self._corpus)
+        log.info("knowledge: index %s: the learned FAQ changed (%d passages)", self._snapshot.version, len(learned[1]))
         return True
 
     async def _add_vectors(self, corpus: Corpus) -> None:

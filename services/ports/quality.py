@@ -38,9 +38,18 @@ class ConversationLog(Protocol):
     the feedback state (none → asking → asked, once per conversation). Global: the due schedule (chat
     → when to ask) and the index of conversations by start time."""
 
-    async def customer_message(self, chat_id: int, *, private: bool, language: str, gap_seconds: float) -> Started:
-        """A customer's message: starts a conversation after ``gap_seconds`` of quiet (or /new), and takes
-        the chat off the schedule (the quiet period starts again once the bot has answered)."""
+    async def customer_message(
+        self, chat_id: int, *, private: bool, language: str, gap_seconds: float, sent_ms: int = 0, item_id: str = ""
+    ) -> Started:
+        """A customer's message: starts a conversation after ``gap_seconds`` of quiet (or /new; it
+        starts at ``sent_ms``, the message's own date, when given), and takes the chat off the schedule
+        (the quiet period starts again once the bot has answered). The update ``item_id`` counted once:
+        its redelivery changes nothing."""
+        ...
+
+    async def relayed(self, chat_id: int, *, item_id: str = "") -> None:
+        """A customer's message relayed to the operators during a handoff: counted in the current
+        conversation and its quiet gap starts again; never a new conversation, nothing scheduled."""
         ...
 
     async def answered(self, chat_id: int, *, ask_after_seconds: float) -> float | None:
@@ -48,9 +57,10 @@ class ConversationLog(Protocol):
         in groups, during a handoff or once asked). The seconds to the first answer, when it is one."""
         ...
 
-    async def handoff_opened(self, chat_id: int) -> tuple[bool, bool]:
-        """A handoff opened: never asked while it is open. Whether it is the conversation's first, and
-        whether it started a conversation (``/operator`` with none going)."""
+    async def handoff_opened(self, chat_id: int, *, private: bool) -> tuple[bool, bool]:
+        """A handoff opened: never asked while it is open (a new conversation clears it: an end that
+        was not recorded does not silence the chat). Whether it is the conversation's first, and
+        whether it started a conversation (``/operator`` with none going, in a private chat or not)."""
         ...
 
     async def handoff_ended(self, chat_id: int, *, ask: bool) -> None:
@@ -79,12 +89,14 @@ class ConversationLog(Protocol):
         due (the customer wrote again, a reply is pending, a handoff is open, asked already, a group)."""
         ...
 
-    async def asked(self, chat_id: int, conversation: int, *, fence: Fence | None = None) -> bool:
-        """The question went out (marked in the step that records it). True the first time."""
+    async def asked(self, chat_id: int, conversation: int, *, fence: Fence | None = None, sent: bool = True) -> bool:
+        """The question went out (marked in the step that records it), or Telegram refused it (``sent``
+        False: never tried again, not recorded as asked). True the first time."""
         ...
 
     async def rate(self, chat_id: int, conversation: int, rating: Rating, *, item_id: str) -> Rated:
-        """A press of Yes / No (the first one counts; ``item_id``: the update that pressed it)."""
+        """A press of Yes / No (the first one counts; ``item_id``: the update that pressed it); "none"
+        for a conversation that was never asked (a forged press)."""
         ...
 
     async def conversations(self, since_ms: int) -> list[Conversation]:

@@ -271,6 +271,7 @@ async def test_a_start_redone_after_a_failure_posts_the_ticket_once(
             "say": Texts("en"),
             "item_id": "u7",
             "fence": None,
+            "private": True,
         }
         with pytest.raises(StoreUnavailableError):
             await desk.start(bot, CHAT, **start)  # type: ignore[arg-type]

@@ -69,6 +69,8 @@ class Ending(DeskBase):
             return False
         if await self.store.relay_state(chat_id, f"{_ending_mark(record)}:done") == "done":
             return False
+        if self.feedback is not None:  # (its first attempt may have failed before recording it)
+            await self.feedback.handoff_ended(chat_id, by)
         await self._ended(bot, chat_id, record, by=by, fence=fence)  # type: ignore[arg-type]
         return True
 

@@ -44,6 +44,8 @@ class Relaying(Ending):
                 await self.end(bot, chat_id, record, by="lost", item_id=item_id, fence=fence)
                 return
             await self.store.record(chat_id, item_id, TranscriptEntry("customer", describe(message)), fence=fence)
+            if self.feedback is not None:  # the conversation goes on (its quiet gap starts again)
+                await self.feedback.relayed(chat_id, item_id)
 
     async def _customer_of(self, bot: Bot, message: Message) -> tuple[int, int] | None:
         """(customer chat, topic) of a message in the operator group, if it is in a topic the bot opened

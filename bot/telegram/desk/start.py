@@ -33,12 +33,13 @@ class Starting(DeskBase):
         say: Texts,
         item_id: str,
         fence: Fence | None,
+        private: bool,
     ) -> None:
         """Open (or reopen) the chat's topic, post the ticket, open the handoff, tell the customer.
         Each step is safe to redo if a worker dies in the middle (``item_id``, the update that started
         it, keeps the ticket from being posted twice and is stored as the handoff's ``opened_by``: its
         redelivery finishes the steps after the opening; a topic created by an attempt that died before
-        storing its id stays behind, empty)."""
+        storing its id stays behind, empty). ``private``: a private chat (a group is never asked for feedback)."""
         assert self.group is not None and self.memory is not None
         async with self.lock(chat_id):
             record = await self._get(chat_id)
@@ -47,7 +48,7 @@ class Starting(DeskBase):
                 return
             if not record.open:
                 await self._open(bot, chat_id, record, user=user, reason=reason, trigger=trigger, say=say,
-                                 item_id=item_id, fence=fence)  # fmt: skip
+                                 item_id=item_id, fence=fence, private=private)  # fmt: skip
             await self.store.track(chat_id, open=True, reply_within=self.settings.handoff_reply_timeout_seconds)
             await self._gauge()
             await self._notify(bot, chat_id, f"{item_id}:started", chat_id, say("handoff_started"), fence)
@@ -64,6 +65,7 @@ class Starting(DeskBase):
         say: Texts,
         item_id: str,
         fence: Fence | None,
+        private: bool,
     ) -> None:
         assert self.group is not None and self.memory is not None
         summary, recent = await self.memory.ticket_parts(chat_id)
@@ -96,7 +98,7 @@ class Starting(DeskBase):
         if opened:
             HANDOFFS_OPENED.labels(trigger).inc()
         if self.feedback is not None:
-            await self.feedback.handoff_opened(chat_id)
+            await self.feedback.handoff_opened(chat_id, private=private)
 
     async def _show_media(
         self, bot: Bot, chat_id: int, recent: Sequence[StoredMessage], topic: int, fence: Fence | None

@@ -102,7 +102,13 @@ async def serve_turn(
 
     feedback = desk.feedback
     if feedback is not None:
-        await feedback.customer_message(chat_id, private=message.chat.type == "private", language=say.language)
+        await feedback.customer_message(
+            chat_id,
+            private=message.chat.type == "private",
+            language=say.language,
+            sent_ms=int(message.date.timestamp() * 1000),  # a new conversation starts when it was sent
+            item_id=turn_id,  # a redelivered update is not counted again
+        )
     where = TurnPlace(chat_id, message.from_user, message.message_id, private=message.chat.type == "private")
     result, drafts_sent = await deliver_turn(bot, chat, settings, say, desk, where, turn_id, produce, fence, links)
     assert result is not None  # begin always makes a turn
@@ -152,12 +158,10 @@ async def deliver_turn(
                 await typing.aclose()  # stop "typing…" before the answer appears
                 await render_turn(
                     bot, where.chat_id, where.user, turn.result, say=say, desk=desk, item_id=turn_id, fence=fence,
-                    links=links,
+                    links=links, private=where.private,
                 )  # fmt: skip
-            result = await chat.finish(turn, fence=fence)
-            feedback = desk.feedback
-            if feedback is not None and turn.deliver and not (result.handoff_reason is not None and desk.enabled):
-                await feedback.answered(where.chat_id)  # the quiet period before the question starts
+                await _answered(desk, where.chat_id, turn.result)
+            result = await chat.finish(turn, fence=fence)  # (may compact: a model call, after the answer)
         except (asyncio.CancelledError, LeaseLostError):
             if drafts is not None:
                 await drafts.abandon()  # the turn is over for this worker: nothing more goes out
@@ -166,6 +170,13 @@ async def deliver_turn(
             if drafts is not None:  # a failed turn's error text comes after the draft in flight
                 await drafts.settle(within=settings.draft_settle_seconds)
     return result, drafts.sent if drafts else 0
+
+
+async def _answered(desk: HandoffDesk, chat_id: int, result: TurnResult) -> None:
+    """The answer was sent (not a handoff started instead): the first answer's time, and the quiet
+    period before the question starts (recorded before ``finish``: its failure does not lose them)."""
+    if desk.feedback is not None and not (result.handoff_reason is not None and desk.enabled):
+        await desk.feedback.answered(chat_id)
 
 
 def _drafts(bot: Bot, where: TurnPlace, settings: BotSettings) -> DraftStreamer | None:
@@ -211,6 +222,7 @@ async def render_turn(
     item_id: str,
     fence: Fence | None,
     links: LinkPolicy | None = None,
+    private: bool,
 ) -> None:
     """What the turn says, in Telegram: the session-lost notice, then the handoff started (the model
     handed the chat over) or the reply, and after it what an action waits for (the customer's button,
@@ -227,6 +239,7 @@ async def render_turn(
             say=say,
             item_id=item_id,
             fence=fence,
+            private=private,
         )
         return
     await send_reply(bot, chat_id, result.reply, before_each=fence.ensure_valid if fence else None, links=links)

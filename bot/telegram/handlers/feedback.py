@@ -40,7 +40,7 @@ async def on_press(
         if desk.enabled and await desk.open_record(chat_id) is None:
             reason = desk.ops("op_reason_feedback")
             await desk.start(bot, chat_id, user=callback.from_user, reason=reason, trigger="feedback", say=say,
-                             item_id=item_id, fence=fence)  # fmt: skip
+                             item_id=item_id, fence=fence, private=True)  # fmt: skip
         return
     rated = await feedback.rate(chat_id, press, item_id)
     if rated == "none":  # pressed before (or the conversation is gone): nothing new

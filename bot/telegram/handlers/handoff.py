@@ -78,6 +78,7 @@ async def on_operator(
         say=say,
         item_id=item_id_of(event_update.update_id),
         fence=fence,
+        private=message.chat.type == "private",
     )
 
 

@@ -1,9 +1,10 @@
 """ConversationLog in Redis. Per chat, one hash (the chat's slot): ``cur`` (the current conversation),
-``last`` (the customer's last message), ``due`` (when to ask; 0 = not scheduled), ``open`` (a handoff
-is open), ``ask`` ('' → asking → asked), ``private``, ``lang`` and ``c:<id>``, each conversation's
-record (JSON), expiring with the chat's other keys. Global, in one slot: the due schedule and the report's
-index. The chat's hash decides; the schedule only says where to look (a worker claims an entry by
-moving its score past a hold, so exactly one queues the question, and another does after a crash)."""
+``last`` (the customer's last message), ``msg`` (its update), ``due`` (when to ask; 0 = not scheduled),
+``open`` (a handoff is open; a new conversation clears it), ``ask`` ('' → asking → asked), ``private``,
+``lang`` and ``c:<id>``, each conversation's record (JSON; those older than the TTL pruned at a new
+conversation). Global, in one slot: the due schedule and the report's index. The chat's hash decides;
+the schedule only says where to look (a worker claims an entry by moving its score past a hold, so
+exactly one queues the question, and another does after a crash)."""
 
 from __future__ import annotations
 
@@ -28,34 +29,58 @@ local function save(id, record, ttl)
   redis.call('HSET', KEYS[1], 'c:' .. id, cjson.encode(record))
   if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) end
 end
-local function begin(private)
+local function begin(private, sent, ttl)
   local id = tostring(now)
-  redis.call('HSET', KEYS[1], 'cur', id, 'ask', '', 'due', 0, 'private', private, 'last', now)
+  redis.call('HSET', KEYS[1], 'cur', id, 'ask', '', 'due', 0, 'private', private, 'last', now, 'open', 0)
+  if ttl > 0 then -- the records older than the TTL go (the hash itself lives as long as the chat writes)
+    for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+      local at = tonumber(field:match('^c:(%d+)$') or '')
+      if at and at < now - ttl then redis.call('HDEL', KEYS[1], field) end
+    end
+  end
   local record = load(nil)
   record.private = tonumber(private)
+  if sent > 0 and sent < now then record.started = sent end -- the message's own date
   return id, record
 end
 """
 )
 
-# ARGV: gap ms, private (0/1), language, ttl ms → {started (0/1), conversation id, was scheduled (0/1)}.
+# ARGV: gap ms, private (0/1), language, ttl ms, sent ms (0: now), update ('': not known) → {started
+# (0/1), conversation id, was scheduled (0/1)}. The update counted already (a redelivery): nothing.
 _CUSTOMER = (
     _RECORD
     + """
 local id = redis.call('HGET', KEYS[1], 'cur')
+if id and ARGV[6] ~= '' and redis.call('HGET', KEYS[1], 'msg') == ARGV[6] then return {0, id, 0} end
 local last = tonumber(redis.call('HGET', KEYS[1], 'last') or '0')
 local started, record = 0, nil
 local scheduled = tonumber(redis.call('HGET', KEYS[1], 'due') or '0') > 0 and 1 or 0
 if not id or now - last >= tonumber(ARGV[1]) then
   started = 1
-  id, record = begin(ARGV[2])
+  id, record = begin(ARGV[2], tonumber(ARGV[5]), tonumber(ARGV[4]))
 else
   record = load(id)
 end
 record.messages = record.messages + 1
 save(id, record, tonumber(ARGV[4]))
-redis.call('HSET', KEYS[1], 'last', now, 'due', 0, 'lang', ARGV[3])
+redis.call('HSET', KEYS[1], 'last', now, 'due', 0, 'lang', ARGV[3], 'msg', ARGV[6])
 return {started, id, scheduled}
+"""
+)
+
+# ARGV: ttl ms, update → 1 if counted. A customer message relayed to the operators: the conversation
+# goes on (counted, its quiet gap starts again), nothing scheduled, never a new conversation.
+_RELAYED = (
+    _RECORD
+    + """
+local id = redis.call('HGET', KEYS[1], 'cur')
+if not id or (ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'msg') == ARGV[2]) then return 0 end
+local record = load(id)
+record.messages = record.messages + 1
+save(id, record, tonumber(ARGV[1]))
+redis.call('HSET', KEYS[1], 'last', now, 'msg', ARGV[2])
+return 1
 """
 )
 
@@ -68,7 +93,7 @@ if not id then return {-1, 0} end
 local record, first = load(id), -1
 if record.first == 0 then
   record.first = now
-  first = now - record.started
+  first = math.max(0, now - record.started)
   save(id, record, tonumber(ARGV[2]))
 end
 local h = redis.call('HMGET', KEYS[1], 'ask', 'open', 'private')
@@ -79,13 +104,13 @@ return {first, due}
 """
 )
 
-# ARGV: ttl ms → {first handoff of the conversation (0/1), conversation started (0/1), its id}.
+# ARGV: ttl ms, private (0/1) → {first handoff of the conversation (0/1), conversation started (0/1), its id}.
 _HANDOFF_OPENED = (
     _RECORD
     + """
 local id = redis.call('HGET', KEYS[1], 'cur')
 local record, started = nil, 0
-if id then record = load(id) else id, record = begin('1'); started = 1 end
+if id then record = load(id) else id, record = begin(ARGV[2], 0, tonumber(ARGV[1])); started = 1 end
 local first = record.handed == 0 and 1 or 0
 record.handed = 1
 save(id, record, tonumber(ARGV[1]))
@@ -126,7 +151,8 @@ return {DONE, h[1], h[6] or '', h[2] == 'asking' and 1 or 0}
 """
 )
 
-# KEYS: hash, lease. ARGV: token, conversation, ttl ms → DONE | NOTHING | FENCE_LOST.
+# KEYS: hash, lease. ARGV: token, conversation, ttl ms, sent (0/1) → DONE | NOTHING | FENCE_LOST. A
+# question Telegram refused is never tried again, and not recorded as asked.
 _ASKED = (
     _RECORD
     + LUA_FENCE
@@ -134,21 +160,25 @@ _ASKED = (
 if not nobody_else_holds(KEYS[2], ARGV[1]) then return FENCE_LOST end
 local h = redis.call('HMGET', KEYS[1], 'cur', 'ask')
 if h[1] ~= ARGV[2] or h[2] == 'asked' then return NOTHING end
-local record = load(ARGV[2])
-record.asked = now
-save(ARGV[2], record, tonumber(ARGV[3]))
+if ARGV[4] == '1' then
+  local record = load(ARGV[2])
+  record.asked = now
+  save(ARGV[2], record, tonumber(ARGV[3]))
+end
 redis.call('HSET', KEYS[1], 'ask', 'asked', 'due', 0)
 return DONE
 """
 )
 
-# ARGV: conversation, rating, item id, ttl ms → 'new' | 'again' | 'none'.
+# ARGV: conversation, rating, item id, ttl ms → 'new' | 'again' | 'none' (also: never asked, a forged press).
 _RATE = (
     _RECORD
     + """
 local raw = redis.call('HGET', KEYS[1], 'c:' .. ARGV[1])
 if not raw then return 'none' end
 local record = cjson.decode(raw)
+local h = redis.call('HMGET', KEYS[1], 'cur', 'ask')
+if record.asked == 0 and not (h[1] == ARGV[1] and h[2] == 'asking') then return 'none' end
 if record.rating ~= '' then return record.rated_by == ARGV[3] and 'again' or 'none' end
 record.rating = ARGV[2]
 record.rated_by = ARGV[3]
@@ -203,6 +233,7 @@ class RedisConversationLog:
             name: register(redis, source)
             for name, source in {
                 "customer": _CUSTOMER,
+                "relayed": _RELAYED,
                 "answered": _ANSWERED,
                 "opened": _HANDOFF_OPENED,
                 "closed": _HANDOFF_ENDED,
@@ -236,9 +267,11 @@ class RedisConversationLog:
         with redis_errors("cannot index a conversation"):
             await self._scripts["index"](keys=[self._keys.conversations], args=[f"{chat_id}:{conversation}", self._ttl])
 
-    async def customer_message(self, chat_id: int, *, private: bool, language: str, gap_seconds: float) -> Started:
+    async def customer_message(
+        self, chat_id: int, *, private: bool, language: str, gap_seconds: float, sent_ms: int = 0, item_id: str = ""
+    ) -> Started:
         started, conversation, scheduled = await self._chat(
-            "customer", chat_id, int(gap_seconds * 1000), int(private), language, self._ttl
+            "customer", chat_id, int(gap_seconds * 1000), int(private), language, self._ttl, sent_ms, item_id
         )
         conversation = int(conversation)
         if int(started):
@@ -247,14 +280,17 @@ class RedisConversationLog:
             await self._schedule(chat_id, 0)
         return Started(bool(int(started)), conversation)
 
+    async def relayed(self, chat_id: int, *, item_id: str = "") -> None:
+        await self._chat("relayed", chat_id, self._ttl, item_id)
+
     async def answered(self, chat_id: int, *, ask_after_seconds: float) -> float | None:
         first, due = await self._chat("answered", chat_id, int(ask_after_seconds * 1000), self._ttl)
         if int(due):
             await self._schedule(chat_id, int(due))
         return int(first) / 1000 if int(first) >= 0 else None
 
-    async def handoff_opened(self, chat_id: int) -> tuple[bool, bool]:
-        first, started, conversation = await self._chat("opened", chat_id, self._ttl)
+    async def handoff_opened(self, chat_id: int, *, private: bool) -> tuple[bool, bool]:
+        first, started, conversation = await self._chat("opened", chat_id, self._ttl, int(private))
         if int(started):
             await self._index(chat_id, int(conversation))
         await self._schedule(chat_id, 0)
@@ -292,8 +328,8 @@ class RedisConversationLog:
         language = result[2].decode() if isinstance(result[2], bytes) else str(result[2])
         return Ask(int(result[1]), language, again=bool(int(result[3])))
 
-    async def asked(self, chat_id: int, conversation: int, *, fence: Fence | None = None) -> bool:
-        result = await self._chat("asked", chat_id, token_of(fence), conversation, self._ttl, fenced=True)
+    async def asked(self, chat_id: int, conversation: int, *, fence: Fence | None = None, sent: bool = True) -> bool:
+        result = await self._chat("asked", chat_id, token_of(fence), conversation, self._ttl, int(sent), fenced=True)
         if int(result) != Status.DONE:
             return False
         await self._schedule(chat_id, 0)  # (once per conversation: nothing left to ask)

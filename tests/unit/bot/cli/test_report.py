@@ -48,7 +48,7 @@ async def conversation(
         clock.now = at + answer_after
         await log.answered(chat, ask_after_seconds=60)
     if handoff:
-        await log.handoff_opened(chat)
+        await log.handoff_opened(chat, private=private)
         clock.now += 120
         await log.handoff_ended(chat, ask=True)
     if asked or rating:
@@ -71,7 +71,7 @@ async def scripted() -> InMemoryConversationLog:
     await conversation(log, clock, 1, DEC_3 + DAY + 11 * hour, answer_after=10, asked=True)  # D: resolved
     await conversation(log, clock, 4, DEC_3 + DAY + 12 * hour)  # E: never answered
     clock.now = DEC_3 + DAY + 13 * hour
-    await log.handoff_opened(5)  # F: /operator first
+    await log.handoff_opened(5, private=True)  # F: /operator first
     await conversation(log, clock, -7, DEC_3 + DAY + 14 * hour, answer_after=3, private=False)  # G: resolved
     return log
 
@@ -97,12 +97,14 @@ async def test_the_figures_equal_the_hand_computed_ones(tmp_path: Path) -> None:
         "rated no                2 of 3 ratings (67 %)",
         "feedback response rate  3 of 4 questions asked (75 %)",
         "median 3.0 s, p90 10.0 s (of 5 conversations answered)",
-        "the 2 most asked, 3 time(s); 6 customer messages",
+        "customer messages       6 in the period\n",
+        "unanswered questions    the 2 most asked, kept over SESSION_TTL_SECONDS (a listing, not a share",
         "2\thow do i return a stand?",
         "2026-12-03\t3\t1\t1\t3\t1\t2\t2.0 s",
         "2026-12-04\t4\t2\t1\t1\t0\t0\t6.5 s",
     ):
         assert line in text, f"{line!r} not in:\n{text}"
+    assert "3 time(s); 6 customer messages" not in text, "all-time gap counts are not a share of the period"
     with Image.open(chart) as image:
         assert image.format == "PNG" and image.width >= 480
 

@@ -114,7 +114,8 @@ async def test_a_start_redone_after_a_crash_past_open_sets_the_deadline() -> Non
     h.track = track_fails_once  # type: ignore[method-assign]
     desk = desk_for(backend)
     bot = FakeBot()
-    start: dict[str, Any] = dict(user=None, reason="r", trigger="command", say=Texts("en"), item_id="u7", fence=None)
+    start: dict[str, Any] = dict(user=None, reason="r", trigger="command", say=Texts("en"), item_id="u7", fence=None,
+                             private=True)  # fmt: skip
     with contextlib.suppress(StoreUnavailableError):
         await desk.start(bot, CHAT, **start)  # type: ignore[arg-type]
     await desk.start(bot, CHAT, **start)  # type: ignore[arg-type]  # the redelivery
@@ -220,7 +221,8 @@ async def test_a_topic_of_the_previous_operator_group_is_never_reopened_in_the_n
     await h.bind_topic(old_group, old_topic, CHAT)
     desk = desk_for(backend)  # now GROUP
     bot = ReopeningBot()
-    start: dict[str, Any] = dict(user=None, reason="r", trigger="command", say=Texts("en"), item_id="u7", fence=None)
+    start: dict[str, Any] = dict(user=None, reason="r", trigger="command", say=Texts("en"), item_id="u7", fence=None,
+                             private=True)  # fmt: skip
     await desk.start(bot, CHAT, **start)  # type: ignore[arg-type]
     assert bot.reopened == [], "another customer's topic with that id may exist in the new group"
     record = await h.get(CHAT)

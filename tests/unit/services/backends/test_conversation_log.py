@@ -78,9 +78,9 @@ async def test_never_during_a_handoff_nor_in_groups_and_after_a_handoff_at_once(
     await log.answered(-100500, ask_after_seconds=SOON)
     await message(log)
     await log.answered(CHAT, ask_after_seconds=SOON)
-    assert await log.handoff_opened(CHAT) == (True, False)
-    assert await log.handoff_opened(CHAT) == (False, False), "handed off once per conversation"
-    assert await log.handoff_opened(99) == (True, True), "/operator first: a conversation starts"
+    assert await log.handoff_opened(CHAT, private=True) == (True, False)
+    assert await log.handoff_opened(CHAT, private=True) == (False, False), "handed off once per conversation"
+    assert await log.handoff_opened(99, private=True) == (True, True), "/operator first: a conversation starts"
     await log.answered(CHAT, ask_after_seconds=SOON)
     await asyncio.sleep(SOON * 2)
     assert await log.due() == [], "not while the handoff is open, never in a group"
@@ -167,3 +167,92 @@ async def test_asking_needs_the_chat_lease(backend: Backend) -> None:
     with pytest.raises(LeaseLostError):
         await log.begin_ask(CHAT, fence=Fence("me", valid_until=time.monotonic() + 30))
     assert await log.begin_ask(CHAT, fence=Fence("someone-else", valid_until=time.monotonic() + 30)) is not None
+
+
+async def test_a_handoff_end_that_was_not_recorded_does_not_silence_the_chat(log: ConversationLog) -> None:
+    """The handoff store ended it, then recording the end failed (or the worker died): a new
+    conversation (after the gap, or /new) clears the stale "handoff open"."""
+    await message(log)
+    await log.handoff_opened(CHAT, private=True)
+    await log.ended(CHAT)  # later: /new (its own handoff_ended could fail the same way)
+    await asyncio.sleep(0.03)
+    assert await message(log, gap=0.01), "a new conversation"
+    await log.answered(CHAT, ask_after_seconds=SOON)
+    assert [chat for chat, _ in await due_soon(log)] == [CHAT], "no handoff open: its question falls due"
+
+
+async def test_customer_messages_relayed_during_a_handoff_keep_the_conversation(log: ConversationLog) -> None:
+    gap = 0.2
+    await message(log, gap=gap)
+    await log.answered(CHAT, ask_after_seconds=3600)
+    await log.handoff_opened(CHAT, private=True)
+    for update in ("u2", "u3", "u3"):  # the customer keeps writing to the operator (u3 redelivered)
+        await asyncio.sleep(gap * 0.6)
+        await log.relayed(CHAT, item_id=update)
+    assert await log.due() == [], "nothing scheduled by a relayed message"
+    await log.handoff_ended(CHAT, ask=False)
+    assert not await message(log, gap=gap), "'thanks!' right after /close: the same conversation"
+    (record,) = await log.conversations(0)
+    assert record.messages == 4 and not record.resolved
+
+
+async def test_a_handoff_in_a_group_starts_a_group_conversation_never_asked(log: ConversationLog) -> None:
+    group = -1001234
+    assert await log.handoff_opened(group, private=False) == (True, True)  # "/operator" in the group
+    await log.handoff_ended(group, ask=True)  # the operator's /close
+    assert await log.begin_ask(group) is None and await log.due() == [], "never asked in a group"
+    (record,) = await log.conversations(0)
+    assert not record.private
+
+
+async def test_a_redelivered_update_is_counted_once(log: ConversationLog) -> None:
+    for update in ("u1", "u1", "u2"):
+        await log.customer_message(CHAT, private=True, language="en", gap_seconds=3600, item_id=update)
+    (record,) = await log.conversations(0)
+    assert record.messages == 2
+
+
+async def test_a_conversation_starts_when_its_first_message_was_sent(log: ConversationLog) -> None:
+    sent_ms = int(time.time() * 1000) - 5000  # the update waited 5 s in the queue
+    await log.customer_message(CHAT, private=True, language="en", gap_seconds=3600, sent_ms=sent_ms)
+    first = await log.answered(CHAT, ask_after_seconds=0)
+    (record,) = await log.conversations(0)
+    assert record.started_ms == sent_ms and first is not None and first >= 5
+
+
+async def test_a_refused_question_is_never_retried_nor_counted_as_asked(log: ConversationLog) -> None:
+    await message(log)
+    await log.answered(CHAT, ask_after_seconds=SOON)
+    await due_soon(log)
+    ask = await log.begin_ask(CHAT)
+    assert ask is not None and await log.asked(CHAT, ask.conversation, sent=False)
+    assert await log.begin_ask(CHAT) is None and await log.due() == [], "never tried again"
+    assert Figures.of(await log.conversations(0)).asked == 0
+    assert await log.rate(CHAT, ask.conversation, "no", item_id="u9") == "none", "no question, no rating"
+
+
+async def test_a_press_on_a_question_never_asked_is_not_a_rating(log: ConversationLog) -> None:
+    await message(log)
+    await log.answered(CHAT, ask_after_seconds=3600)
+    (record,) = await log.conversations(0)
+    assert await log.rate(CHAT, record.started_ms, "no", item_id="forged") == "none"
+    assert Figures.of(await log.conversations(0)).rated_no == 0
+
+
+async def test_redis_prunes_an_active_chats_records_past_the_ttl() -> None:
+    """The chat's hash lives as long as it is written; its records older than the TTL go, as in memory."""
+    import fakeredis
+
+    from services.backends.memory.quality import InMemoryConversationLog
+    from services.backends.redis.quality import RedisConversationLog
+    from tests.conftest import TEST_KEYS
+
+    client = fakeredis.FakeAsyncRedis()
+    redis_log = RedisConversationLog(redis=client, keys=TEST_KEYS, ttl_seconds=0.3)  # type: ignore[arg-type]
+    memory_log = InMemoryConversationLog(ttl_seconds=0.3)  # type: ignore[arg-type]
+    for _ in range(8):  # a conversation every 0.1 s (gap 0.05 s), the hash written each time
+        for each in (redis_log, memory_log):
+            await each.customer_message(CHAT, private=True, language="en", gap_seconds=0.05)
+        await asyncio.sleep(0.1)
+    fields = [f for f in await client.hkeys(TEST_KEYS.chat(CHAT).quality) if f.startswith(b"c:")]
+    assert len(fields) <= len(memory_log._chats[CHAT].records) + 1 <= 5, f"redis keeps {len(fields)} records"

@@ -142,3 +142,33 @@ async def test_an_unreachable_store_keeps_the_entries_in_use(
     assert "learned FAQ entries are unavailable" in caplog.text
     found = (await library.current().search(KnowledgeQuery("do you sell gift cards?"), limit=3)).passages
     assert found and found[0].passage.source == FAQ_SOURCE
+
+
+async def test_a_removed_entry_goes_while_the_folder_has_a_fault(tmp_path: Path, counter: TokenCounter) -> None:
+    """/faq remove takes a wrong answer back even while KNOWLEDGE_DIR is empty (unmounted): the last good
+    documents stay, the learned entries are indexed again with them."""
+    folder = tmp_path / "kb"
+    folder.mkdir()
+    document = folder / "returns.md"
+    document.write_text("# Returns\n\nRefunds are paid to the original card within 14 days.\n")
+    os.utime(document, (1_700_000_000, 1_700_000_000))
+    faq = InMemoryLearnedFaq()
+    library = KnowledgeLibrary(
+        root=folder, counter=counter, passage_tokens=220, max_file_bytes=1 << 20, min_score=0.1,
+        refresh_seconds=60, learned=faq,
+    )  # fmt: skip
+    library.load()
+    question = KnowledgeQuery("можно ли оплатить картой мир?")
+    wrong = await faq.add(("Можно ли оплатить картой Мир?",), "Нет, только наличными.", author="Olga")
+    assert await library.refresh()
+    assert (await library.current().search(question, limit=3)).matched
+    document.unlink()  # the volume is unmounted: the folder is empty (a fault; the last index stays)
+    assert not await library.refresh(), "the fault alone rebuilds nothing"
+    await faq.remove(wrong.id)
+    assert await library.refresh()
+    assert not (await library.current().search(question, limit=3)).matched, "the removed entry is still cited"
+    refund = (await library.current().search(KnowledgeQuery("when are refunds paid?"), limit=3)).passages
+    assert refund and refund[0].passage.document == "returns.md", "the last good documents stay"
+    added = await faq.add(("Do you sell gift cards?",), "Yes, from 10 to 500 EUR.", author="Olga")
+    assert await library.refresh() and added.id
+    assert (await library.current().search(KnowledgeQuery("do you sell gift cards?"), limit=3)).matched
