@@ -31,8 +31,6 @@ OPEN = ("pending", "processing")
 """The statuses in which an order can still be cancelled or sent elsewhere."""
 ADDRESS_FIELDS = ("address1", "city", "zip", "country")
 
-BODY = web.RequestKey("body", object)
-"""The request's JSON body as the middleware read it (None: none; a str: not JSON)."""
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -158,13 +156,7 @@ class ShopApi:
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        body: Any = None
-        if request.can_read_body:
-            raw = await request.read()
-            try:
-                body = json.loads(raw) if raw else None
-            except ValueError:
-                body = raw.decode(errors="replace")
+        body = await body_of(request)
         authorization = request.headers.get("Authorization")
         auth: Literal["ok", "missing", "wrong"] = (
             "missing" if authorization is None else "ok" if authorization == f"Bearer {self.token}" else "wrong"
@@ -179,7 +171,6 @@ class ShopApi:
             dict(request.headers),
         )
         self.log.append(entry)
-        request[BODY] = body
         response = await self._answer(request, handler, entry)
         entry.status = response.status
         return response
@@ -272,7 +263,8 @@ class ShopApi:
             self.replayed[key] += 1
             status, payload = self._recorded[key]
             return web.json_response(payload, status=status, headers={"Idempotent-Replayed": "true"})
-        body = request[BODY] if isinstance(request[BODY], dict) else {}
+        read = await body_of(request)  # aiohttp keeps the bytes the middleware read
+        body = read if isinstance(read, dict) else {}
         found = self._own_order(request, body)
         if isinstance(found, web.Response):
             return found
@@ -303,6 +295,15 @@ def cancel(order: dict[str, Any], body: dict[str, Any]) -> str | None:
     order["status"] = "cancelled"
     order["refund"] = {"amount": order["total"], "reason": str(body.get("reason") or "not given")[:200]}
     return None
+
+
+async def body_of(request: web.Request) -> Any:
+    """The request's JSON body (None: none; a str: not JSON)."""
+    raw = await request.read()  # b"" without a body; the same bytes again on a second read
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return raw.decode(errors="replace")
 
 
 def change_address(order: dict[str, Any], body: dict[str, Any]) -> str | None:
