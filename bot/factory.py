@@ -266,6 +266,7 @@ def build_engine(
         ledger=backend.actions if actions is not None else None,
         actions_max_calls=settings.actions.actions_max_calls_per_turn,
         actions_confirm_seconds=settings.actions.actions_confirm_seconds,
+        actions_approval_seconds=settings.actions.actions_approval_seconds,
     )
 
 
