@@ -28,7 +28,8 @@ from services.ports.chat_model import ChatModel
 log = logging.getLogger(__name__)
 
 TOOL_ROOM_TOKENS = 2000
-"""Held back in the window for a turn's tool calls and results (besides the tools block)."""
+"""Held back in the window for a turn's tool calls and results (besides the tools block), a decision's
+call and result told by the turn (decisions.told: within ARGUMENTS_ROOM and RESULT_ROOM) among them."""
 
 
 def refused(note: str) -> ActionOutcome:

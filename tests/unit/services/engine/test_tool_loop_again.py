@@ -2,10 +2,12 @@
 stub OpenAI server and the in-process ledger: a redelivered turn asking about something else is not
 given the first answer, a decision stored before a crash is the call's own, a model calling tools
 after ``tool_choice: none`` still gets the customer an answer (and the buttons), approvals wait
-ACTIONS_APPROVAL_SECONDS, and call ids made up by the server are unique in the turn."""
+ACTIONS_APPROVAL_SECONDS, call ids made up by the server are unique in the turn, and a decision's
+turn with long arguments stays within CHAT_INPUT_TOKEN_BUDGET."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 from typing import Any
 
@@ -13,10 +15,10 @@ import pytest
 
 from services.backends.memory import InMemoryBackend
 from services.core.records import Completion, ToolCall
-from services.core.tokens import TokenCounter
+from services.core.tokens import TokenCounter, count_calls, count_tools
 from services.llm.client import LLMClient
 from tests.stubs.openai_server import StubOpenAI, tool_calls_reply, tool_messages
-from tests.unit.services.engine.action_fakes import FakeActions
+from tests.unit.services.engine.action_fakes import TOOLS, FakeActions, FakeTool
 from tests.unit.services.engine.test_tool_loop import ALICE, Clock, call, service_for
 
 
@@ -182,3 +184,51 @@ async def test_call_ids_the_client_made_up_are_unique_in_the_turn(
     asked = [c["id"] for m in last for c in m.get("tool_calls") or ()]
     answered = [m["tool_call_id"] for m in last if m.get("role") == "tool"]
     assert len(asked) == 2 and len(set(asked)) == 2 and answered == asked
+
+
+async def test_a_carried_out_decision_with_long_arguments_stays_within_the_budget(
+    stub_llm: StubOpenAI, llm: LLMClient, counter: TokenCounter
+) -> None:
+    note = {"type": "string", "pattern": "^[\\s\\S]*$", "maxLength": 4096}
+    complain = FakeTool("complain", "File a complaint", "write", {"text": note}, "File this complaint?")
+    backend, actions = InMemoryBackend(), FakeActions(tools=(*TOOLS, complain))
+    clock, budget = Clock(), 4000
+    service = service_for(llm, counter, backend, actions, budget=budget, clock=clock)
+    rng = random.Random(1)
+    chars = "的一是不了人我在有他这为之大来以个中上们到说国和地也子时道出而要于就下得可你年生"
+    text = "".join(rng.choice(chars) for _ in range(2600))
+    assert len(text.encode()) < 8192
+    stub_llm.chat_replies.extend([tool_calls_reply(call("complain", text=text)), "Press Confirm."])
+    pending = (await service.begin(1, "file a complaint", turn_id="u1", customer=ALICE)).result.pending
+    assert pending is not None
+    for n in range(3):  # the customer keeps talking: the history fills its share of the window
+        stub_llm.chat_replies.append("Noted. " + "please wait " * 150)
+        turn = await service.begin(1, f"while I wait {n} " + "details " * 400, turn_id=f"m{n}", customer=ALICE)
+        await service.finish(turn)
+    await backend.actions.decide(1, pending.action_id, "confirmed", now=clock.now + 5)
+    stub_llm.chat_replies.append("Filed.")
+    before = len(stub_llm.chat_requests)
+    carried = await service.carry_out(1, pending.action_id, turn_id="cb1", customer=ALICE)
+    assert carried is not None and carried.result.reply == "Filed."
+    assert [(r.tool, r.arguments["text"]) for r in actions.shop.requests] == [("complain", text)]
+    for request in stub_llm.chat_requests[before:]:
+        total = count_tools(counter, request.get("tools") or []) + 3
+        for m in request["messages"]:
+            total += counter.count_message(m["role"], m.get("content") or "")
+            calls = ((c["id"], c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls") or ())
+            total += count_calls(counter, calls) + counter.count_text(m.get("tool_call_id") or "")
+        assert total <= budget, f"the carry-out turn's prompt is {total} tokens, over CHAT_INPUT_TOKEN_BUDGET={budget}"
+
+
+def test_a_decision_told_fits_the_room_held_for_a_turns_tool_messages(counter: TokenCounter) -> None:
+    from services.core.actions import ActionOutcome, PendingAction
+    from services.engine.decisions import ARGUMENTS_ROOM, RESULT_ROOM, Decisions
+    from services.engine.tool_loop import TOOL_ROOM_TOKENS
+
+    arguments = {"text": "的一是不了人我在有他" * 400}
+    pending = PendingAction("a" * 32, 1, "complain", "write", arguments, "File it?", "a" * 32, 0.0, 600.0, ALICE)
+    outcome = ActionOutcome("ok", "filed", {"echo": "x " * 5000}, 200)
+    decisions = Decisions(actions=FakeActions(), ledger=InMemoryBackend().actions, counter=counter)
+    asked, result = decisions.told(pending, outcome)
+    assert asked.tokens <= ARGUMENTS_ROOM and result.tokens <= RESULT_ROOM
+    assert asked.tokens + result.tokens < TOOL_ROOM_TOKENS
