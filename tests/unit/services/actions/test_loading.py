@@ -81,6 +81,14 @@ MISTAKES: dict[str, tuple[Edit, str]] = {
         lambda raw: tool(raw, "cancel_order")["json"].update(customer_id="{order_id}"),
         "tool cancel_order: json.customer_id: names the customer: fill it with {customer.telegram_id}",
     ),
+    "identity body field nested under a customer key": (
+        lambda raw: tool(raw, "cancel_order")["json"].update(customer={"id": "{order_id}"}),
+        "tool cancel_order: json.customer.id: names the customer: fill it with {customer.telegram_id}",
+    ),
+    "identity body list under a customer key": (
+        lambda raw: tool(raw, "cancel_order")["json"].update(customer=[{"ref": "x {reason}"}]),
+        "tool cancel_order: json.customer.0.ref: names the customer",
+    ),
     "identity header from an argument": (
         lambda raw: tool(raw)["headers"].update({"X-Customer-Telegram-Id": "{order_id}"}),
         "tool order_status: headers.X-Customer-Telegram-Id: names the customer",
