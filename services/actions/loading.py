@@ -264,11 +264,13 @@ def load_catalog(
     operator_chat_configured: bool,
     timeout: float,
     max_bytes: int,
+    audit_key: bytes | None = None,
 ) -> Catalog:
     """ACTIONS_FILE as a Catalog; ActionsFileError listing every mistake. ``variables``: the values
-    of its ``${NAME}`` secrets (None: read as settings are, from the environment and .env)."""
+    of its ``${NAME}`` secrets (None: read as settings are, from the environment and .env);
+    ``audit_key``: the key of the audit line's argument digests (catalog.audit_key)."""
     raw = read_file(Path(path))
     if variables is None:
         variables = read_variables(variable_names(raw))
     tools, hosts = load_tools(raw, variables=variables, operator_chat_configured=operator_chat_configured)
-    return Catalog(tools, hosts, lambda: http_sender(hosts, timeout=timeout, max_bytes=max_bytes))
+    return Catalog(tools, hosts, lambda: http_sender(hosts, timeout=timeout, max_bytes=max_bytes), audit_key=audit_key)
