@@ -170,6 +170,7 @@ async def _actions(args: argparse.Namespace, settings: Settings) -> int:
         log.error("actions: ACTIONS_FILE is not set (the YAML file of the tools; docs/actions.md), and no PATH given")
         return 2
     from bot.cli import actions  # YAML, RE2 and JSON Schema: only for this command
+    from services.actions.catalog import audit_key
     from services.core.actions import Customer
 
     catalog = actions.open_catalog(
@@ -177,6 +178,7 @@ async def _actions(args: argparse.Namespace, settings: Settings) -> int:
         operator_chat_configured=settings.bot.handoff_enabled,
         timeout=settings.actions.actions_timeout_seconds,
         max_bytes=settings.actions.actions_max_response_bytes,
+        audit_key=audit_key(settings.bot.bot_token.get_secret_value()),  # the bot's own audit digests
     )
     if catalog is None:
         return 2

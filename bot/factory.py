@@ -173,6 +173,7 @@ def build_actions_catalog(settings: Settings) -> Catalog | None:
     options = settings.actions
     if not options.actions_file:
         return None
+    from services.actions.catalog import audit_key
     from services.actions.loading import ActionsFileError, load_catalog
 
     try:
@@ -181,6 +182,7 @@ def build_actions_catalog(settings: Settings) -> Catalog | None:
             operator_chat_configured=settings.bot.handoff_enabled,
             timeout=options.actions_timeout_seconds,
             max_bytes=options.actions_max_response_bytes,
+            audit_key=audit_key(settings.bot.bot_token.get_secret_value()),
         )
     except ActionsFileError as exc:
         what = "\n".join(exc.lines)
@@ -268,6 +270,7 @@ def build_engine(
         ledger=backend.actions if actions is not None else None,
         actions_max_calls=settings.actions.actions_max_calls_per_turn,
         actions_confirm_seconds=settings.actions.actions_confirm_seconds,
+        actions_approval_seconds=settings.actions.actions_approval_seconds,
     )
 
 

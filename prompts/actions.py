@@ -26,6 +26,10 @@ NEEDS_CONTACT = (
     "Not done: this needs the customer's phone number. A button to share it was shown; ask them to press "
     "it, then the request can be made."
 )
+ASKED_OTHER = (
+    'Refused: this message already asked for a decision with other arguments ("{prompt}"); it still waits. '
+    "Ask the customer to decide on it first."
+)
 ONE_PENDING = 'Refused: another action waits for a decision ("{prompt}"). Ask the customer to decide on it first.'
 TOO_MANY = "Refused: the limit of tool calls for this message is reached. Answer with what you have."
 NO_ROOM = "Refused: no room left in this conversation's prompt for another result. Answer with what you have."
@@ -33,6 +37,10 @@ UNKNOWN_TOOL = "Refused: there is no tool named {tool}."
 DECLINED = "Not done: the customer pressed Cancel."
 REJECTED = "Not done: an operator rejected it."
 EXPIRED = "Not done: nobody decided within {minutes} minutes, so it was dropped."
+
+NO_ANSWER = "I could not finish that. Please ask again in other words."
+"""The reply when the model, made to answer in text after its tool calls, still only called tools (some
+servers ignore ``tool_choice: none``) and no decision waits and no handoff is offered."""
 
 EVENTS = {
     "confirmed": "[The customer pressed Confirm under: {prompt}]",

@@ -22,13 +22,23 @@ from services.core.actions import Customer, idempotency_key
 
 
 def open_catalog(
-    path: str, *, operator_chat_configured: bool, timeout: float, max_bytes: int, err: TextIO | None = None
+    path: str,
+    *,
+    operator_chat_configured: bool,
+    timeout: float,
+    max_bytes: int,
+    audit_key: bytes | None = None,
+    err: TextIO | None = None,
 ) -> Catalog | None:
     """The catalog, or None after writing every mistake to ``err`` (stderr)."""
     err = err or sys.stderr
     try:
         return load_catalog(
-            path, operator_chat_configured=operator_chat_configured, timeout=timeout, max_bytes=max_bytes
+            path,
+            operator_chat_configured=operator_chat_configured,
+            timeout=timeout,
+            max_bytes=max_bytes,
+            audit_key=audit_key,
         )
     except ActionsFileError as exc:
         for line in exc.lines:

@@ -1,15 +1,17 @@
 """``Catalog``: the operator's tools (ports.ActionTools), loaded once. It gives the model its schemas,
 checks a call, renders it and sends it through the sender (ActionHttp), and turns what came back
 into an ActionOutcome; it never raises for a failure of the operator's API. One audit line per call
-(logger ``services.actions.audit``): the tool, a digest of the arguments, the outcome, the status,
-the time and the idempotency key, never an argument's or a secret's value."""
+(logger ``services.actions.audit``): the tool, a keyed digest of the arguments, the outcome, the
+status, the time and the idempotency key, never an argument's or a secret's value."""
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import hmac
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -33,16 +35,32 @@ class Sender(Protocol):
     async def close(self) -> None: ...
 
 
-def digest(arguments: Mapping[str, Any]) -> str:
-    """12 hex characters of the sha256 of the canonical arguments JSON: which call, not what it said."""
+def digest(arguments: Mapping[str, Any], key: bytes) -> str:
+    """12 hex characters of the HMAC-SHA256 of the canonical arguments JSON: which call, not what it
+    said. Keyed: an order number (a few digits) cannot be found by hashing every candidate."""
     canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+    return hmac.new(key, canonical.encode(), hashlib.sha256).hexdigest()[:12]
+
+
+def audit_key(secret: str) -> bytes | None:
+    """The audit digests' key, derived from a secret the deployment already has (the bot token: the same
+    in every worker, never in a log); None for an empty one (the Catalog then makes a key per process)."""
+    return hashlib.sha256(b"actions-audit\0" + secret.encode()).digest() if secret else None
 
 
 class Catalog:
     """The tools of one ACTIONS_FILE, in the file's order (``services.ports.actions.ActionTools``)."""
 
-    def __init__(self, tools: Sequence[CompiledTool], hosts: Sequence[HostRule], sender: Callable[[], Sender]) -> None:
+    def __init__(
+        self,
+        tools: Sequence[CompiledTool],
+        hosts: Sequence[HostRule],
+        sender: Callable[[], Sender],
+        *,
+        audit_key: bytes | None = None,
+    ) -> None:
+        self._audit_key = audit_key or os.urandom(32)
+        """The key of the audit line's argument digests (``audit_key``); random: comparable in this process only."""
         self._tools = {tool.name: tool for tool in tools}
         self.hosts = tuple(hosts)
         self._schemas = [tool.schema for tool in tools]
@@ -133,7 +151,7 @@ class Catalog:
         audit.info(
             "action tool=%s args=%s outcome=%s status=%s ms=%d key=%s",
             tool[:64],
-            digest(arguments),
+            digest(arguments, self._audit_key),
             outcome.kind,
             outcome.status if outcome.status is not None else "-",
             round(seconds * 1000),

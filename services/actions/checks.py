@@ -142,27 +142,33 @@ def body_key_problems(value: Any, path: str = "json") -> Iterator[Problem]:
 _IDENTITY_WORDS = ("customer", "telegram", "userid", "chatid", "phone", "email")
 
 
-def _slots(tool: ToolSpec) -> Iterator[tuple[str, str, Any]]:
-    """(field, key, value) of every named place a value goes: query, headers, the body's keys."""
-    yield from ((f"query.{key}", key, value) for key, value in tool.query.items())
-    yield from ((f"headers.{key}", key, value) for key, value in tool.headers.items())
-    stack: list[tuple[str, Any]] = [("json", tool.body)]
+def _slots(tool: ToolSpec) -> Iterator[tuple[str, tuple[str, ...], Any]]:
+    """(field, the names on its path, value) of every value the request names: query, headers, and
+    each value of the body with every key above it (``json.customer.id``: customer, id)."""
+    yield from ((f"query.{key}", (key,), value) for key, value in tool.query.items())
+    yield from ((f"headers.{key}", (key,), value) for key, value in tool.headers.items())
+    stack: list[tuple[str, tuple[str, ...], Any]] = [("json", (), tool.body)]
     while stack:
-        path, value = stack.pop()
+        path, names, value = stack.pop()
         if isinstance(value, Mapping):
-            for key, item in value.items():
-                yield f"{path}.{key}", str(key), item
-                stack.append((f"{path}.{key}", item))
+            stack.extend((f"{path}.{key}", (*names, str(key)), item) for key, item in value.items())
         elif isinstance(value, list):
-            stack.extend((f"{path}.{index}", item) for index, item in enumerate(value))
+            stack.extend((f"{path}.{index}", names, item) for index, item in enumerate(value))
+        else:
+            yield path, names, value
+
+
+def _names_identity(name: str) -> bool:
+    plain = name.lower().replace("_", "").replace("-", "")
+    return is_identity_name(name) or any(word in plain for word in _IDENTITY_WORDS)
 
 
 def identity_slot_problems(tool: ToolSpec) -> Iterator[Problem]:
-    """A place named like the customer's identity (``customer_id``, ``X-Customer-Telegram-Id``...) is
-    filled by the bot: a model argument there would let the model choose whose data is read."""
-    for field, key, value in _slots(tool):
-        plain = key.lower().replace("_", "").replace("-", "")
-        if not isinstance(value, str) or not (is_identity_name(key) or any(w in plain for w in _IDENTITY_WORDS)):
+    """A place named like the customer's identity (``customer_id``, ``X-Customer-Telegram-Id``, any
+    key of the body under ``customer``...) is filled by the bot: a model argument there would let the
+    model choose whose data is read."""
+    for field, names, value in _slots(tool):
+        if not isinstance(value, str) or not any(_names_identity(name) for name in names):
             continue
         try:
             found = list(placeholders(parse(value)))

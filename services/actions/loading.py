@@ -24,6 +24,9 @@ from services.actions.spec import TOP_KEYS, HostSpec, ToolSpec, tool_name_proble
 from services.actions.targets import UrlTemplate, host_rule, url_template
 
 MAX_FILE_BYTES = 256 * 1024
+MAX_NESTING = 32
+"""Levels of mappings and lists the file may nest (a json body template's included): the checks and
+the rendering walk them, and no real tool needs more."""
 _HOSTS = TypeAdapter(list[HostSpec])
 _TYPE_NAMES = {"bool", "int", "float", "str"}
 
@@ -68,14 +71,31 @@ def read_file(path: Path) -> Any:
     if len(raw) > MAX_FILE_BYTES:
         raise ActionsFileError([f"file: {path} is over {MAX_FILE_BYTES // 1024} kB: split out what is not a tool"])
     try:
-        return yaml.load(raw.decode("utf-8"), Loader=_Loader)
+        loaded = yaml.load(raw.decode("utf-8"), Loader=_Loader)
     except UnicodeDecodeError:
         raise ActionsFileError([f"file: {path} is not UTF-8 text"]) from None
+    except RecursionError:  # the YAML reader recurses per level: some hundreds of [ or { exhaust it
+        raise ActionsFileError([f"file: {path} is nested too deeply (at most {MAX_NESTING} levels)"]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or "cannot be read"
         raise ActionsFileError([f"file: {path} is not valid YAML: {where}{problem}"]) from None
+    if _nesting_over(loaded, MAX_NESTING):
+        raise ActionsFileError([f"file: {path} is nested too deeply (at most {MAX_NESTING} levels)"])
+    return loaded
+
+
+def _nesting_over(raw: Any, limit: int) -> bool:
+    """Whether mappings and lists nest more than ``limit`` levels (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(raw, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > limit:
+                return True
+            stack.extend((item, depth + 1) for item in (value.values() if isinstance(value, dict) else value))
+    return False
 
 
 def _field(loc: tuple[int | str, ...]) -> str:
@@ -244,11 +264,13 @@ def load_catalog(
     operator_chat_configured: bool,
     timeout: float,
     max_bytes: int,
+    audit_key: bytes | None = None,
 ) -> Catalog:
     """ACTIONS_FILE as a Catalog; ActionsFileError listing every mistake. ``variables``: the values
-    of its ``${NAME}`` secrets (None: read as settings are, from the environment and .env)."""
+    of its ``${NAME}`` secrets (None: read as settings are, from the environment and .env);
+    ``audit_key``: the key of the audit line's argument digests (catalog.audit_key)."""
     raw = read_file(Path(path))
     if variables is None:
         variables = read_variables(variable_names(raw))
     tools, hosts = load_tools(raw, variables=variables, operator_chat_configured=operator_chat_configured)
-    return Catalog(tools, hosts, lambda: http_sender(hosts, timeout=timeout, max_bytes=max_bytes))
+    return Catalog(tools, hosts, lambda: http_sender(hosts, timeout=timeout, max_bytes=max_bytes), audit_key=audit_key)

@@ -49,6 +49,8 @@ _V4 = _table(
     ("224.0.0.0/4", "multicast"),
     ("240.0.0.0/4", "reserved"),
 )
+_NAT64_LOCAL = "a local-use NAT64 address (64:ff9b:1::/48), whose IPv4 address cannot be told"
+"""RFC 8215: the IPv4 address sits where the local prefix length puts it (not known here): refused."""
 _V6 = _table(
     ("::/128", "unspecified"),
     ("::1/128", "loopback"),
@@ -60,10 +62,12 @@ _V6 = _table(
     ("fe80::/10", "link-local"),
     ("fec0::/10", "site-local"),
     ("ff00::/8", "multicast"),
+    ("64:ff9b:1::/48", _NAT64_LOCAL),
 )
-_NAT64 = _table(("64:ff9b::/96", "NAT64"), ("64:ff9b:1::/48", "NAT64"))
+_NAT64 = _table(("64:ff9b::/96", "NAT64"))
+"""The well-known NAT64 prefix: the IPv4 address is the low 32 bits (RFC 6052)."""
 _COMPATIBLE = ipaddress.ip_network("::/96")
-_NEVER_LABELS = {"unspecified", "multicast", "reserved"}
+_NEVER_LABELS = {"unspecified", "multicast", "reserved", _NAT64_LOCAL}
 _METADATA = frozenset(
     ipaddress.ip_address(text)
     for text in (

@@ -7,6 +7,7 @@ values (read at load) in headers only, named in ``secret_headers``; Idempotency-
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,13 @@ from services.actions.targets import DEFAULT_PORTS, UrlTemplate
 from services.core.actions import Customer
 
 CONFIRM_MAX = 1000
+SHOWN_VALUE_MAX = 200
+"""Characters of one argument shown in the text a person decides on (longer: cut, with …)."""
+_BREAKS = frozenset({"Cc", "Zl", "Zp"})
+"""Line breaks, tabs and other controls: a space in the decision text (no fake line can be made)."""
+_HIDDEN = frozenset({"Cf", "Co", "Cs", "Cn"})
+"""Invisible format characters (bidi overrides such as U+202E, zero-width ones), private, unassigned: removed."""
+_PLAIN = frozenset("._-:/@+,")
 
 
 class RenderRefused(Exception):
@@ -157,6 +165,19 @@ def confirm_text(tool: CompiledTool, args: Mapping[str, Any]) -> str:
     """The text a person decides on: the tool's ``confirm`` filled with the arguments, or for an
     approval tool without one, its name and arguments."""
     if tool.confirm is not None:
-        return fill(tool.confirm, lambda found: text_of(args.get(found.name, "")))
-    shown = ", ".join(f"{key}={text_of(value)}" for key, value in args.items())
+        return fill(tool.confirm, lambda found: shown_value(args.get(found.name, "")))
+    shown = ", ".join(f"{key}={shown_value(value)}" for key, value in args.items())
     return (f"Run {tool.name}" + (f" with {shown}" if shown else ""))[:CONFIRM_MAX] + "?"
+
+
+def shown_value(value: Any) -> str:
+    """An argument the model wrote as the decision text shows it: on one line (whitespace collapsed,
+    controls, bidi overrides and other invisible characters gone), at most SHOWN_VALUE_MAX characters,
+    and quoted unless it is a plain token (``5521``, ``12.5``, ``a@b.example``)."""
+    kept = (" " if unicodedata.category(ch) in _BREAKS else ch for ch in text_of(value))
+    text = " ".join("".join(ch for ch in kept if unicodedata.category(ch) not in _HIDDEN).split())
+    if len(text) > SHOWN_VALUE_MAX:
+        text = text[:SHOWN_VALUE_MAX].rstrip() + "…"
+    if text and all(ch.isalnum() or ch in _PLAIN for ch in text):
+        return text
+    return json.dumps(text, ensure_ascii=False)

@@ -27,7 +27,12 @@ class ActionsSettings(BaseSettings):
     actions_confirm_seconds: float = Field(
         default=600.0,
         gt=0,
-        description="a write waits this long for the customer's confirm button (an approval for the operator's); "
+        description="a write waits this long for the customer's confirm button; then it is dropped and the model told",
+    )
+    actions_approval_seconds: float = Field(
+        default=86400.0,
+        gt=0,
+        description="an approval tool's call waits this long for an operator's Approve / Reject; "
         "then it is dropped and the model told",
     )
     actions_timeout_seconds: float = Field(

@@ -5,6 +5,8 @@ operator's approval. The engine, the backends, the Telegram edge and the action 
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -19,7 +21,7 @@ OutcomeKind = Literal[
     "pending_approval",  # waiting for an operator's decision
     "needs_contact",  # the tool needs {customer.phone}: the share-contact button is shown
     "declined",  # the customer pressed cancel, or an operator rejected it
-    "expired",  # no button pressed within ACTIONS_CONFIRM_SECONDS
+    "expired",  # no button pressed within ACTIONS_CONFIRM_SECONDS (an approval: ACTIONS_APPROVAL_SECONDS)
 ]
 
 PendingState = Literal["pending", "confirmed", "approved", "declined", "expired", "done"]
@@ -97,3 +99,10 @@ def idempotency_key(chat_id: int, turn_id: str, call_index: int, tool: str) -> s
     its arguments on a retry; the key must not change)."""
     raw = f"{chat_id}:{turn_id}:{call_index}:{tool}".encode()
     return hashlib.sha256(raw).hexdigest()[:32]
+
+
+def arguments_digest(arguments: Mapping[str, Any]) -> str:
+    """The digest of a call's checked arguments (the same arguments, the same digest, whatever their
+    order): what tells a redelivered turn's call from one asking about something else."""
+    raw = json.dumps(arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(raw.encode()).hexdigest()[:24]

@@ -212,6 +212,7 @@ def build_actions(
     budget: int,
     max_calls: int,
     confirm_seconds: float,
+    approval_seconds: float = 86400,
 ) -> tuple[ToolLoop, Decisions]:
     """The tool loop step and the decisions of ``actions`` (ACTIONS_FILE), on the backend's ledger."""
     if ledger is None:
@@ -224,6 +225,7 @@ def build_actions(
         budget=budget,
         max_calls=max_calls,
         confirm_seconds=confirm_seconds,
+        approval_seconds=approval_seconds,
     )
     return loop, Decisions(actions=actions, ledger=ledger, counter=counter)
 
@@ -249,14 +251,15 @@ def build_chat_service(
     ledger: ActionLedger | None = None,
     actions_max_calls: int = 4,
     actions_confirm_seconds: float = 600,
+    actions_approval_seconds: float = 86400,
 ) -> ChatService:
     """A ChatService from settings (``after_answer``: ChatService's); ConfigurationError for an unusable
     budget. ``actions`` (ACTIONS_FILE) with the backend's ``ledger``: the tool loop after the answer,
-    at most ``actions_max_calls`` calls a turn, decisions pending ``actions_confirm_seconds``."""
+    with the ``actions_*`` settings (calls a turn, how long a confirmation and an approval wait)."""
     counter = counter or TokenCounter.for_encoding(memory.tokenizer_encoding)
     loop, decisions = build_actions(
         actions, ledger, llm=llm, counter=counter, budget=memory.chat_input_token_budget,
-        max_calls=actions_max_calls, confirm_seconds=actions_confirm_seconds,
+        max_calls=actions_max_calls, confirm_seconds=actions_confirm_seconds, approval_seconds=actions_approval_seconds,
     ) if actions is not None else (None, None)  # fmt: skip
     prompts, role = prompts or default_registry(), instruction_role
     chat_prompt = prompts.get("support_chat", memory.chat_prompt_version)  # named first when unknown

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from prompts import actions as told
-from services.core.actions import ActionOutcome, Customer, PendingAction
+from services.core.actions import ActionOutcome, Customer, PendingAction, arguments_digest
 from services.core.fence import Fence
 from services.core.records import PromptPart, ToolCall
 from services.core.tokens import TokenCounter
@@ -21,6 +21,11 @@ from services.ports.actions import ActionLedger, ActionTools
 
 RESULT_ROOM = 1000
 """Tokens a decision's result may take in the turn that tells it."""
+ARGUMENTS_ROOM = 300
+"""Tokens the call that asked for a decision may take when a turn replays it; longer arguments (a long
+text the model wrote) are replayed as their digest: the turn's event names what was decided. With
+RESULT_ROOM, a decision told stays within the room the window holds back for a turn's tool calls and
+results (tool_loop.TOOL_ROOM_TOKENS), so its turn stays within CHAT_INPUT_TOKEN_BUDGET."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,9 +121,14 @@ class Decisions:
         return told.EVENTS.get(state, told.EVENTS["expired"]).format(prompt=pending.prompt)
 
     def told(self, pending: PendingAction, outcome: ActionOutcome) -> tuple[PromptPart, PromptPart]:
-        """The call that asked for ``pending`` and its outcome, as the messages a turn sends."""
+        """The call that asked for ``pending`` and its outcome, as the messages a turn sends (within
+        ARGUMENTS_ROOM and RESULT_ROOM)."""
         call = ToolCall(pending.tool, json.dumps(pending.arguments, ensure_ascii=False), call_id(pending))
         asked = calls_part(self._counter, "", (call,))
+        if asked.tokens > ARGUMENTS_ROOM:
+            digest = json.dumps({"arguments_digest": arguments_digest(pending.arguments)})
+            call = replace(call, arguments=digest)
+            asked = calls_part(self._counter, "", (call,))
         return asked, result_part(self._counter, call.id, outcome, RESULT_ROOM)
 
 

@@ -1,22 +1,24 @@
 """The tool loop, an ``after_answer`` step: while the model answers with calls of the operator's
 tools, each call is checked and carried out in order (a read runs now; a write or approval becomes a
 pending decision the model can never confirm; at most ``max_calls`` a turn), its result goes back as
-a ``tool`` message, and the model is asked again, until it answers in text. Side effects survive a
-retried or redelivered turn once: the ledger's record is read first and written before the answer."""
+a ``tool`` message, and the model is asked again, until it answers in text (calls it makes all the
+same are dropped). Side effects survive a retried or redelivered turn once: the ledger's record (of
+the same arguments) or the call's pending decision is read first, the record written before the answer."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from prompts import actions as told
 from prompts.support_chat import HANDOFF_TOOL, HANDOFF_TOOL_SPEC
-from services.core.actions import ActionOutcome, Customer, PendingAction, idempotency_key
-from services.core.records import Completion, ToolCall
+from services.core.actions import ActionOutcome, Customer, PendingAction, arguments_digest, idempotency_key
+from services.core.records import Completion, PromptPart, ToolCall
 from services.core.tokens import TokenCounter, count_tools
 from services.engine.tool_messages import ToolTranscript
 from services.engine.turn_draft import TurnDraft, need, once
@@ -26,7 +28,8 @@ from services.ports.chat_model import ChatModel
 log = logging.getLogger(__name__)
 
 TOOL_ROOM_TOKENS = 2000
-"""Held back in the window for a turn's tool calls and results (besides the tools block)."""
+"""Held back in the window for a turn's tool calls and results (besides the tools block), a decision's
+call and result told by the turn (decisions.told: within ARGUMENTS_ROOM and RESULT_ROOM) among them."""
 
 
 def refused(note: str) -> ActionOutcome:
@@ -50,6 +53,40 @@ def handoff_only(completion: Completion) -> Completion:
     return replace(completion, tool_call=handoff, tool_calls=(handoff,))
 
 
+def answered(completion: Completion, pending: PendingAction | None, tools: Sequence[dict[str, Any]]) -> Completion:
+    """The reply the model had to give in text (``tool_choice: none``, which Ollama and some vLLM
+    parsers do not honour) without the calls it made all the same; with no text either: the decision's
+    own text (the edge shows its buttons after it), else the handoff, else a fixed answer."""
+    if not action_calls(completion):
+        return completion
+    if completion.text.strip():
+        return replace(completion, tool_call=None, tool_calls=())
+    if pending is not None:
+        return replace(completion, text=pending.prompt, tool_call=None, tool_calls=())
+    if any(tool.get("function", {}).get("name") == HANDOFF_TOOL for tool in tools):
+        reason = json.dumps({"reason": "the assistant could not answer after using the tools"})
+        return replace(completion, tool_call=None, tool_calls=(ToolCall(HANDOFF_TOOL, reason, "call_handoff"),))
+    return replace(completion, text=told.NO_ANSWER, tool_call=None, tool_calls=())
+
+
+def unique_ids(calls: tuple[ToolCall, ...], seen: set[str], round_: int) -> tuple[ToolCall, ...]:
+    """``calls`` with an id no earlier call of the turn has (a server without ids gets ``call_0``...
+    made up in every round: a result must answer one call only)."""
+    renamed = []
+    for index, call in enumerate(calls):
+        call_id, tries = call.id, 0
+        while not call_id or call_id in seen:
+            tries += 1
+            call_id = f"call_{round_}_{index}" + (f"_{tries}" if tries > 1 else "")
+        seen.add(call_id)
+        renamed.append(call if call_id == call.id else replace(call, id=call_id))
+    return tuple(renamed)
+
+
+def sent_ids(parts: Sequence[PromptPart]) -> set[str]:
+    return {call.id for part in parts for call in part.tool_calls}
+
+
 class ToolLoop:
     """The step (``ChatService(after_answer=[ToolLoop(...)])``). ``tools``: the operator's schemas,
     offered after the handoff's, byte-identical every turn; ``held_tokens``: what the window holds back
@@ -65,6 +102,7 @@ class ToolLoop:
         budget: int,
         max_calls: int = 4,
         confirm_seconds: float = 600,
+        approval_seconds: float = 86400,
         room_tokens: int = TOOL_ROOM_TOKENS,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -75,6 +113,7 @@ class ToolLoop:
         self._budget = budget
         self._max_calls = max_calls
         self._confirm_seconds = confirm_seconds
+        self._approval_seconds = approval_seconds
         self._clock = clock
         self.tools = tuple(actions.schemas())
         self._names = frozenset(actions.names())
@@ -89,8 +128,9 @@ class ToolLoop:
         extra = draft.request.extra
         room = self._budget - window.estimated_tokens - count_tools(self._counter, draft.offered())
         transcript = ToolTranscript(self._counter, room - sum(part.tokens for part in extra), extra)
-        made = 0
+        made, rounds, seen = 0, 0, sent_ids(extra)
         while calls := action_calls(completion):
+            calls, rounds = unique_ids(calls, seen, rounds), rounds + 1
             fitted = transcript.calls(completion, calls)  # a round that does not fit is not sent
             for number, call in enumerate(calls if fitted else ()):
                 outcome = await self._outcome(draft, call, made)
@@ -100,6 +140,7 @@ class ToolLoop:
             answer = not fitted or made >= self._max_calls or not transcript.another_round()
             completion = await self._ask(draft, transcript, answer=answer)
             if answer:
+                completion = answered(completion, draft.pending, draft.offered())
                 break
         draft.completion = handoff_only(completion)
 
@@ -137,7 +178,10 @@ class ToolLoop:
         return await self._decision(draft, tool, checked, key)
 
     async def _read(self, draft: TurnDraft, tool: str, arguments: dict[str, Any], key: str) -> ActionOutcome:
+        """A read, recorded under its key and its arguments' digest: a redelivered turn asking the same
+        gets the recorded result; one asking about something else (the model samples again) runs."""
         request, customer = draft.request, need(draft.request.customer, "customer")
+        key = f"{key}:{arguments_digest(arguments)}"
         prior = await self._ledger.recorded(request.chat_id, key)
         if prior is not None:  # a redelivered or retried turn: the recorded result, no second request
             return prior
@@ -150,32 +194,42 @@ class ToolLoop:
         return outcome
 
     async def _decision(self, draft: TurnDraft, tool: str, arguments: dict[str, Any], key: str) -> ActionOutcome:
-        """A write or approval: stored as pending (the action id is its idempotency key), never run here."""
+        """A write or approval: stored as pending (the action id is its idempotency key), never run here.
+        Asked before by this call (a redelivered or retried turn, a crash after storing it): that one."""
         request, customer = draft.request, need(draft.request.customer, "customer")
-        chat_id, asked = request.chat_id, f"{key}:asked"
-        prior = await self._ledger.recorded(chat_id, asked)
-        if prior is not None:
-            pending = await self._ledger.pending(chat_id, key)
-            if pending is not None and pending.state == "pending":
-                draft.pending = pending
-            return replace(prior, line=waiting_line(tool, pending.prompt if pending else ""))
+        chat_id = request.chat_id
+        mine = await self._ledger.pending(chat_id, key)
+        if mine is not None:
+            return asked_again(draft, mine, arguments)
         waiting = draft.pending or next(iter(await self._ledger.open_pending(chat_id)), None)
         if waiting is not None:
             return refused(told.ONE_PENDING.format(prompt=waiting.prompt))
         now, risk = self._clock(), self._actions.risk(tool)
+        seconds = self._confirm_seconds if risk == "write" else self._approval_seconds
         prompt = self._actions.prompt(tool, dict(arguments))
-        pending = PendingAction(
-            key, chat_id, tool, risk, dict(arguments), prompt, key, now, now + self._confirm_seconds, customer
-        )
+        pending = PendingAction(key, chat_id, tool, risk, dict(arguments), prompt, key, now, now + seconds, customer)
         await self._ledger.put_pending(pending, fence=request.fence)
-        if risk == "write":
-            outcome = ActionOutcome("pending_confirmation", told.PENDING_CONFIRMATION.format(prompt=prompt))
-        else:
-            outcome = ActionOutcome("pending_approval", told.PENDING_APPROVAL.format(prompt=prompt))
-        outcome = replace(outcome, idempotency_key=key)
-        await self._ledger.record(chat_id, asked, outcome, fence=request.fence)
         draft.pending = pending
-        return replace(outcome, line=waiting_line(tool, prompt))
+        return asked(pending)
+
+
+def asked(pending: PendingAction) -> ActionOutcome:
+    """What the model is told of a decision asked for (the customer's button, an operator's approval)."""
+    if pending.risk == "write":
+        outcome = ActionOutcome("pending_confirmation", told.PENDING_CONFIRMATION.format(prompt=pending.prompt))
+    else:
+        outcome = ActionOutcome("pending_approval", told.PENDING_APPROVAL.format(prompt=pending.prompt))
+    return replace(outcome, idempotency_key=pending.idempotency_key, line=waiting_line(pending.tool, pending.prompt))
+
+
+def asked_again(draft: TurnDraft, pending: PendingAction, arguments: dict[str, Any]) -> ActionOutcome:
+    """The call asked for ``pending`` before: its buttons are shown again while it waits; arguments
+    other than those it holds are refused (the decision stays the one shown)."""
+    if pending.state == "pending":
+        draft.pending = pending
+    if arguments_digest(arguments) != arguments_digest(pending.arguments):
+        return refused(told.ASKED_OTHER.format(prompt=pending.prompt))
+    return asked(pending)
 
 
 async def run_safely(

@@ -44,6 +44,13 @@ _TOOLS_NAMED = re.compile(r"\btools?\b|tool_choice|tool[ _-]?call|\bfunctions?\b
 """An error body naming the tools (llama.cpp: "tools param requires --jinja"; vLLM: "auto tool choice
 requires --enable-auto-tool-choice"; Ollama: "does not support tools")."""
 _TOOLS_STATUSES = frozenset({400, 422, 500, 501})
+_TOOLS_REFUSED = re.compile(
+    r"not supported|does not support|unsupported|requires|unknown|unrecogni[sz]ed|extra_forbidden|not allowed"
+)
+"""Beside the tools' name, what makes an error body their refusal: OpenAI's context-length 400 ("500 in the
+functions") and a 500 echoing the request name them too, and neither may switch tools off."""
+_NOT_A_TOOLS_REFUSAL = "context_length_exceeded"
+"""The error code (in the body's code or text) that is never a refusal of the tools, whatever it names."""
 _PARAM_REFUSED = re.compile(
     r"unsupported|not supported|unrecogni[sz]ed|unknown|not permitted|not allowed|extra_forbidden|instead"
 )
@@ -81,9 +88,17 @@ def refusal_of(exc: openai.APIStatusError, sent: Mapping[str, Any]) -> Refusal |
     response_format = sent.get("response_format")
     if isinstance(response_format, Mapping) and "response_format" in text and _FORMAT_REFUSED.search(text):
         return Refusal("response_format", str(response_format.get("type")), status)
-    if sent.get("tools") and status in _TOOLS_STATUSES and _TOOLS_NAMED.search(text):
+    if sent.get("tools") and _refuses_tools(status, text):
         return Refusal("tools", "tools", status)
     return None
+
+
+def _refuses_tools(status: int, text: str) -> bool:
+    """Whether an error (``text``: its message, param and code) refuses the tools: a 400/422/500/501
+    naming them with a refusal phrase, never a prompt over the model's context."""
+    if status not in _TOOLS_STATUSES or _NOT_A_TOOLS_REFUSAL in text:
+        return False
+    return _TOOLS_NAMED.search(text) is not None and _TOOLS_REFUSED.search(text) is not None
 
 
 def _error_text(exc: openai.APIStatusError) -> str:
@@ -220,7 +235,7 @@ class Dialect:
         if refusal.feature == "tools" and self.tools:
             self.tools = False
             log.warning(
-                "the LLM endpoint refused the request's tools (HTTP %d, its error names tools or tool_choice): "
+                "the LLM endpoint refused the request's tools (HTTP %d, its error names them as not supported): "
                 "the bot answers without actions or the handoff tool from now on in this process",
                 refusal.status,
             )

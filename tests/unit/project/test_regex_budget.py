@@ -60,6 +60,7 @@ USES: dict[str, tuple[Method, ...]] = {
     "services.llm.dialect._FORMAT_REFUSED": ("search",),
     "services.llm.dialect._PARAM_REFUSED": ("search",),
     "services.llm.dialect._TOOLS_NAMED": ("search",),
+    "services.llm.dialect._TOOLS_REFUSED": ("search",),
     "services.llm.dialect._ROLE_REFUSED['developer'][0]": ("search",),
     "services.llm.dialect._ROLE_REFUSED['developer'][1]": ("search",),
     "services.llm.dialect._ROLE_REFUSED['developer'][2]": ("search",),

@@ -58,11 +58,13 @@ def example() -> dict[str, Any]:
     return copy.deepcopy(yaml.safe_load(EXAMPLE))
 
 
-def catalog(raw: dict[str, Any] | None = None, sender: Sender | None = None, **options: Any) -> Catalog:
+def catalog(
+    raw: dict[str, Any] | None = None, sender: Sender | None = None, audit_key: bytes | None = None, **options: Any
+) -> Catalog:
     options = {"variables": VARIABLES, "operator_chat_configured": True} | options
     tools, hosts = load_tools(example() if raw is None else raw, **options)
 
     def no_sender() -> Sender:
         raise AssertionError("this test sends nothing")
 
-    return Catalog(tools, hosts, (lambda: sender) if sender is not None else no_sender)
+    return Catalog(tools, hosts, (lambda: sender) if sender is not None else no_sender, audit_key=audit_key)

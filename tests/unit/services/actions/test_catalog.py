@@ -5,13 +5,14 @@ the fix; no secret and no argument value in any log line or outcome."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 from typing import Any
 
 import pytest
 
-from services.actions.catalog import digest
+from services.actions.catalog import audit_key, digest
 from services.actions.request import HttpResult, PreparedRequest
 from services.core.actions import ActionOutcome, Customer
 from tests.unit.services.actions.shop import SECRET, catalog
@@ -44,10 +45,10 @@ def answer(status: int, body: Any = ORDER, kind: str = "ok") -> HttpResult:
 
 
 async def run(
-    result: HttpResult | Exception, tool: str = "order_status", **arguments: Any
+    result: HttpResult | Exception, tool: str = "order_status", key: bytes | None = None, **arguments: Any
 ) -> tuple[ActionOutcome, FakeSender]:
     sender = FakeSender(result)
-    tools = catalog(sender=sender)
+    tools = catalog(sender=sender, audit_key=key)
     outcome = await tools.run(tool, arguments or {"order_id": "5521"}, CUSTOMER, idempotency_key="key-1")
     await tools.close()
     assert sender.closed or not sender.requests
@@ -111,15 +112,33 @@ def assert_no_secret(caplog: pytest.LogCaptureFixture, outcome: ActionOutcome) -
 
 async def test_one_audit_line_per_call_without_values(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="services.actions.audit")
-    outcome, _ = await run(answer(200, {}), "cancel_order", order_id="5521", reason="changed_mind")
+    key = audit_key("123456:the-bot-token")
+    assert key is not None
+    outcome, _ = await run(answer(200, {}), "cancel_order", key, order_id="5521", reason="changed_mind")
     assert outcome.kind == "ok" and outcome.note == "done: the cancel_order service accepted it (HTTP 200)"
     audit = [r for r in caplog.records if r.name == "services.actions.audit"]
     assert len(audit) == 1 and audit[0].levelno == logging.INFO
     message = audit[0].getMessage()
-    expected_digest = digest({"order_id": "5521", "reason": "changed_mind"})
+    expected_digest = digest({"order_id": "5521", "reason": "changed_mind"}, key)
     assert message.startswith(f"action tool=cancel_order args={expected_digest} outcome=ok status=200 ms=")
     assert message.endswith(" key=key-1") and len(expected_digest) == 12
     assert "5521" not in message and "changed_mind" not in message and SECRET not in message
+
+
+async def test_the_audit_digest_is_keyed_so_an_order_number_cannot_be_found_by_trying(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="services.actions.audit")
+    arguments = {"order_id": "5521"}
+    unkeyed = hashlib.sha256(json.dumps(arguments, separators=(",", ":")).encode()).hexdigest()[:12]
+    key = audit_key("123456:the-bot-token")
+    assert key is not None and key == audit_key("123456:the-bot-token"), "the same in every worker"
+    assert audit_key("") is None
+    assert digest(arguments, key) != digest(arguments, b"another deployment") and digest(arguments, key) != unkeyed
+    for given in (key, None, None):  # without a key: one made per catalog
+        await run(answer(200), "order_status", given, **arguments)
+    shown = [r.getMessage().split(" args=")[1][:12] for r in caplog.records if r.name == "services.actions.audit"]
+    assert shown[0] == digest(arguments, key) and unkeyed not in shown and len(set(shown)) == 3
 
 
 async def test_the_write_carries_the_key_and_the_read_does_not() -> None:

@@ -81,6 +81,14 @@ MISTAKES: dict[str, tuple[Edit, str]] = {
         lambda raw: tool(raw, "cancel_order")["json"].update(customer_id="{order_id}"),
         "tool cancel_order: json.customer_id: names the customer: fill it with {customer.telegram_id}",
     ),
+    "identity body field nested under a customer key": (
+        lambda raw: tool(raw, "cancel_order")["json"].update(customer={"id": "{order_id}"}),
+        "tool cancel_order: json.customer.id: names the customer: fill it with {customer.telegram_id}",
+    ),
+    "identity body list under a customer key": (
+        lambda raw: tool(raw, "cancel_order")["json"].update(customer=[{"ref": "x {reason}"}]),
+        "tool cancel_order: json.customer.0.ref: names the customer",
+    ),
     "identity header from an argument": (
         lambda raw: tool(raw)["headers"].update({"X-Customer-Telegram-Id": "{order_id}"}),
         "tool order_status: headers.X-Customer-Telegram-Id: names the customer",
@@ -282,3 +290,19 @@ def test_the_example_of_docs_actions_md_loads() -> None:
     block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
     tools, _ = load_tools(yaml.safe_load(block), variables=VARIABLES, operator_chat_configured=True)
     assert [t.name for t in tools] == ["order_status", "cancel_order", "refund"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "tools: " + "[" * 400 + "1" + "]" * 400 + "\n",  # the YAML reader itself runs out of stack
+        "tools: " + "{a: " * 400 + "1" + "}" * 400 + "\n",
+        "tools: {t: {json: " + "{a: " * 40 + "1" + "}" * 40 + "}}\n",  # readable, but deeper than any tool needs
+    ],
+    ids=["lists", "mappings", "json_template"],
+)
+def test_deep_nesting_is_one_error_line_not_a_traceback(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ActionsFileError) as caught:
+        read_file(path)
+    assert caught.value.lines == [f"file: {path} is nested too deeply (at most 32 levels)"]

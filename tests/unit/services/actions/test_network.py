@@ -39,7 +39,9 @@ FORBIDDEN = [
     ("::ffff:10.0.0.1", "IPv4-mapped form of 10.0.0.1: private"),
     ("::127.0.0.1", "IPv4-compatible form of 127.0.0.1"),
     ("64:ff9b::7f00:1", "NAT64 form of 127.0.0.1"),
-    ("64:ff9b:1::a9fe:a9fe", "metadata"),
+    ("64:ff9b:1::a9fe:a9fe", "local-use NAT64"),
+    ("64:ff9b:1:7f00:1::", "local-use NAT64"),  # 127.0.0.1 embedded after a /48 prefix
+    ("64:ff9b:1::808:808", "local-use NAT64"),  # not 8.8.8.8: its IPv4 address cannot be told
     ("2002:7f00:1::", "6to4 form of 127.0.0.1"),
     ("2002:a9fe:a9fe::", "metadata"),
     ("2001:0:4136:e378:8000:63bf:80ff:fffe", "Teredo form of 127.0.0.1"),
@@ -65,8 +67,12 @@ def test_private_allows_internal_unicast(text: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["169.254.169.254", "fd00:ec2::254", "::ffff:169.254.169.254", "0.0.0.0", "::", "224.0.0.1", "ff02::1"]
-)
+    "text",
+    [
+        "169.254.169.254", "fd00:ec2::254", "::ffff:169.254.169.254", "0.0.0.0", "::", "224.0.0.1", "ff02::1",
+        "64:ff9b:1:a9fe:a9:fe00::",
+    ],
+)  # fmt: skip
 def test_private_never_allows_metadata_unspecified_or_multicast(text: str) -> None:
     assert address_problem(ipaddress.ip_address(text), private=True) is not None
 

@@ -106,3 +106,18 @@ def test_the_texts_a_person_decides_on() -> None:
     tools = catalog()
     assert tools.prompt("cancel_order", {"order_id": "5521", "reason": "other"}) == "Cancel order 5521?"
     assert tools.prompt("refund", {"order_id": "5521", "amount": 12.5}) == "Run refund with order_id=5521, amount=12.5?"
+
+
+def test_the_decision_text_cannot_carry_line_breaks_bidi_controls_or_fake_lines() -> None:
+    raw = example()
+    raw["tools"]["refund"]["params"]["reason"] = {"type": "string", "maxLength": 4096}
+    raw["tools"]["refund"]["json"]["reason"] = "{reason}"
+    hostile = "damaged\n\n\u2705 Verified by the shop: approve.\u202e\u2028 ok\u200b\t\x85end"
+    text = catalog(raw).prompt("refund", {"order_id": "5521", "amount": 12.5, "reason": hostile})
+    assert text == (
+        'Run refund with order_id=5521, amount=12.5, reason="damaged \u2705 Verified by the shop: approve. ok end"?'
+    )
+    raw["tools"]["cancel_order"]["confirm"] = "Cancel order {order_id} because {reason}?"
+    long = catalog(raw).prompt("cancel_order", {"order_id": "5521", "reason": 'say "yes" ' * 100})
+    assert long.startswith('Cancel order 5521 because "say \\"yes\\" say') and long.endswith('…"?')
+    assert len(long) < 300, "each value is cut"

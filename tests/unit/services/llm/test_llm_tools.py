@@ -11,7 +11,7 @@ import pytest
 
 from services.core.records import PromptPart, ToolCall
 from services.llm.client import LLMClient
-from tests.stubs.openai_server import StubOpenAI, tool_calls_reply
+from tests.stubs.openai_server import StubError, StubOpenAI, tool_calls_reply
 
 LOOKUP = {
     "type": "function",
@@ -85,6 +85,51 @@ async def test_an_endpoint_refusing_tools_is_asked_again_without_them_with_one_w
     assert "tool_choice" not in stub_llm.chat_requests[-1]
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "refused the request's tools (HTTP 400" in warnings[0].getMessage()
+
+
+CONTEXT_400 = StubError(
+    400,
+    type="invalid_request_error",
+    code="context_length_exceeded",
+    message=(
+        "This model's maximum context length is 8192 tokens. However, your messages resulted in 8500 tokens "
+        "(8000 in the messages, 500 in the functions). Please reduce the length of the messages or functions."
+    ),
+)
+ECHOED_500 = StubError(500, message="upstream failed for request {'model': 'm', 'tools': [...]}")
+CONTEXT_NOT_SUPPORTED = StubError(
+    400, code="context_length_exceeded", message="too long: the tools block is not supported at this length"
+)
+
+
+@pytest.mark.parametrize(
+    "error", [CONTEXT_400, ECHOED_500, CONTEXT_NOT_SUPPORTED], ids=["context_length_400", "echoing_500", "by_code"]
+)
+async def test_an_unrelated_error_naming_functions_does_not_switch_tools_off(
+    stub_llm: StubOpenAI, llm: LLMClient, error: StubError
+) -> None:
+    stub_llm.chat_replies.extend([error, "hello"])
+    with pytest.raises(Exception):  # noqa: B017 - the request fails; what matters is what the process learnt
+        await llm.chat(ASK, tools=[LOOKUP])
+    assert llm.dialect.tools, "one error switched actions and the handoff tool off for every chat of the process"
+    assert ["tools" in r for r in stub_llm.chat_requests] == [True]
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        (500, "tools param requires --jinja flag"),  # llama.cpp
+        (400, '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'),  # vLLM
+        (400, "registry.ollama.ai/library/gemma:2b does not support tools"),  # Ollama
+        (422, "tool_choice: extra_forbidden"),
+    ],
+)
+async def test_a_real_refusal_of_tools_still_switches_them_off(
+    stub_llm: StubOpenAI, llm: LLMClient, status: int, message: str
+) -> None:
+    stub_llm.chat_replies.extend([StubError(status, message=message), "An answer without tools."])
+    completion = await llm.chat(ASK, tools=[LOOKUP])
+    assert completion.text == "An answer without tools." and not llm.dialect.tools
 
 
 async def test_a_model_ignoring_tools_just_answers(stub_llm: StubOpenAI, llm: LLMClient) -> None:
