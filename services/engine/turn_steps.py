@@ -287,7 +287,7 @@ def turn_result(draft: TurnDraft) -> TurnResult:
         handoff_reason=draft.handoff,
         duplicate=commit.duplicate,
         version=commit.version,
-        estimated_tokens=window.estimated_tokens,
+        estimated_tokens=window.estimated_tokens + sum(part.tokens for part in draft.request.extra),
         context_history_messages=window.context_history_messages,
         removed_history_messages=window.removed_history_messages,
         stored_messages=0 if commit.duplicate else len(session.messages) - folded + 2,

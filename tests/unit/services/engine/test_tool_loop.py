@@ -154,6 +154,9 @@ async def test_a_write_waits_for_the_button_and_runs_once_after_it(
     stub_llm.chat_replies.append("Order 5521 is cancelled.")
     resumed = await service.carry_out(1, pending.action_id, turn_id="cb1", customer=ALICE)
     assert resumed is not None and resumed.deliver and resumed.result.reply == "Order 5521 is cancelled."
+    estimate, counted = resumed.result.estimated_tokens, resumed.result.first_prompt_tokens
+    # the replayed call and its result are in the estimate, counted on the safe side (count_calls errs high)
+    assert counted is not None and counted <= estimate <= 1.1 * counted
     await service.finish(resumed)
     assert actions.shop.effects("cancel_order") == {pending.idempotency_key: 1}
     told = stub_llm.chat_requests[-1]
