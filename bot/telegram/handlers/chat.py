@@ -160,8 +160,13 @@ async def deliver_turn(
                     bot, where.chat_id, where.user, turn.result, say=say, desk=desk, item_id=turn_id, fence=fence,
                     links=links, private=where.private,
                 )  # fmt: skip
-                await _answered(desk, where.chat_id, turn.result)
-            result = await chat.finish(turn, fence=fence)  # (may compact: a model call, after the answer)
+            # the reply's mark first (issue 36): a Redis stall in a write before it cancelled the handler
+            # after the send and before the mark, so nothing recorded the reply and the next holder sent it again
+            try:
+                result = await chat.finish(turn, fence=fence)  # (may compact: a model call, after the answer)
+            finally:  # even when finish fails (a compaction error): the answer did go out
+                if turn.deliver:
+                    await _answered(desk, where.chat_id, turn.result)
         except (asyncio.CancelledError, LeaseLostError):
             if drafts is not None:
                 await drafts.abandon()  # the turn is over for this worker: nothing more goes out
@@ -174,7 +179,8 @@ async def deliver_turn(
 
 async def _answered(desk: HandoffDesk, chat_id: int, result: TurnResult) -> None:
     """The answer was sent (not a handoff started instead): the first answer's time, and the quiet
-    period before the question starts (recorded before ``finish``: its failure does not lose them)."""
+    period before the question starts (recorded after ``finish``, whose reply mark must not wait on it,
+    even when it fails)."""
     if desk.feedback is not None and not (result.handoff_reason is not None and desk.enabled):
         await desk.feedback.answered(chat_id)
 
