@@ -269,6 +269,7 @@ async def test_an_undecodable_update_does_not_stop_the_poller(
     worker = BotProcess(env, tmp_path)
     processes.append(worker)
     await worker.start()
+    await worker.wait_log("poller: took leadership", within=90)  # a slow start is not what is tested
     telegram.push(telegram.message_update(711, "broken \ud800 text"))
     telegram.send_text(712, "next customer")
     await telegram.wait_messages(712, 1, within=30)

@@ -148,9 +148,10 @@ async def test_forget_leaves_no_key_and_ttl_expires_everything(
     worker = BotProcess(env, tmp_path)
     processes.append(worker)
     await worker.start()
+    await worker.wait_log("poller: took leadership", within=90)  # a slow start is not what is tested
     for text in ("hello", "order 7718 please", "/forget"):
         telegram.send_text(71, text)
-    await telegram.wait_messages(71, 3, within=20)
+    await telegram.wait_messages(71, 3, within=60)
     assert telegram.texts_to(71)[-1] == TEXTS["en"]["forget_done"]
     for _ in range(50):
         if {k.decode().rsplit(":", 1)[1] for k in await chat_keys(real_redis, 71)} <= KEPT_BY_FORGET:
